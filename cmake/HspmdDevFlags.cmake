@@ -1,0 +1,22 @@
+# Flags for hspmd's own tests, examples and benchmarks (never pushed onto consumers):
+# hspmd_dev_flags is an internal INTERFACE target those link to.
+#   HSPMD_WARNINGS_AS_ERRORS  -Werror on top of the warning set below
+#   HSPMD_SANITIZE            AddressSanitizer + UndefinedBehaviorSanitizer, no recovery
+add_library(hspmd_dev_flags INTERFACE)
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(hspmd_dev_flags INTERFACE
+    -Wall -Wextra -Wpedantic -Wconversion -Wsign-conversion -Wshadow -Wnon-virtual-dtor
+    -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wnull-dereference -Wdouble-promotion
+    -Wformat=2 -Wimplicit-fallthrough -Wunused)
+  if(HSPMD_WARNINGS_AS_ERRORS)
+    target_compile_options(hspmd_dev_flags INTERFACE -Werror)
+  endif()
+  if(HSPMD_SANITIZE)
+    set(hspmd_sanitize_flags -fsanitize=address,undefined -fno-sanitize-recover=all
+                             -fno-omit-frame-pointer)
+    target_compile_options(hspmd_dev_flags INTERFACE ${hspmd_sanitize_flags})
+    target_link_options(hspmd_dev_flags INTERFACE ${hspmd_sanitize_flags})
+  endif()
+elseif(MSVC)
+  target_compile_options(hspmd_dev_flags INTERFACE /W4 $<$<BOOL:${HSPMD_WARNINGS_AS_ERRORS}>:/WX>)
+endif()

@@ -1,0 +1,69 @@
+# Test helpers for hspmd's suite. Include after find_package(Catch2) and, for MPI tests, MPI.
+#
+#   hspmd_add_unit_test(NAME <exe> SOURCES <files...> [LIBS <targets...>])
+#       A Catch2 executable; every TEST_CASE becomes its own CTest test "<exe>: <case>".
+#   hspmd_add_mpi_test(NAME <exe> SOURCES <files...> RANKS <n...> [LIBS ...] [TIMEOUT <s>])
+#       One Catch2 executable run under ${MPIEXEC_EXECUTABLE} once per rank count, registered as
+#       <exe>.np<n>. Launcher flags (oversubscribe, run-as-root) come from MPIEXEC_PREFLAGS in
+#       the preset or on the command line, never from here.
+#   hspmd_add_compile_fail_test(NAME <test> SOURCE <file>)
+#       <file> must compile as is and must fail to compile with -DHSPMD_EXPECT_COMPILE_ERROR,
+#       with a diagnostic matching every "// hspmd-expect-error: <regex>" line in the file.
+include_guard(GLOBAL)
+include(Catch)
+
+set(HSPMD_TEST_TIMEOUT 120 CACHE STRING "Timeout in seconds of each hspmd test")
+set(hspmd_testing_dir ${CMAKE_CURRENT_LIST_DIR})
+
+add_library(hspmd_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_main.cpp)
+target_link_libraries(hspmd_catch_main PUBLIC Catch2::Catch2 hspmd_dev_flags)
+
+function(hspmd_add_unit_test)
+  cmake_parse_arguments(arg "" "NAME" "SOURCES;LIBS" ${ARGN})
+  add_executable(${arg_NAME} ${arg_SOURCES})
+  target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_main hspmd::core hspmd_dev_flags ${arg_LIBS})
+  target_compile_definitions(${arg_NAME} PRIVATE
+    HSPMD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HSPMD_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+  catch_discover_tests(${arg_NAME}
+    TEST_PREFIX "${arg_NAME}: "
+    PROPERTIES LABELS unit TIMEOUT ${HSPMD_TEST_TIMEOUT}
+               ENVIRONMENT "UBSAN_OPTIONS=print_stacktrace=1")
+endfunction()
+
+if(TARGET MPI::MPI_CXX)
+  add_library(hspmd_catch_mpi_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/mpi_main.cpp)
+  target_link_libraries(hspmd_catch_mpi_main PUBLIC Catch2::Catch2 hspmd::mpi hspmd_dev_flags)
+endif()
+
+function(hspmd_add_mpi_test)
+  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;RANKS;LIBS" ${ARGN})
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT ${HSPMD_TEST_TIMEOUT})
+  endif()
+  add_executable(${arg_NAME} ${arg_SOURCES})
+  target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_mpi_main hspmd::mpi hspmd_dev_flags ${arg_LIBS})
+  target_compile_definitions(${arg_NAME} PRIVATE
+    HSPMD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HSPMD_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+  foreach(np IN LISTS arg_RANKS)
+    add_test(NAME ${arg_NAME}.np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS}
+              $<TARGET_FILE:${arg_NAME}> ${MPIEXEC_POSTFLAGS})
+    # Open MPI's dlopen'ed components leak at init in ways LeakSanitizer cannot attribute:
+    # leak checks are off for MPI tests only; ASan and UBSan stay on.
+    set_tests_properties(${arg_NAME}.np${np} PROPERTIES
+      LABELS mpi PROCESSORS ${np} TIMEOUT ${arg_TIMEOUT}
+      ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;UBSAN_OPTIONS=print_stacktrace=1")
+  endforeach()
+endfunction()
+
+function(hspmd_add_compile_fail_test)
+  cmake_parse_arguments(arg "" "NAME;SOURCE" "" ${ARGN})
+  cmake_path(ABSOLUTE_PATH arg_SOURCE BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  add_test(NAME ${arg_NAME}
+    COMMAND ${CMAKE_COMMAND}
+      -D COMPILER=${CMAKE_CXX_COMPILER}
+      -D SOURCE=${arg_SOURCE}
+      "-D INCLUDES=${PROJECT_SOURCE_DIR}/include|$<JOIN:$<TARGET_PROPERTY:nlohmann_json::nlohmann_json,INTERFACE_INCLUDE_DIRECTORIES>,|>"
+      -P ${hspmd_testing_dir}/compile_fail.cmake)
+  set_tests_properties(${arg_NAME} PROPERTIES LABELS compile_fail TIMEOUT ${HSPMD_TEST_TIMEOUT})
+endfunction()

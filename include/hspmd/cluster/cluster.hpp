@@ -1,0 +1,88 @@
+#pragma once
+// The cluster a job runs on: one device per rank (device i is rank i) and the links between
+// them. Read from a cluster file (see docs/cluster-file.md and cluster_file.hpp).
+
+#include <hspmd/core/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hspmd {
+
+/// One rank's device.
+struct device_spec {
+  std::string name;         ///< unique within the cluster, e.g. "node0-v100.3"
+  std::string kind;         ///< model, e.g. "V100"; informative
+  double speed = 0.0;       ///< sustained flop/s for training math (after any slowdown)
+  std::uint64_t memory = 0; ///< bytes usable for parameters, optimizer state and activations
+  std::int64_t node = 0;    ///< devices with the same node id talk over the intra-node link
+  double slowdown = 1.0;    ///< emulation only: compute is stretched by this factor (>= 1)
+
+  friend bool operator==(const device_spec &, const device_spec &) = default;
+};
+
+/// A class of links: a collective's time is latency + bytes / bandwidth on its slowest link.
+struct link_spec {
+  double bandwidth = 0.0; ///< bytes per second, per direction
+  double latency = 0.0;   ///< seconds per message
+
+  friend bool operator==(const link_spec &, const link_spec &) = default;
+};
+
+/// Devices and links of a job.
+struct cluster {
+  std::string name;                    ///< short name, e.g. "hap-testbed"
+  std::string description;             ///< free text
+  std::vector<device_spec> devices;    ///< device i is rank i
+  link_spec intra_node;                ///< between devices of one node
+  std::optional<link_spec> inter_node; ///< between nodes; present when there are several
+  std::string source;                  ///< file it was read from (for messages; not compared)
+
+  /// Number of devices (= ranks).
+  [[nodiscard]] std::size_t size() const noexcept { return devices.size(); }
+
+  /// Distinct node ids, ascending.
+  [[nodiscard]] std::vector<std::int64_t> nodes() const {
+    std::vector<std::int64_t> ids;
+    for (const auto &d : devices)
+      ids.push_back(d.node);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids;
+  }
+
+  /// The link between devices `a` and `b` (intra-node when they share a node). Throws
+  /// `config_error` when they do not and the cluster has no inter-node link.
+  [[nodiscard]] const link_spec &link_between(std::size_t a, std::size_t b) const {
+    if (devices.at(a).node == devices.at(b).node)
+      return intra_node;
+    if (!inter_node)
+      throw config_error(source + ": field links.inter_node", "missing",
+                         "a link between nodes, since devices span several nodes");
+    return *inter_node;
+  }
+
+  /// Same content (the source file name is not compared).
+  friend bool operator==(const cluster &a, const cluster &b) {
+    return a.name == b.name && a.description == b.description && a.devices == b.devices &&
+           a.intra_node == b.intra_node && a.inter_node == b.inter_node;
+  }
+};
+
+/// Checks that the cluster has one device per rank of the job; throws `config_error`
+/// "FILE: field devices: ..." otherwise.
+inline void check_rank_count(const cluster &c, std::size_t ranks) {
+  if (c.size() == ranks)
+    return;
+  throw config_error(c.source + ": field devices",
+                     "describes " + std::to_string(c.size()) + " device(s) but the job has " +
+                         std::to_string(ranks) + " rank(s)",
+                     "expected one device per rank: launch with -np " + std::to_string(c.size()) +
+                         " or use a cluster file with " + std::to_string(ranks) + " devices");
+}
+
+} // namespace hspmd

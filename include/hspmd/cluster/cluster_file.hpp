@@ -1,0 +1,247 @@
+#pragma once
+// Cluster files: JSON describing the devices (one per rank) and links of a job.
+// The format, with every field and limit, is documented in docs/cluster-file.md.
+//
+//     {
+//       "name": "emulated-2",
+//       "links": { "intra_node": { "bandwidth": 1e10, "latency": 1e-6 } },
+//       "devices": [
+//         { "name": "cpu0", "kind": "cpu", "speed": 2e10, "memory": "4 GiB" },
+//         { "name": "cpu1", "kind": "cpu", "speed": 1e10, "memory": "4 GiB", "slowdown": 2 }
+//       ]
+//     }
+//
+// Every malformed file is rejected with one line "FILE: field PATH: reason (expected ...)".
+
+#include <hspmd/cluster/cluster.hpp>
+#include <hspmd/cluster/json_input.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace hspmd {
+
+/// Plausibility limits of cluster-file values; larger values are rejected as absurd.
+namespace cluster_limits {
+inline constexpr double max_speed = 1e18;                ///< flop/s (an exaflop per device)
+inline constexpr double max_memory = 1125899906842624.0; ///< bytes (1 PiB)
+inline constexpr double max_bandwidth = 1e13;            ///< bytes/s (10 TB/s)
+inline constexpr double max_latency = 10.0;              ///< seconds
+inline constexpr double max_slowdown = 1000.0;           ///< emulated slowdown factor
+inline constexpr double max_node = 1e6;                  ///< node ids are 0 .. 1e6
+inline constexpr double max_count = 4096.0;              ///< devices per "count" entry
+inline constexpr std::size_t max_devices = 65536;        ///< devices per cluster
+} // namespace cluster_limits
+
+namespace detail {
+
+inline constexpr std::string_view cluster_file_expected =
+    "a JSON object with \"devices\" and \"links\"; see docs/cluster-file.md";
+inline constexpr std::string_view name_chars =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
+
+/// Memory: a whole number of bytes, or a string "<number> <unit>" with unit B, KB, MB, GB, TB
+/// (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024): "16 GiB", "80GB", "1.5 TiB".
+[[nodiscard]] inline std::uint64_t read_memory(const json_source &src, const nlohmann::json &j,
+                                               const std::string &path) {
+  constexpr std::string_view meaning =
+      "bytes > 0 as a whole number, or a string such as \"16 GiB\" or \"80 GB\"";
+  const number_rule rule{0.0, true, cluster_limits::max_memory, true, meaning, "1 PiB"};
+  if (!j.is_string())
+    return static_cast<std::uint64_t>(read_number(src, j, path, rule));
+
+  const auto &s = j.get_ref<const std::string &>();
+  double value = 0.0;
+  const char *first = s.data();
+  const char *last = s.data() + s.size();
+  auto [end, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc{} || end == first)
+    src.fail(path, "\"" + printable(s) + "\" does not start with a number", std::string(meaning));
+  std::string_view unit(end, static_cast<std::size_t>(last - end));
+  while (!unit.empty() && unit.front() == ' ')
+    unit.remove_prefix(1);
+  static const std::map<std::string_view, double> units = {
+      {"B", 1.0},         {"KB", 1e3},           {"MB", 1e6},
+      {"GB", 1e9},        {"TB", 1e12},          {"KiB", 1024.0},
+      {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  const auto it = units.find(unit);
+  if (it == units.end())
+    src.fail(path, "unknown unit \"" + printable(unit) + "\" in \"" + printable(s) + "\"",
+             "one of B, KB, MB, GB, TB, KiB, MiB, GiB, TiB");
+  // Bytes are whole: "1.5 GiB" is exact, "0.3 KB" rounds to 300.
+  return static_cast<std::uint64_t>(
+      read_number(src, nlohmann::json(std::round(value * it->second)), path, rule));
+}
+
+[[nodiscard]] inline link_spec read_link(const json_source &src, const nlohmann::json &j,
+                                         const std::string &path) {
+  expect_object(src, j, path, "{\"bandwidth\": bytes/s, \"latency\": seconds}");
+  reject_unknown_keys(src, j, path, {"bandwidth", "latency"});
+  constexpr std::string_view bw = "bytes/s > 0, e.g. 1.3e9 for 10.4 Gbit/s";
+  constexpr std::string_view lat = "seconds >= 0, e.g. 2e-5";
+  link_spec l;
+  l.bandwidth =
+      read_number(src, require_key(src, j, path, "bandwidth", bw), json_child(path, "bandwidth"),
+                  {0.0, true, cluster_limits::max_bandwidth, false, bw});
+  l.latency =
+      read_number(src, require_key(src, j, path, "latency", lat), json_child(path, "latency"),
+                  {0.0, false, cluster_limits::max_latency, false, lat});
+  return l;
+}
+
+} // namespace detail
+
+/// Parses and validates a cluster file's text. `source` names the file in error messages.
+/// Throws `config_error` with one line "SOURCE: field PATH: reason (expected ...)".
+[[nodiscard]] inline cluster parse_cluster(std::string_view text,
+                                           const std::string &source = "<cluster>") {
+  using detail::json_child;
+  const detail::json_source src(source);
+  const nlohmann::json doc =
+      detail::parse_json_strict(text, src, std::string(detail::cluster_file_expected));
+  detail::expect_object(src, doc, "", detail::cluster_file_expected);
+  detail::reject_unknown_keys(src, doc, "", {"version", "name", "description", "links", "devices"});
+
+  cluster c;
+  c.source = source;
+  if (const auto it = doc.find("version"); it != doc.end() && !(it->is_number() && *it == 1))
+    src.fail("version", "unsupported version " + detail::printable(it->dump()),
+             "1, the only version this hspmd reads");
+  c.name = doc.contains("name")
+               ? detail::read_string(src, doc["name"], "name",
+                                     "a short name of letters, digits, '.', '_' or '-'",
+                                     detail::name_chars)
+               : std::filesystem::path(source).stem().string();
+  if (doc.contains("description"))
+    c.description =
+        detail::read_string(src, doc["description"], "description", "free text", {}, 1000);
+
+  // Devices. An entry with "count": N stands for N identical devices named NAME.0 .. NAME.N-1.
+  constexpr std::string_view devices_expected =
+      "an array of device objects {name, kind, speed, memory, node, slowdown, count}";
+  const auto &devs =
+      detail::expect_array(src, detail::require_key(src, doc, "", "devices", devices_expected),
+                           "devices", devices_expected);
+  if (devs.empty())
+    src.fail("devices", "is empty", "at least one device (one per rank)");
+  std::map<std::string, std::string> first_path_of_name;
+  for (std::size_t i = 0; i < devs.size(); ++i) {
+    const std::string path = json_child("devices", i);
+    const auto &d = detail::expect_object(src, devs[i], path, devices_expected);
+    detail::reject_unknown_keys(src, d, path,
+                                {"name", "kind", "speed", "memory", "node", "slowdown", "count"});
+    device_spec dev;
+    constexpr std::string_view name_expected =
+        "a unique name of letters, digits, '.', '_' or '-', at most 64 characters";
+    dev.name = detail::read_string(src, detail::require_key(src, d, path, "name", name_expected),
+                                   json_child(path, "name"), name_expected, detail::name_chars);
+    constexpr std::string_view kind_expected = "the device model, e.g. \"V100\" or \"cpu\"";
+    dev.kind = detail::read_string(src, detail::require_key(src, d, path, "kind", kind_expected),
+                                   json_child(path, "kind"), kind_expected);
+    constexpr std::string_view speed_expected = "flop/s > 0, e.g. 1.4e13 for a V100";
+    dev.speed = detail::read_number(src, detail::require_key(src, d, path, "speed", speed_expected),
+                                    json_child(path, "speed"),
+                                    {0.0, true, cluster_limits::max_speed, false, speed_expected});
+    dev.memory = detail::read_memory(
+        src, detail::require_key(src, d, path, "memory", "bytes, or a string such as \"16 GiB\""),
+        json_child(path, "memory"));
+    if (d.contains("node"))
+      dev.node = static_cast<std::int64_t>(
+          detail::read_number(src, d["node"], json_child(path, "node"),
+                              {0.0, false, cluster_limits::max_node, true,
+                               "a whole number >= 0; devices on one node share a node id"}));
+    if (d.contains("slowdown"))
+      dev.slowdown =
+          detail::read_number(src, d["slowdown"], json_child(path, "slowdown"),
+                              {1.0, false, cluster_limits::max_slowdown, false,
+                               "a factor >= 1 by which an emulated device's compute is stretched"});
+    std::size_t count = 1;
+    if (d.contains("count"))
+      count = static_cast<std::size_t>(
+          detail::read_number(src, d["count"], json_child(path, "count"),
+                              {1.0, false, cluster_limits::max_count, true,
+                               "a whole number of identical devices >= 1"}));
+    if (c.devices.size() + count > cluster_limits::max_devices)
+      src.fail(path,
+               "makes the cluster larger than " + std::to_string(cluster_limits::max_devices) +
+                   " devices",
+               "a smaller cluster");
+
+    for (std::size_t k = 0; k < count; ++k) {
+      device_spec copy = dev;
+      if (d.contains("count"))
+        copy.name += "." + std::to_string(k);
+      const auto [it, inserted] = first_path_of_name.emplace(copy.name, path);
+      if (!inserted)
+        src.fail(json_child(path, "name"),
+                 "duplicate device name \"" + copy.name + "\" (also at " + it->second + ")",
+                 "unique device names");
+      c.devices.push_back(std::move(copy));
+    }
+  }
+
+  // Links. The inter-node link is required only when devices span several nodes.
+  constexpr std::string_view links_expected =
+      "{\"intra_node\": {...}, \"inter_node\": {...}} with bandwidth and latency each";
+  const auto &links = detail::expect_object(
+      src, detail::require_key(src, doc, "", "links", links_expected), "links", links_expected);
+  detail::reject_unknown_keys(src, links, "links", {"intra_node", "inter_node"});
+  c.intra_node =
+      detail::read_link(src, detail::require_key(src, links, "links", "intra_node", links_expected),
+                        "links.intra_node");
+  if (links.contains("inter_node"))
+    c.inter_node = detail::read_link(src, links["inter_node"], "links.inter_node");
+  if (const auto nodes = c.nodes(); nodes.size() > 1 && !c.inter_node)
+    src.fail("links.inter_node",
+             "missing, but the devices span " + std::to_string(nodes.size()) + " nodes",
+             "{\"bandwidth\": bytes/s, \"latency\": seconds} for links between nodes");
+  return c;
+}
+
+/// Reads, parses and validates the cluster file `file`.
+[[nodiscard]] inline cluster load_cluster(const std::filesystem::path &file) {
+  return parse_cluster(detail::read_text_file(file), file.string());
+}
+
+/// The canonical JSON form: devices expanded (no "count"), memory in bytes, every field
+/// present. `parse_cluster(to_json(c).dump())` gives back `c`.
+[[nodiscard]] inline nlohmann::json to_json(const cluster &c) {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["name"] = c.name;
+  if (!c.description.empty())
+    j["description"] = c.description;
+  auto link = [](const link_spec &l) {
+    return nlohmann::json{{"bandwidth", l.bandwidth}, {"latency", l.latency}};
+  };
+  j["links"]["intra_node"] = link(c.intra_node);
+  if (c.inter_node)
+    j["links"]["inter_node"] = link(*c.inter_node);
+  j["devices"] = nlohmann::json::array();
+  for (const auto &d : c.devices)
+    j["devices"].push_back({{"name", d.name},
+                            {"kind", d.kind},
+                            {"speed", d.speed},
+                            {"memory", d.memory},
+                            {"node", d.node},
+                            {"slowdown", d.slowdown}});
+  return j;
+}
+
+/// A hash of the canonical form: equal on every rank that parsed the same cluster, whatever
+/// the file's formatting or key order. Ranks compare it before they train.
+[[nodiscard]] inline std::uint64_t fingerprint(const cluster &c) {
+  return fnv1a64(to_json(c).dump());
+}
+
+} // namespace hspmd

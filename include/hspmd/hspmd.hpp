@@ -1,0 +1,31 @@
+#pragma once
+// hspmd: SPMD training on clusters of mixed devices. The umbrella header.
+//
+// Hardware-free layers are always included. The MPI backend is included when the program
+// links `hspmd::mpi` (or `hspmd::hspmd`), which defines HSPMD_HAS_MPI.
+
+#include <hspmd/core/dtype.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/extents.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/core/partition.hpp>
+#include <hspmd/core/placement.hpp>
+#include <hspmd/core/rng.hpp>
+#include <hspmd/core/shape_rules.hpp>
+#include <hspmd/core/sharded.hpp>
+#include <hspmd/core/tensor.hpp>
+#include <hspmd/core/tensor_ops.hpp>
+
+#include <hspmd/cluster/cluster.hpp>
+#include <hspmd/cluster/cluster_file.hpp>
+
+#include <hspmd/comm/reduce_op.hpp>
+
+#if defined(HSPMD_HAS_MPI)
+#include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/comm/mpi/environment.hpp>
+#include <hspmd/comm/mpi/guard.hpp>
+#endif
+
+/// Library version, major * 10000 + minor * 100 + patch.
+#define HSPMD_VERSION 100
