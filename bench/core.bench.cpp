@@ -11,7 +11,7 @@
 
 namespace {
 
-void parse_hap_testbed(benchmark::State &state) {
+void parse_hap_testbed(benchmark::State& state) {
   const std::string text =
       hspmd::detail::read_text_file(std::string(HSPMD_SOURCE_DIR) + "/clusters/hap-testbed.json");
   for (auto _ : state)
@@ -20,14 +20,14 @@ void parse_hap_testbed(benchmark::State &state) {
 }
 BENCHMARK(parse_hap_testbed);
 
-void fingerprint_hap_testbed(benchmark::State &state) {
+void fingerprint_hap_testbed(benchmark::State& state) {
   const auto c = hspmd::load_cluster(std::string(HSPMD_SOURCE_DIR) + "/clusters/hap-testbed.json");
   for (auto _ : state)
     benchmark::DoNotOptimize(hspmd::fingerprint(c));
 }
 BENCHMARK(fingerprint_hap_testbed);
 
-void shard_lengths(benchmark::State &state) {
+void shard_lengths(benchmark::State& state) {
   std::vector<double> ratios(static_cast<std::size_t>(state.range(0)));
   for (std::size_t i = 0; i < ratios.size(); ++i)
     ratios[i] = 1.0 + static_cast<double>(i % 7);
@@ -37,7 +37,7 @@ void shard_lengths(benchmark::State &state) {
 BENCHMARK(shard_lengths)->Arg(2)->Arg(64)->Arg(1024);
 
 // One rank's slice (1/8 of the rows) of a (4096, 1024) f32 parameter, N(0, 0.02^2).
-void fill_normal_slice(benchmark::State &state) {
+void fill_normal_slice(benchmark::State& state) {
   hspmd::tensor<float, hspmd::extents<hspmd::dynamic_extent, 1024>> part(512);
   for (auto _ : state) {
     hspmd::fill_normal(part, {1, 3}, 0.02, 0, 1024, 4096);

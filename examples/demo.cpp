@@ -38,8 +38,8 @@ void emulate_slowdown(double seconds, double slowdown) {
 }
 
 // Seconds of this rank's step: its rows of y = x W with the slowdown emulated (best of 3).
-double timed_step(const hspmd::mpi_communicator &comm, std::size_t rows,
-                  const std::vector<double> &ratios, const w_tensor &w, double slowdown) {
+double timed_step(const hspmd::mpi_communicator& comm, std::size_t rows,
+                  const std::vector<double>& ratios, const w_tensor& w, double slowdown) {
   auto x = x_shard::zeros(x_extents(rows), ratios, static_cast<std::size_t>(comm.rank()));
   x.fill_normal({1, 0}, 1.0);
   double best = 1e300;
@@ -56,7 +56,7 @@ double timed_step(const hspmd::mpi_communicator &comm, std::size_t rows,
   return best;
 }
 
-int run(int argc, char **argv) {
+int run(int argc, char** argv) {
   CLI::App app{"hspmd demo: a data-parallel linear layer on uneven shards of a mixed cluster"};
   std::string cluster_file = HSPMD_DEFAULT_CLUSTER;
   std::size_t rows = 4096;
@@ -67,7 +67,7 @@ int run(int argc, char **argv) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
+  } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
 
@@ -85,7 +85,7 @@ int run(int argc, char **argv) {
 
   // Speed-weighted shares of the batch (the synthesizer will refine these with its LP).
   std::vector<double> ratios;
-  for (const auto &d : cluster.devices)
+  for (const auto& d : cluster.devices)
     ratios.push_back(d.speed);
   const auto lengths = hspmd::shard_lengths(rows, ratios);
   const auto me = static_cast<std::size_t>(comm.rank());
@@ -97,7 +97,7 @@ int run(int argc, char **argv) {
       std::printf("  %s\n", cluster.description.c_str());
     std::printf("\n  rank  device      speed (flop/s)  slowdown  rows of x (batch %zu)\n", rows);
     for (std::size_t r = 0; r < cluster.size(); ++r) {
-      const auto &d = cluster.devices[r];
+      const auto& d = cluster.devices[r];
       std::printf("  %-4zu  %-10s  %14.3g  %7.3gx  %5zu (%4.1f%%)\n", r, d.name.c_str(), d.speed,
                   d.slowdown, lengths[r],
                   100.0 * static_cast<double>(lengths[r]) / static_cast<double>(rows));
@@ -159,7 +159,7 @@ int run(int argc, char **argv) {
     for (std::size_t r = 0; r < cluster.size(); ++r)
       std::printf("  rank %-4zu", r);
     std::printf("  step (slowest rank)\n");
-    const auto row = [&](const char *label, const std::vector<double> &t, double step) {
+    const auto row = [&](const char* label, const std::vector<double>& t, double step) {
       std::printf("     %-15s", label);
       for (double s : t)
         std::printf("  %6.1f ms", 1e3 * s);
@@ -177,7 +177,7 @@ int run(int argc, char **argv) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   hspmd::mpi_environment env(argc, argv);
   return hspmd::run_guarded([&] { return run(argc, argv); });
 }

@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
   int size = 1;
@@ -30,8 +30,8 @@ int main(int argc, char **argv) {
     args.emplace_back("--out");
     args.push_back(out_file.string());
   }
-  std::vector<const char *> cargs;
-  for (const auto &a : args)
+  std::vector<const char*> cargs;
+  for (const auto& a : args)
     cargs.push_back(a.c_str());
 
   Catch::Session session;

@@ -22,7 +22,7 @@ struct device_spec {
   std::int64_t node = 0;    ///< devices with the same node id talk over the intra-node link
   double slowdown = 1.0;    ///< emulation only: compute is stretched by this factor (>= 1)
 
-  friend bool operator==(const device_spec &, const device_spec &) = default;
+  friend bool operator==(const device_spec&, const device_spec&) = default;
 };
 
 /// A class of links: a collective's time is latency + bytes / bandwidth on its slowest link.
@@ -30,7 +30,7 @@ struct link_spec {
   double bandwidth = 0.0; ///< bytes per second, per direction
   double latency = 0.0;   ///< seconds per message
 
-  friend bool operator==(const link_spec &, const link_spec &) = default;
+  friend bool operator==(const link_spec&, const link_spec&) = default;
 };
 
 /// Devices and links of a job.
@@ -48,7 +48,7 @@ struct cluster {
   /// Distinct node ids, ascending.
   [[nodiscard]] std::vector<std::int64_t> nodes() const {
     std::vector<std::int64_t> ids;
-    for (const auto &d : devices)
+    for (const auto& d : devices)
       ids.push_back(d.node);
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
@@ -57,7 +57,7 @@ struct cluster {
 
   /// The link between devices `a` and `b` (intra-node when they share a node). Throws
   /// `config_error` when they do not and the cluster has no inter-node link.
-  [[nodiscard]] const link_spec &link_between(std::size_t a, std::size_t b) const {
+  [[nodiscard]] const link_spec& link_between(std::size_t a, std::size_t b) const {
     if (devices.at(a).node == devices.at(b).node)
       return intra_node;
     if (!inter_node)
@@ -67,7 +67,7 @@ struct cluster {
   }
 
   /// Same content (the source file name is not compared).
-  friend bool operator==(const cluster &a, const cluster &b) {
+  friend bool operator==(const cluster& a, const cluster& b) {
     return a.name == b.name && a.description == b.description && a.devices == b.devices &&
            a.intra_node == b.intra_node && a.inter_node == b.inter_node;
   }
@@ -75,7 +75,7 @@ struct cluster {
 
 /// Checks that the cluster has one device per rank of the job; throws `config_error`
 /// "FILE: field devices: ..." otherwise.
-inline void check_rank_count(const cluster &c, std::size_t ranks) {
+inline void check_rank_count(const cluster& c, std::size_t ranks) {
   if (c.size() == ranks)
     return;
   throw config_error(c.source + ": field devices",

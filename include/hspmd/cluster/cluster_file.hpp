@@ -52,18 +52,18 @@ inline constexpr std::string_view name_chars =
 
 /// Memory: a whole number of bytes, or a string "<number> <unit>" with unit B, KB, MB, GB, TB
 /// (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024): "16 GiB", "80GB", "1.5 TiB".
-[[nodiscard]] inline std::uint64_t read_memory(const json_source &src, const nlohmann::json &j,
-                                               const std::string &path) {
+[[nodiscard]] inline std::uint64_t read_memory(const json_source& src, const nlohmann::json& j,
+                                               const std::string& path) {
   constexpr std::string_view meaning =
       "bytes > 0 as a whole number, or a string such as \"16 GiB\" or \"80 GB\"";
   const number_rule rule{0.0, true, cluster_limits::max_memory, true, meaning, "1 PiB"};
   if (!j.is_string())
     return static_cast<std::uint64_t>(read_number(src, j, path, rule));
 
-  const auto &s = j.get_ref<const std::string &>();
+  const auto& s = j.get_ref<const std::string&>();
   double value = 0.0;
-  const char *first = s.data();
-  const char *last = s.data() + s.size();
+  const char* first = s.data();
+  const char* last = s.data() + s.size();
   auto [end, ec] = std::from_chars(first, last, value);
   if (ec != std::errc{} || end == first)
     src.fail(path, "\"" + printable(s) + "\" does not start with a number", std::string(meaning));
@@ -83,8 +83,8 @@ inline constexpr std::string_view name_chars =
       read_number(src, nlohmann::json(std::round(value * it->second)), path, rule));
 }
 
-[[nodiscard]] inline link_spec read_link(const json_source &src, const nlohmann::json &j,
-                                         const std::string &path) {
+[[nodiscard]] inline link_spec read_link(const json_source& src, const nlohmann::json& j,
+                                         const std::string& path) {
   expect_object(src, j, path, "{\"bandwidth\": bytes/s, \"latency\": seconds}");
   reject_unknown_keys(src, j, path, {"bandwidth", "latency"});
   constexpr std::string_view bw = "bytes/s > 0, e.g. 1.3e9 for 10.4 Gbit/s";
@@ -104,7 +104,7 @@ inline constexpr std::string_view name_chars =
 /// Parses and validates a cluster file's text. `source` names the file in error messages.
 /// Throws `config_error` with one line "SOURCE: field PATH: reason (expected ...)".
 [[nodiscard]] inline cluster parse_cluster(std::string_view text,
-                                           const std::string &source = "<cluster>") {
+                                           const std::string& source = "<cluster>") {
   using detail::json_child;
   const detail::json_source src(source);
   const nlohmann::json doc =
@@ -129,7 +129,7 @@ inline constexpr std::string_view name_chars =
   // Devices. An entry with "count": N stands for N identical devices named NAME.0 .. NAME.N-1.
   constexpr std::string_view devices_expected =
       "an array of device objects {name, kind, speed, memory, node, slowdown, count}";
-  const auto &devs =
+  const auto& devs =
       detail::expect_array(src, detail::require_key(src, doc, "", "devices", devices_expected),
                            "devices", devices_expected);
   if (devs.empty())
@@ -137,7 +137,7 @@ inline constexpr std::string_view name_chars =
   std::map<std::string, std::string> first_path_of_name;
   for (std::size_t i = 0; i < devs.size(); ++i) {
     const std::string path = json_child("devices", i);
-    const auto &d = detail::expect_object(src, devs[i], path, devices_expected);
+    const auto& d = detail::expect_object(src, devs[i], path, devices_expected);
     detail::reject_unknown_keys(src, d, path,
                                 {"name", "kind", "speed", "memory", "node", "slowdown", "count"});
     device_spec dev;
@@ -193,7 +193,7 @@ inline constexpr std::string_view name_chars =
   // Links. The inter-node link is required only when devices span several nodes.
   constexpr std::string_view links_expected =
       "{\"intra_node\": {...}, \"inter_node\": {...}} with bandwidth and latency each";
-  const auto &links = detail::expect_object(
+  const auto& links = detail::expect_object(
       src, detail::require_key(src, doc, "", "links", links_expected), "links", links_expected);
   detail::reject_unknown_keys(src, links, "links", {"intra_node", "inter_node"});
   c.intra_node =
@@ -209,26 +209,26 @@ inline constexpr std::string_view name_chars =
 }
 
 /// Reads, parses and validates the cluster file `file`.
-[[nodiscard]] inline cluster load_cluster(const std::filesystem::path &file) {
+[[nodiscard]] inline cluster load_cluster(const std::filesystem::path& file) {
   return parse_cluster(detail::read_text_file(file), file.string());
 }
 
 /// The canonical JSON form: devices expanded (no "count"), memory in bytes, every field
 /// present. `parse_cluster(to_json(c).dump())` gives back `c`.
-[[nodiscard]] inline nlohmann::json to_json(const cluster &c) {
+[[nodiscard]] inline nlohmann::json to_json(const cluster& c) {
   nlohmann::json j;
   j["version"] = 1;
   j["name"] = c.name;
   if (!c.description.empty())
     j["description"] = c.description;
-  auto link = [](const link_spec &l) {
+  auto link = [](const link_spec& l) {
     return nlohmann::json{{"bandwidth", l.bandwidth}, {"latency", l.latency}};
   };
   j["links"]["intra_node"] = link(c.intra_node);
   if (c.inter_node)
     j["links"]["inter_node"] = link(*c.inter_node);
   j["devices"] = nlohmann::json::array();
-  for (const auto &d : c.devices)
+  for (const auto& d : c.devices)
     j["devices"].push_back({{"name", d.name},
                             {"kind", d.kind},
                             {"speed", d.speed},
@@ -240,7 +240,7 @@ inline constexpr std::string_view name_chars =
 
 /// A hash of the canonical form: equal on every rank that parsed the same cluster, whatever
 /// the file's formatting or key order. Ranks compare it before they train.
-[[nodiscard]] inline std::uint64_t fingerprint(const cluster &c) {
+[[nodiscard]] inline std::uint64_t fingerprint(const cluster& c) {
   return fnv1a64(to_json(c).dump());
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -53,11 +54,11 @@ class json_source {
 public:
   explicit json_source(std::string file) : file_(std::move(file)) {}
 
-  [[nodiscard]] const std::string &file() const noexcept { return file_; }
+  [[nodiscard]] const std::string& file() const noexcept { return file_; }
 
   /// Throws "FILE: field PATH: reason (expected ...)". An empty path means the whole document.
-  [[noreturn]] void fail(std::string_view path, const std::string &reason,
-                         const std::string &expected) const {
+  [[noreturn]] void fail(std::string_view path, const std::string& reason,
+                         const std::string& expected) const {
     throw config_error(file_ + ": field " +
                            (path.empty() ? std::string("<root>") : std::string(path)),
                        reason, expected.empty() ? std::string{} : "expected " + expected);
@@ -76,7 +77,7 @@ private:
 }
 
 /// "a string", "a number", ... for messages.
-[[nodiscard]] inline std::string json_kind(const nlohmann::json &j) {
+[[nodiscard]] inline std::string json_kind(const nlohmann::json& j) {
   switch (j.type()) {
   case nlohmann::json::value_t::null:
     return "null";
@@ -85,7 +86,7 @@ private:
   case nlohmann::json::value_t::array:
     return "an array";
   case nlohmann::json::value_t::string:
-    return "a string (\"" + printable(j.get_ref<const std::string &>(), 30) + "\")";
+    return "a string (\"" + printable(j.get_ref<const std::string&>(), 30) + "\")";
   case nlohmann::json::value_t::boolean:
     return j.get<bool>() ? "true" : "false";
   case nlohmann::json::value_t::number_integer:
@@ -98,7 +99,7 @@ private:
 }
 
 /// Reads a whole file; throws `config_error` "FILE: cannot read: ..." when it cannot.
-[[nodiscard]] inline std::string read_text_file(const std::filesystem::path &file,
+[[nodiscard]] inline std::string read_text_file(const std::filesystem::path& file,
                                                 std::size_t max_bytes = std::size_t{64} << 20U) {
   const std::string name = file.string();
   std::error_code ec;
@@ -111,9 +112,9 @@ private:
     throw config_error(name, "cannot read: permission denied or I/O error",
                        "check the file's permissions");
   std::string text;
-  char buf[4096];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
+  std::array<char, 4096> buf{};
+  while (in.read(buf.data(), buf.size()) || in.gcount() > 0) {
+    text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
     if (text.size() > max_bytes)
       throw config_error(name, "file is larger than " + std::to_string(max_bytes >> 20U) + " MiB",
                          "this cannot be a hand-written configuration file; check the path");
@@ -123,7 +124,7 @@ private:
 
 /// Parses `text`; syntax errors, number overflow and duplicate keys throw `config_error`
 /// naming the field being read at the time.
-[[nodiscard]] inline nlohmann::json parse_json_strict(std::string_view text, const json_source &src,
+[[nodiscard]] inline nlohmann::json parse_json_strict(std::string_view text, const json_source& src,
                                                       std::string_view what_it_is) {
   const bool blank = std::all_of(text.begin(), text.end(), [](char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -141,7 +142,7 @@ private:
   std::vector<frame> stack;
   const auto path = [&stack] {
     std::string p;
-    for (const frame &f : stack) {
+    for (const frame& f : stack) {
       if (f.is_array)
         p = json_child(p, f.index);
       else if (!f.key.empty())
@@ -154,7 +155,7 @@ private:
       ++stack.back().index;
   };
   using event = nlohmann::json::parse_event_t;
-  nlohmann::json::parser_callback_t track = [&](int, event e, nlohmann::json &parsed) {
+  nlohmann::json::parser_callback_t track = [&](int, event e, nlohmann::json& parsed) {
     switch (e) {
     case event::object_start:
       stack.push_back(frame{});
@@ -163,7 +164,7 @@ private:
       stack.push_back(frame{true, 0, {}, {}});
       break;
     case event::key: {
-      frame &f = stack.back();
+      frame& f = stack.back();
       f.key = parsed.get<std::string>();
       if (!f.keys.insert(f.key).second)
         src.fail(path(), "duplicate key \"" + printable(f.key) + "\"",
@@ -184,7 +185,7 @@ private:
 
   try {
     return nlohmann::json::parse(text, track);
-  } catch (const nlohmann::json::exception &e) {
+  } catch (const nlohmann::json::exception& e) {
     // nlohmann's text is "[json.exception.parse_error.101] parse error at line 2, column 7: ...";
     // keep what follows the bracketed id.
     std::string msg = e.what();
@@ -197,7 +198,7 @@ private:
 }
 
 /// The object at `path`; fails naming the type found instead.
-inline const nlohmann::json &expect_object(const json_source &src, const nlohmann::json &j,
+inline const nlohmann::json& expect_object(const json_source& src, const nlohmann::json& j,
                                            std::string_view path, std::string_view expected) {
   if (!j.is_object())
     src.fail(path, "is " + json_kind(j) + ", not an object", std::string(expected));
@@ -205,7 +206,7 @@ inline const nlohmann::json &expect_object(const json_source &src, const nlohman
 }
 
 /// The array at `path`; fails naming the type found instead.
-inline const nlohmann::json &expect_array(const json_source &src, const nlohmann::json &j,
+inline const nlohmann::json& expect_array(const json_source& src, const nlohmann::json& j,
                                           std::string_view path, std::string_view expected) {
   if (!j.is_array())
     src.fail(path, "is " + json_kind(j) + ", not an array", std::string(expected));
@@ -230,10 +231,10 @@ inline const nlohmann::json &expect_array(const json_source &src, const nlohmann
 }
 
 /// Fails on the first key of `obj` not in `allowed`, suggesting the closest allowed key.
-inline void reject_unknown_keys(const json_source &src, const nlohmann::json &obj,
+inline void reject_unknown_keys(const json_source& src, const nlohmann::json& obj,
                                 std::string_view path,
                                 std::initializer_list<std::string_view> allowed) {
-  for (const auto &[key, value] : obj.items()) {
+  for (const auto& [key, value] : obj.items()) {
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end())
       continue;
     std::string list;
@@ -254,8 +255,8 @@ inline void reject_unknown_keys(const json_source &src, const nlohmann::json &ob
 }
 
 /// The member `key` of `obj`; fails "missing" when absent.
-inline const nlohmann::json &require_key(const json_source &src, const nlohmann::json &obj,
-                                         std::string_view path, const char *key,
+inline const nlohmann::json& require_key(const json_source& src, const nlohmann::json& obj,
+                                         std::string_view path, const char* key,
                                          std::string_view expected) {
   const auto it = obj.find(key);
   if (it == obj.end())
@@ -280,8 +281,8 @@ struct number_rule {
 }
 
 /// Reads a number under `rule`; fails with the reason (type, not finite, too small, too large).
-[[nodiscard]] inline double read_number(const json_source &src, const nlohmann::json &j,
-                                        std::string_view path, const number_rule &rule) {
+[[nodiscard]] inline double read_number(const json_source& src, const nlohmann::json& j,
+                                        std::string_view path, const number_rule& rule) {
   const std::string expected(rule.meaning);
   if (!j.is_number())
     src.fail(path, "is " + json_kind(j) + ", not a number", expected);
@@ -305,13 +306,13 @@ struct number_rule {
 
 /// Reads a non-empty string of at most `max_len` characters from `allowed_chars` (all printable
 /// ASCII when empty).
-[[nodiscard]] inline std::string read_string(const json_source &src, const nlohmann::json &j,
+[[nodiscard]] inline std::string read_string(const json_source& src, const nlohmann::json& j,
                                              std::string_view path, std::string_view expected,
                                              std::string_view allowed_chars = {},
                                              std::size_t max_len = 64) {
   if (!j.is_string())
     src.fail(path, "is " + json_kind(j) + ", not a string", std::string(expected));
-  const auto &s = j.get_ref<const std::string &>();
+  const auto& s = j.get_ref<const std::string&>();
   if (s.empty())
     src.fail(path, "is empty", std::string(expected));
   if (s.size() > max_len)

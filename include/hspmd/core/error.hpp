@@ -21,20 +21,20 @@ public:
         reason_(std::move(reason)), fix_(std::move(fix)) {}
 
   /// The place: "FILE: field PATH", "rank 2: MPI_Allgatherv", a function name, ...
-  [[nodiscard]] const std::string &where() const noexcept { return where_; }
+  [[nodiscard]] const std::string& where() const noexcept { return where_; }
   /// The cause, without the place or the fix.
-  [[nodiscard]] const std::string &reason() const noexcept { return reason_; }
+  [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
   /// How to fix it; empty when the message has no fix.
-  [[nodiscard]] const std::string &fix() const noexcept { return fix_; }
+  [[nodiscard]] const std::string& fix() const noexcept { return fix_; }
 
 private:
-  static std::string compose(const std::string &where, const std::string &reason,
-                             const std::string &fix) {
+  static std::string compose(const std::string& where, const std::string& reason,
+                             const std::string& fix) {
     std::string line = where.empty() ? reason : where + ": " + reason;
     if (!fix.empty())
       line += " (" + fix + ")";
     // One line, always: a newline inside a field would break "one error, one line".
-    for (char &c : line)
+    for (char& c : line)
       if (c == '\n' || c == '\r')
         c = ' ';
     return line;
@@ -61,7 +61,7 @@ public:
 class comm_error : public error {
 public:
   /// `call` is the failing operation, e.g. "MPI_Allgatherv"; `where()` becomes "rank R: call".
-  comm_error(int rank, const std::string &call, std::string reason, std::string fix = {})
+  comm_error(int rank, const std::string& call, std::string reason, std::string fix = {})
       : error("rank " + std::to_string(rank) + ": " + call, std::move(reason), std::move(fix)),
         rank_(rank) {}
 

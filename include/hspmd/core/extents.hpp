@@ -57,7 +57,7 @@ struct shape {
     }
     return s + ")";
   }
-  friend bool operator==(const shape &, const shape &) = default;
+  friend bool operator==(const shape&, const shape&) = default;
 };
 
 namespace detail {
@@ -82,11 +82,11 @@ struct extents_storage<0> {};
 template <std::size_t... Es>
 class extents : private detail::extents_storage<detail::count_runtime({Es..., 0})> {
   using storage = detail::extents_storage<detail::count_runtime({Es..., 0})>;
-  static constexpr std::array<std::size_t, sizeof...(Es)> static_ = {Es...};
+  static constexpr std::array<std::size_t, sizeof...(Es)> declared_sizes = {Es...};
 
   static constexpr std::size_t count_batch() noexcept {
     std::size_t n = 0;
-    for (std::size_t e : static_)
+    for (std::size_t e : declared_sizes)
       n += e == batch ? 1U : 0U;
     return n;
   }
@@ -103,14 +103,14 @@ public:
   }
   /// The template argument for dimension `i` (a size, `dynamic_extent` or `batch`).
   [[nodiscard]] static constexpr std::size_t static_extent(std::size_t i) noexcept {
-    return static_[i];
+    return declared_sizes[i];
   }
   /// True when one dimension is `batch`.
   static constexpr bool has_batch = count_batch() == 1;
   /// Index of the batch dimension; `rank()` when there is none.
   static constexpr std::size_t batch_dim = [] {
     for (std::size_t i = 0; i < sizeof...(Es); ++i)
-      if (static_[i] == batch)
+      if (declared_sizes[i] == batch)
         return i;
     return sizeof...(Es);
   }();
@@ -126,22 +126,22 @@ public:
       : storage{{checked(ds)...}} {}
 
   /// Runtime sizes as an array, in order of the runtime dimensions.
-  constexpr explicit extents(const std::array<std::size_t, rank_dynamic()> &ds) noexcept
+  constexpr explicit extents(const std::array<std::size_t, rank_dynamic()>& ds) noexcept
       requires(rank_dynamic() > 0)
       : storage{ds} {}
 
   /// Extents from every dimension's size, outermost first: static dimensions are checked
   /// (throws `shape_error` naming `what` on a mismatch), runtime ones are taken as given.
-  [[nodiscard]] static constexpr extents from_dims(const std::array<std::size_t, rank()> &dims,
-                                                   const char *what = "hspmd::extents") {
+  [[nodiscard]] static constexpr extents from_dims(const std::array<std::size_t, rank()>& dims,
+                                                   const char* what = "hspmd::extents") {
     std::array<std::size_t, rank_dynamic()> ds{};
     std::size_t k = 0;
     for (std::size_t i = 0; i < rank(); ++i) {
-      if (is_static_extent(static_[i])) {
-        if (dims[i] != static_[i])
+      if (is_static_extent(declared_sizes[i])) {
+        if (dims[i] != declared_sizes[i])
           throw shape_error(what,
                             "dimension " + std::to_string(i) + " is " + std::to_string(dims[i]) +
-                                " but the type fixes it at " + std::to_string(static_[i]),
+                                " but the type fixes it at " + std::to_string(declared_sizes[i]),
                             "make the sizes agree or declare the dimension dynamic_extent");
       } else {
         ds[k++] = dims[i];
@@ -155,14 +155,14 @@ public:
 
   /// Size of dimension `i`.
   [[nodiscard]] constexpr std::size_t extent(std::size_t i) const noexcept {
-    if (is_static_extent(static_[i]))
-      return static_[i];
+    if (is_static_extent(declared_sizes[i]))
+      return declared_sizes[i];
     if constexpr (rank_dynamic() == 0) {
       return 0; // unreachable: every dimension is static
     } else {
       std::size_t k = 0; // position of dimension i among the runtime dimensions
       for (std::size_t j = 0; j < i; ++j)
-        k += is_static_extent(static_[j]) ? 0U : 1U;
+        k += is_static_extent(declared_sizes[j]) ? 0U : 1U;
       return this->dynamic_[k];
     }
   }
@@ -186,8 +186,8 @@ public:
 
   /// Equal when the ranks match and every dimension has the same size (static or not).
   template <std::size_t... Fs>
-  [[nodiscard]] friend constexpr bool operator==(const extents &a,
-                                                 const extents<Fs...> &b) noexcept {
+  [[nodiscard]] friend constexpr bool operator==(const extents& a,
+                                                 const extents<Fs...>& b) noexcept {
     if constexpr (sizeof...(Es) != sizeof...(Fs)) {
       return false;
     } else {

@@ -34,10 +34,10 @@ enum class placement_kind : unsigned char { replicated, split, partial };
 /// Runtime descriptor of a placement: a kind, and a dimension for `split`.
 class placement {
 public:
-  constexpr placement(replicated) noexcept {}
-  constexpr placement(partial) noexcept : kind_(placement_kind::partial) {}
+  constexpr placement(replicated /*tag*/) noexcept {}
+  constexpr placement(partial /*tag*/) noexcept : kind_(placement_kind::partial) {}
   template <std::size_t D>
-  constexpr placement(split<D>) noexcept : kind_(placement_kind::split), dim_(D) {}
+  constexpr placement(split<D> /*tag*/) noexcept : kind_(placement_kind::split), dim_(D) {}
   /// `split` along a dimension chosen at run time.
   [[nodiscard]] static constexpr placement split_along(std::size_t dim) noexcept {
     placement p{replicated{}};
@@ -71,7 +71,7 @@ public:
   }
 
   /// Inverse of `to_string`. Throws `config_error` naming `where` (e.g. "plan.json: field x").
-  [[nodiscard]] static placement parse(std::string_view s, const std::string &where = "placement") {
+  [[nodiscard]] static placement parse(std::string_view s, const std::string& where = "placement") {
     if (s == "replicated")
       return replicated{};
     if (s == "partial")
@@ -88,7 +88,7 @@ public:
                        "expected \"replicated\", \"partial\" or \"split(D)\" with D a dimension");
   }
 
-  friend constexpr bool operator==(const placement &, const placement &) noexcept = default;
+  friend constexpr bool operator==(const placement&, const placement&) noexcept = default;
 
 private:
   placement_kind kind_ = placement_kind::replicated;

@@ -48,7 +48,7 @@ public:
 
   /// This rank's zero-filled part of a tensor of extents `global` split by `ratios` (one per
   /// rank; `rank` < ratios.size()). For `replicated` and `partial` the ratios are ignored.
-  [[nodiscard]] static sharded zeros(const E &global, std::span<const double> ratios,
+  [[nodiscard]] static sharded zeros(const E& global, std::span<const double> ratios,
                                      std::size_t rank) {
     if constexpr (placement.is_split()) {
       const auto lengths = shard_lengths(global.extent(P::dim), ratios);
@@ -69,7 +69,7 @@ public:
   }
 
   /// Extents of the whole tensor.
-  [[nodiscard]] const E &global_extents() const noexcept { return global_; }
+  [[nodiscard]] const E& global_extents() const noexcept { return global_; }
   /// Where this rank's slice starts along the split dimension (0 unless split).
   [[nodiscard]] std::size_t offset() const noexcept { return offset_; }
   /// Length of this rank's slice along the split dimension (may be 0).
@@ -79,8 +79,8 @@ public:
     else
       return 0;
   }
-  [[nodiscard]] local_type &local() noexcept { return local_; }
-  [[nodiscard]] const local_type &local() const noexcept { return local_; }
+  [[nodiscard]] local_type& local() noexcept { return local_; }
+  [[nodiscard]] const local_type& local() const noexcept { return local_; }
 
   /// Fills this rank's part with the values a whole tensor drawn from `key` has there
   /// (N(0, stddev^2) by global index). Not defined for `partial`, whose parts are addends.
@@ -97,10 +97,10 @@ public:
   }
 
 private:
-  sharded(const E &global, std::size_t offset, local_type local)
+  sharded(const E& global, std::size_t offset, local_type local)
       : global_(global), offset_(offset), local_(std::move(local)) {}
 
-  static std::array<std::size_t, E::rank()> dims_of(const E &e) {
+  static std::array<std::size_t, E::rank()> dims_of(const E& e) {
     std::array<std::size_t, E::rank()> dims{};
     for (std::size_t d = 0; d < E::rank(); ++d)
       dims[d] = e.extent(d);

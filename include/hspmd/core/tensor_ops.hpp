@@ -21,8 +21,8 @@ namespace hspmd {
 /// C = A x B for A (M, K) and B (K, N); C is (M, N). Throws `shape_error` when runtime inner
 /// sizes differ; static ones that differ do not compile.
 template <element_type T, extents_type EA, extents_type EB>
-[[nodiscard]] tensor<T, matmul_extents_t<EA, EB>> matmul(const tensor<T, EA> &a,
-                                                         const tensor<T, EB> &b) {
+[[nodiscard]] tensor<T, matmul_extents_t<EA, EB>> matmul(const tensor<T, EA>& a,
+                                                         const tensor<T, EB>& b) {
   using EC = matmul_extents_t<EA, EB>;
   const std::size_t m = a.extent(0);
   const std::size_t k = a.extent(1);
@@ -45,7 +45,7 @@ template <element_type T, extents_type EA, extents_type EB>
 namespace detail {
 template <element_type T, extents_type EA, extents_type EB, class F>
 [[nodiscard]] tensor<T, elementwise_extents_t<EA, EB>>
-elementwise(const char *op, const tensor<T, EA> &a, const tensor<T, EB> &b, F f) {
+elementwise(const char* op, const tensor<T, EA>& a, const tensor<T, EB>& b, F f) {
   using EC = elementwise_extents_t<EA, EB>;
   std::array<std::size_t, EA::rank()> dims{};
   for (std::size_t d = 0; d < EA::rank(); ++d) {
@@ -64,17 +64,17 @@ elementwise(const char *op, const tensor<T, EA> &a, const tensor<T, EB> &b, F f)
 
 /// Elementwise a + b.
 template <element_type T, extents_type EA, extents_type EB>
-[[nodiscard]] auto add(const tensor<T, EA> &a, const tensor<T, EB> &b) {
+[[nodiscard]] auto add(const tensor<T, EA>& a, const tensor<T, EB>& b) {
   return detail::elementwise("add", a, b, [](T x, T y) { return static_cast<T>(x + y); });
 }
 /// Elementwise a - b.
 template <element_type T, extents_type EA, extents_type EB>
-[[nodiscard]] auto sub(const tensor<T, EA> &a, const tensor<T, EB> &b) {
+[[nodiscard]] auto sub(const tensor<T, EA>& a, const tensor<T, EB>& b) {
   return detail::elementwise("sub", a, b, [](T x, T y) { return static_cast<T>(x - y); });
 }
 /// Elementwise a * b.
 template <element_type T, extents_type EA, extents_type EB>
-[[nodiscard]] auto mul(const tensor<T, EA> &a, const tensor<T, EB> &b) {
+[[nodiscard]] auto mul(const tensor<T, EA>& a, const tensor<T, EB>& b) {
   return detail::elementwise("mul", a, b, [](T x, T y) { return static_cast<T>(x * y); });
 }
 
@@ -83,7 +83,7 @@ template <element_type T, extents_type EA, extents_type EB>
 /// row-major index: any rank materializes any slice exactly as the whole tensor would be.
 /// A whole tensor is the slice with offset 0 and full_extent = t.extent(dim).
 template <std::floating_point T, extents_type E>
-void fill_normal(tensor<T, E> &t, rng_key key, double stddev, std::size_t dim = 0,
+void fill_normal(tensor<T, E>& t, rng_key key, double stddev, std::size_t dim = 0,
                  std::size_t offset = 0, std::size_t full_extent = 0) {
   static_assert(E::rank() > 0, "hspmd::fill_normal: rank-0 tensors have no dimension to slice");
   if (full_extent == 0)

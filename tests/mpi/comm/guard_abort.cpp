@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   hspmd::mpi_environment env(argc, argv);
   return hspmd::run_guarded([] {
     const hspmd::mpi_communicator comm;

@@ -95,7 +95,7 @@ TEST_CASE("all_gather_v with uneven and zero-length contributions") {
       }(), // all on one rank
   };
   for (const std::size_t total : {0UL, 1UL, 7UL, 1000UL}) {
-    for (const auto &ratios : ratio_sets) {
+    for (const auto& ratios : ratio_sets) {
       const auto counts = shard_lengths(total, ratios);
       const auto offsets = shard_offsets(counts);
       std::vector<std::int64_t> mine(counts[me]);
@@ -120,7 +120,7 @@ TEST_CASE("misuse becomes a comm_error naming the rank and the call") {
   try {
     comm.broadcast(std::span<double>(v), comm.size());
     FAIL("broadcast to a root out of range did not throw");
-  } catch (const comm_error &e) {
+  } catch (const comm_error& e) {
     CHECK(e.rank() == comm.rank());
     CHECK_THAT(e.what(), Catch::StartsWith(rank + "MPI_Bcast: MPI_ERR_ROOT"));
   }

@@ -15,7 +15,7 @@ using namespace hspmd;
 
 namespace {
 // Elements per rank of a row-split (rows x cols) matrix.
-std::vector<std::size_t> element_counts(const std::vector<std::size_t> &rows, std::size_t cols) {
+std::vector<std::size_t> element_counts(const std::vector<std::size_t>& rows, std::size_t cols) {
   std::vector<std::size_t> c;
   for (std::size_t r : rows)
     c.push_back(r * cols);
@@ -54,7 +54,7 @@ TEST_CASE("a data-parallel linear layer on uneven shards equals the single-proce
   fill_normal(x_whole, rng_key{7, 0}, 1.0);
   const auto y_whole = matmul(x_whole, w);
 
-  for (const auto &ratios : ratio_sets) {
+  for (const auto& ratios : ratio_sets) {
     auto x = X::zeros(extents<batch, 16>(rows), ratios, static_cast<std::size_t>(comm.rank()));
     x.fill_normal(rng_key{7, 0}, 1.0);
     const auto y_local = matmul(x.local(), w); // (b_r, 8)

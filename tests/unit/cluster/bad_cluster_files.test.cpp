@@ -17,12 +17,12 @@ namespace {
 const std::string bad_dir = std::string(HSPMD_TEST_DATA_DIR) + "/clusters/bad/";
 
 // The message of the config_error that `f` throws; fails the test on anything else.
-std::string config_error_of(const std::function<void()> &f) {
+std::string config_error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const config_error &e) {
+  } catch (const config_error& e) {
     return e.what();
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     FAIL("expected config_error, got another exception: " << e.what());
   }
   FAIL("expected config_error, but nothing was thrown");
@@ -30,9 +30,9 @@ std::string config_error_of(const std::function<void()> &f) {
 }
 
 struct bad_case {
-  const char *file;   // under tests/data/clusters/bad/, without ".json"
-  const char *field;  // the PATH the message must name
-  const char *reason; // a piece of the reason
+  const char* file;   // under tests/data/clusters/bad/, without ".json"
+  const char* field;  // the PATH the message must name
+  const char* reason; // a piece of the reason
 };
 
 const bad_case bad_cases[] = {
@@ -85,7 +85,7 @@ const bad_case bad_cases[] = {
 
 TEST_CASE("every malformed cluster file gives one line naming the file and the field") {
   STATIC_REQUIRE(std::size(bad_cases) >= 20);
-  for (const bad_case &c : bad_cases) {
+  for (const bad_case& c : bad_cases) {
     const std::string file = bad_dir + c.file + ".json";
     const std::string msg = config_error_of([&] { (void)load_cluster(file); });
     CAPTURE(file, msg);
@@ -100,10 +100,10 @@ TEST_CASE("every malformed cluster file gives one line naming the file and the f
 
 TEST_CASE("every file in the bad folder is covered by the table above") {
   std::size_t files = 0;
-  for (const auto &entry : std::filesystem::directory_iterator(bad_dir)) {
+  for (const auto& entry : std::filesystem::directory_iterator(bad_dir)) {
     const std::string stem = entry.path().stem().string();
     const bool listed = std::any_of(std::begin(bad_cases), std::end(bad_cases),
-                                    [&](const bad_case &c) { return stem == c.file; });
+                                    [&](const bad_case& c) { return stem == c.file; });
     CAPTURE(stem);
     CHECK(listed);
     ++files;
@@ -127,11 +127,11 @@ TEST_CASE("unreadable paths and a rank count that differs from the device count"
 
 namespace {
 // Every leaf of `j` with its path in the error-message spelling.
-void leaves(const nlohmann::json &j, const std::string &path,
-            std::vector<std::pair<std::string, nlohmann::json::json_pointer>> &out,
-            const nlohmann::json::json_pointer &ptr) {
+void leaves(const nlohmann::json& j, const std::string& path,
+            std::vector<std::pair<std::string, nlohmann::json::json_pointer>>& out,
+            const nlohmann::json::json_pointer& ptr) {
   if (j.is_object()) {
-    for (const auto &[k, v] : j.items())
+    for (const auto& [k, v] : j.items())
       leaves(v, path.empty() ? k : path + "." + k, out, ptr / k);
   } else if (j.is_array()) {
     for (std::size_t i = 0; i < j.size(); ++i)
@@ -151,14 +151,14 @@ TEST_CASE("replacing any field of a valid file by a wrong value names that field
   const nlohmann::json wrong_values[] = {
       "x", -1, 0, nullptr, true, nlohmann::json::array(), nlohmann::json::object(), 1e300, 0.5, ""};
   int rejected = 0;
-  for (const auto &[path, ptr] : all) {
-    for (const auto &wrong : wrong_values) {
+  for (const auto& [path, ptr] : all) {
+    for (const auto& wrong : wrong_values) {
       nlohmann::json doc = base;
       doc[ptr] = wrong;
       CAPTURE(path, wrong.dump());
       try {
         (void)parse_cluster(doc.dump(), "m.json");
-      } catch (const config_error &e) {
+      } catch (const config_error& e) {
         const std::string msg = e.what();
         CAPTURE(msg);
         CHECK(msg.rfind("m.json: field " + path, 0) == 0);
@@ -171,7 +171,7 @@ TEST_CASE("replacing any field of a valid file by a wrong value names that field
     doc[ptr.parent_pointer()].erase(ptr.back());
     try {
       (void)parse_cluster(doc.dump(), "m.json");
-    } catch (const config_error &e) {
+    } catch (const config_error& e) {
       CHECK(std::string(e.what()).rfind("m.json: field " + path + ": missing", 0) == 0);
     }
   }

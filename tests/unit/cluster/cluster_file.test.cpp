@@ -13,7 +13,7 @@ const std::string clusters_dir = std::string(HSPMD_SOURCE_DIR) + "/clusters/";
 
 TEST_CASE("every shipped cluster file parses, round-trips and keeps its fingerprint") {
   std::size_t files = 0;
-  for (const auto &entry : std::filesystem::directory_iterator(clusters_dir)) {
+  for (const auto& entry : std::filesystem::directory_iterator(clusters_dir)) {
     CAPTURE(entry.path().string());
     const cluster c = load_cluster(entry.path());
     CHECK(c.size() > 0);
@@ -31,7 +31,7 @@ TEST_CASE("the HAP testbed: 16 V100 on 2 nodes and 48 P100 on 6, 10.4 Gbit/s bet
   REQUIRE(c.size() == 64);
   CHECK(c.nodes().size() == 8);
   std::size_t v100 = 0;
-  for (const auto &d : c.devices)
+  for (const auto& d : c.devices)
     v100 += d.kind == "V100" ? 1U : 0U;
   CHECK(v100 == 16);
   CHECK(c.devices[0].name == "node0-v100.0");
@@ -54,7 +54,7 @@ TEST_CASE("the demo's emulated cluster: rank 1 is two times slower") {
 }
 
 TEST_CASE("memory accepts bytes or a number with a unit") {
-  const auto memory_of = [](const std::string &m) {
+  const auto memory_of = [](const std::string& m) {
     const std::string text =
         R"({"links": {"intra_node": {"bandwidth": 1e9, "latency": 0}},
             "devices": [{"name": "d", "kind": "k", "speed": 1e9, "memory": )" +

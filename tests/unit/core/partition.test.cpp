@@ -28,7 +28,7 @@ TEST_CASE("shard_lengths: sums exactly, stays within one unit, zero ratio gives 
   std::uniform_real_distribution<double> ratio_dist(0.0, 10.0);
   for (int trial = 0; trial < 2000; ++trial) {
     std::vector<double> ratios(static_cast<std::size_t>(ranks_dist(gen)));
-    for (auto &r : ratios)
+    for (auto& r : ratios)
       r = gen() % 4 == 0 ? 0.0 : ratio_dist(gen);
     ratios[gen() % ratios.size()] += 0.5; // at least one positive ratio
     const std::size_t total = total_dist(gen);

@@ -28,7 +28,7 @@ TEST_CASE("placement descriptors round-trip through their text form") {
     CHECK(placement::parse(p.to_string()) == p);
   }
   CHECK(placement::split_along(3).to_string() == "split(3)");
-  for (const char *bad :
+  for (const char* bad :
        {"", "split", "split()", "split(x)", "split(1", "split(-1)", "Replicated", "split(1)x"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(placement::parse(bad, "plan.json: field p"), config_error);

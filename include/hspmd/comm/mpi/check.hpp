@@ -7,6 +7,8 @@
 
 #include <mpi.h>
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -14,11 +16,11 @@ namespace hspmd::detail {
 
 /// MPI's text for an error code, e.g. "MPI_ERR_ROOT: invalid root".
 [[nodiscard]] inline std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING] = {};
+  std::array<char, MPI_MAX_ERROR_STRING> text{};
   int len = 0;
-  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
+  if (MPI_Error_string(code, text.data(), &len) != MPI_SUCCESS)
     return "MPI error code " + std::to_string(code);
-  return std::string(text, static_cast<std::size_t>(len));
+  return {text.data(), static_cast<std::size_t>(len)};
 }
 
 /// The calling process's rank in MPI_COMM_WORLD, or -1 outside MPI_Init/MPI_Finalize.

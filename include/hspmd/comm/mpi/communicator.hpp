@@ -72,11 +72,11 @@ public:
     HSPMD_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), detail::world_rank());
     HSPMD_MPI_CHECK(MPI_Comm_size(comm_, &size_), rank_);
   }
-  mpi_communicator(const mpi_communicator &) = delete;
-  mpi_communicator &operator=(const mpi_communicator &) = delete;
-  mpi_communicator(mpi_communicator &&o) noexcept
+  mpi_communicator(const mpi_communicator&) = delete;
+  mpi_communicator& operator=(const mpi_communicator&) = delete;
+  mpi_communicator(mpi_communicator&& o) noexcept
       : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_) {}
-  mpi_communicator &operator=(mpi_communicator &&o) noexcept {
+  mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
       comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
@@ -114,8 +114,7 @@ public:
                        "in has " + std::to_string(in.size()) + " elements, out " +
                            std::to_string(out.size()),
                        "pass buffers of equal size");
-    const void *send =
-        in.data() == out.data() ? MPI_IN_PLACE : static_cast<const void *>(in.data());
+    const void* send = in.data() == out.data() ? MPI_IN_PLACE : static_cast<const void*>(in.data());
     HSPMD_MPI_CHECK(MPI_Allreduce(send, out.data(), count_of(out.size(), "MPI_Allreduce"),
                                   detail::mpi_datatype<T>(), detail::mpi_op(op), comm_),
                     rank_);
@@ -161,7 +160,7 @@ private:
   };
 
   // MPI 3 counts are ints: refuse what does not fit rather than wrap around.
-  [[nodiscard]] int count_of(std::size_t n, const char *call) const {
+  [[nodiscard]] int count_of(std::size_t n, const char* call) const {
     if (n > static_cast<std::size_t>(INT_MAX))
       throw comm_error(rank_, call, std::to_string(n) + " elements exceed MPI's int count limit",
                        "split the buffer into chunks of at most 2^31 - 1 elements");
@@ -169,7 +168,7 @@ private:
   }
 
   [[nodiscard]] layout counts_and_displacements(std::span<const std::size_t> counts,
-                                                const char *call) const {
+                                                const char* call) const {
     if (counts.size() != static_cast<std::size_t>(size_))
       throw comm_error(rank_, call,
                        std::to_string(counts.size()) + " counts for " + std::to_string(size_) +

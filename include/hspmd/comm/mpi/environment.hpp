@@ -11,7 +11,7 @@ namespace hspmd {
 /// if this object initialized it. Create one at the top of main(), before any communicator.
 class mpi_environment {
 public:
-  mpi_environment(int &argc, char **&argv) {
+  mpi_environment(int& argc, char**& argv) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized != 0)
@@ -20,8 +20,10 @@ public:
     HSPMD_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), -1);
     owner_ = true;
   }
-  mpi_environment(const mpi_environment &) = delete;
-  mpi_environment &operator=(const mpi_environment &) = delete;
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+  mpi_environment(mpi_environment&&) = delete;
+  mpi_environment& operator=(mpi_environment&&) = delete;
   ~mpi_environment() {
     int finalized = 0;
     MPI_Finalized(&finalized);

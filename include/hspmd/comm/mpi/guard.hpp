@@ -17,11 +17,11 @@ namespace hspmd {
 /// Runs `body()` and returns its exit code. If it throws, prints "[hspmd rank R] what()" to
 /// stderr and aborts every rank of MPI_COMM_WORLD with exit code 1 (does not return).
 template <class F>
-int run_guarded(F &&body) noexcept {
+int run_guarded(F&& body) noexcept {
   std::string message;
   try {
-    return static_cast<F &&>(body)();
-  } catch (const std::exception &e) {
+    return static_cast<F&&>(body)();
+  } catch (const std::exception& e) {
     message = e.what();
   } catch (...) {
     message = "unknown exception";
