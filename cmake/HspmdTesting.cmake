@@ -6,6 +6,7 @@
 #       One Catch2 executable run under ${MPIEXEC_EXECUTABLE} once per rank count, registered as
 #       <exe>.np<n>. Launcher flags (oversubscribe, run-as-root) come from MPIEXEC_PREFLAGS in
 #       the preset or on the command line, never from here.
+#   hspmd_add_mpi_run(...)  one more run of an MPI executable (see below).
 #   hspmd_add_compile_fail_test(NAME <test> SOURCE <file>)
 #       <file> must compile as is and must fail to compile with -DHSPMD_EXPECT_COMPILE_ERROR,
 #       with a diagnostic matching every "// hspmd-expect-error: <regex>" line in the file.
@@ -35,24 +36,47 @@ if(TARGET MPI::MPI_CXX)
   target_link_libraries(hspmd_catch_mpi_main PUBLIC Catch2::Catch2 hspmd::mpi hspmd_dev_flags)
 endif()
 
-function(hspmd_add_mpi_test)
-  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;RANKS;LIBS" ${ARGN})
+# hspmd_add_mpi_run(NAME <test> TARGET <exe> NP <n> [ARGS ...] [ENVIRONMENT ...]
+#                   [EXPECT_SUCCESS <regex> | EXPECT_FAILURE <regex>] [TIMEOUT <s>] [LABELS ...])
+#   One run of <exe> on <n> ranks. With EXPECT_SUCCESS / EXPECT_FAILURE the run must exit zero /
+#   non-zero and print something matching <regex> (cmake/expect_run.cmake); TIMEOUT is the
+#   outer guard against a hang.
+function(hspmd_add_mpi_run)
+  cmake_parse_arguments(arg "" "NAME;TARGET;NP;TIMEOUT;EXPECT_SUCCESS;EXPECT_FAILURE"
+                        "ARGS;ENVIRONMENT;LABELS" ${ARGN})
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT ${HSPMD_TEST_TIMEOUT})
   endif()
+  set(command ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${arg_NP} ${MPIEXEC_PREFLAGS}
+              $<TARGET_FILE:${arg_TARGET}> ${MPIEXEC_POSTFLAGS} ${arg_ARGS})
+  foreach(outcome SUCCESS FAILURE)
+    if(DEFINED arg_EXPECT_${outcome})
+      list(JOIN command "|" joined)
+      if(outcome STREQUAL "SUCCESS")
+        set(exit zero)
+      else()
+        set(exit nonzero)
+      endif()
+      set(command ${CMAKE_COMMAND} "-D COMMAND=${joined}" "-D EXPECT_EXIT=${exit}"
+                  "-D EXPECT_OUTPUT=${arg_EXPECT_${outcome}}" -P ${hspmd_testing_dir}/expect_run.cmake)
+    endif()
+  endforeach()
+  add_test(NAME ${arg_NAME} COMMAND ${command})
+  # Open MPI's dlopen'ed components leak at init in ways LeakSanitizer cannot attribute:
+  # leak checks are off for MPI runs only; ASan and UBSan stay on.
+  set_tests_properties(${arg_NAME} PROPERTIES
+    LABELS "mpi;${arg_LABELS}" PROCESSORS ${arg_NP} TIMEOUT ${arg_TIMEOUT}
+    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;UBSAN_OPTIONS=print_stacktrace=1;${arg_ENVIRONMENT}")
+endfunction()
+
+function(hspmd_add_mpi_test)
+  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;RANKS;LIBS" ${ARGN})
   add_executable(${arg_NAME} ${arg_SOURCES})
   target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_mpi_main hspmd::mpi hspmd_dev_flags ${arg_LIBS})
   target_compile_definitions(${arg_NAME} PRIVATE
     HSPMD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HSPMD_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
   foreach(np IN LISTS arg_RANKS)
-    add_test(NAME ${arg_NAME}.np${np}
-      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS}
-              $<TARGET_FILE:${arg_NAME}> ${MPIEXEC_POSTFLAGS})
-    # Open MPI's dlopen'ed components leak at init in ways LeakSanitizer cannot attribute:
-    # leak checks are off for MPI tests only; ASan and UBSan stay on.
-    set_tests_properties(${arg_NAME}.np${np} PROPERTIES
-      LABELS mpi PROCESSORS ${np} TIMEOUT ${arg_TIMEOUT}
-      ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;UBSAN_OPTIONS=print_stacktrace=1")
+    hspmd_add_mpi_run(NAME ${arg_NAME}.np${np} TARGET ${arg_NAME} NP ${np} TIMEOUT ${arg_TIMEOUT})
   endforeach()
 endfunction()
 

@@ -38,7 +38,7 @@ void emulate_slowdown(double seconds, double slowdown) {
 }
 
 // Seconds of this rank's step: its rows of y = x W with the slowdown emulated (best of 3).
-double timed_step(const hspmd::mpi_communicator& comm, std::size_t rows,
+double timed_step(hspmd::mpi_communicator& comm, std::size_t rows,
                   const std::vector<double>& ratios, const w_tensor& w, double slowdown) {
   auto x = x_shard::zeros(x_extents(rows), ratios, static_cast<std::size_t>(comm.rank()));
   x.fill_normal({1, 0}, 1.0);
@@ -71,7 +71,7 @@ int run(int argc, char** argv) {
     return app.exit(e);
   }
 
-  const hspmd::mpi_communicator comm;
+  hspmd::mpi_communicator comm;
   const bool root = comm.rank() == 0;
   const hspmd::cluster cluster = hspmd::load_cluster(cluster_file);
   hspmd::check_rank_count(cluster, static_cast<std::size_t>(comm.size()));

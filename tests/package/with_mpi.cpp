@@ -6,7 +6,7 @@
 int main(int argc, char** argv) {
   hspmd::mpi_environment env(argc, argv);
   return hspmd::run_guarded([&] {
-    const hspmd::mpi_communicator comm;
+    hspmd::mpi_communicator comm;
     const hspmd::cluster c = hspmd::load_cluster(argc > 1 ? argv[1] : "emulated-2.json");
     hspmd::check_rank_count(c, static_cast<std::size_t>(comm.size()));
     const auto fp = hspmd::fingerprint(c);

@@ -2,6 +2,7 @@
 // The cluster a job runs on: one device per rank (device i is rank i) and the links between
 // them. Read from a cluster file (see docs/cluster-file.md and cluster_file.hpp).
 
+#include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 
 #include <algorithm>
@@ -33,6 +34,16 @@ struct link_spec {
   friend bool operator==(const link_spec&, const link_spec&) = default;
 };
 
+/// Measured alpha-beta costs of one (collective, algorithm), from the cluster file's optional
+/// "collectives" section (written by calibration or the profiler).
+struct collective_cost_entry {
+  collective op = collective::all_reduce;
+  uneven_algorithm algorithm = uneven_algorithm::native; ///< `native` for collectives without
+  alpha_beta cost;
+
+  friend bool operator==(const collective_cost_entry&, const collective_cost_entry&) = default;
+};
+
 /// Devices and links of a job.
 struct cluster {
   std::string name;                    ///< short name, e.g. "hap-testbed"
@@ -40,7 +51,8 @@ struct cluster {
   std::vector<device_spec> devices;    ///< device i is rank i
   link_spec intra_node;                ///< between devices of one node
   std::optional<link_spec> inter_node; ///< between nodes; present when there are several
-  std::string source;                  ///< file it was read from (for messages; not compared)
+  std::vector<collective_cost_entry> collective_costs; ///< measured overrides of the defaults
+  std::string source; ///< file it was read from (for messages; not compared)
 
   /// Number of devices (= ranks).
   [[nodiscard]] std::size_t size() const noexcept { return devices.size(); }
@@ -66,10 +78,28 @@ struct cluster {
     return *inter_node;
   }
 
+  /// The link every collective over all devices crosses: inter-node when there are several
+  /// nodes, else intra-node.
+  [[nodiscard]] const link_spec& bottleneck_link() const {
+    return nodes().size() > 1 && inter_node ? *inter_node : intra_node;
+  }
+
+  /// Cost model of collectives over all devices: defaults from the bottleneck link's latency
+  /// and bandwidth, replaced by the file's measured "collectives" entries where present.
+  [[nodiscard]] collective_cost_model cost_model() const {
+    const link_spec& l = bottleneck_link();
+    auto m =
+        collective_cost_model::from_link(static_cast<int>(devices.size()), l.latency, l.bandwidth);
+    for (const auto& e : collective_costs)
+      m.at(e.op, e.algorithm) = e.cost;
+    return m;
+  }
+
   /// Same content (the source file name is not compared).
   friend bool operator==(const cluster& a, const cluster& b) {
     return a.name == b.name && a.description == b.description && a.devices == b.devices &&
-           a.intra_node == b.intra_node && a.inter_node == b.inter_node;
+           a.intra_node == b.intra_node && a.inter_node == b.inter_node &&
+           a.collective_costs == b.collective_costs;
   }
 };
 

@@ -99,6 +99,48 @@ inline constexpr std::string_view name_chars =
   return l;
 }
 
+[[nodiscard]] inline alpha_beta read_alpha_beta(const json_source& src, const nlohmann::json& j,
+                                                const std::string& path) {
+  constexpr std::string_view expected =
+      "{\"alpha\": seconds per latency term, \"beta\": seconds per byte}";
+  expect_object(src, j, path, expected);
+  reject_unknown_keys(src, j, path, {"alpha", "beta"});
+  alpha_beta p;
+  p.alpha =
+      read_number(src, require_key(src, j, path, "alpha", expected), json_child(path, "alpha"),
+                  {0.0, false, cluster_limits::max_latency, false, "seconds >= 0"});
+  p.beta = read_number(src, require_key(src, j, path, "beta", expected), json_child(path, "beta"),
+                       {0.0, false, 1.0, false, "seconds per byte >= 0, e.g. 2e-10 for 5 GB/s"});
+  return p;
+}
+
+// "collectives": {"all_gather_v": {"padded": {alpha, beta}, ...}, "all_reduce": {alpha, beta}}
+inline void read_collective_costs(const json_source& src, const nlohmann::json& j, cluster& c) {
+  constexpr std::string_view expected =
+      "an object keyed by collective (all_gather_v, reduce_scatter_v, all_reduce, broadcast)";
+  expect_object(src, j, "collectives", expected);
+  reject_unknown_keys(src, j, "collectives",
+                      {"all_gather_v", "reduce_scatter_v", "all_reduce", "broadcast"});
+  for (collective op : {collective::all_gather_v, collective::reduce_scatter_v,
+                        collective::all_reduce, collective::broadcast}) {
+    const std::string key(name(op));
+    const auto it = j.find(key);
+    if (it == j.end())
+      continue;
+    const std::string path = json_child("collectives", key);
+    if (!has_algorithms(op)) {
+      c.collective_costs.push_back({op, uneven_algorithm::native, read_alpha_beta(src, *it, path)});
+      continue;
+    }
+    expect_object(src, *it, path, "an object keyed by algorithm (padded, grouped, native)");
+    reject_unknown_keys(src, *it, path, {"padded", "grouped", "native"});
+    for (uneven_algorithm alg : concrete_algorithms)
+      if (const auto a = it->find(std::string(name(alg))); a != it->end())
+        c.collective_costs.push_back(
+            {op, alg, read_alpha_beta(src, *a, json_child(path, name(alg)))});
+  }
+}
+
 } // namespace detail
 
 /// Parses and validates a cluster file's text. `source` names the file in error messages.
@@ -110,7 +152,8 @@ inline constexpr std::string_view name_chars =
   const nlohmann::json doc =
       detail::parse_json_strict(text, src, std::string(detail::cluster_file_expected));
   detail::expect_object(src, doc, "", detail::cluster_file_expected);
-  detail::reject_unknown_keys(src, doc, "", {"version", "name", "description", "links", "devices"});
+  detail::reject_unknown_keys(
+      src, doc, "", {"version", "name", "description", "links", "devices", "collectives"});
 
   cluster c;
   c.source = source;
@@ -205,6 +248,8 @@ inline constexpr std::string_view name_chars =
     src.fail("links.inter_node",
              "missing, but the devices span " + std::to_string(nodes.size()) + " nodes",
              "{\"bandwidth\": bytes/s, \"latency\": seconds} for links between nodes");
+  if (const auto it = doc.find("collectives"); it != doc.end())
+    detail::read_collective_costs(src, *it, c);
   return c;
 }
 
@@ -235,6 +280,13 @@ inline constexpr std::string_view name_chars =
                             {"memory", d.memory},
                             {"node", d.node},
                             {"slowdown", d.slowdown}});
+  for (const auto& e : c.collective_costs) {
+    const nlohmann::json p = {{"alpha", e.cost.alpha}, {"beta", e.cost.beta}};
+    if (has_algorithms(e.op))
+      j["collectives"][std::string(name(e.op))][std::string(name(e.algorithm))] = p;
+    else
+      j["collectives"][std::string(name(e.op))] = p;
+  }
   return j;
 }
 

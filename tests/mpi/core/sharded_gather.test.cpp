@@ -24,7 +24,7 @@ std::vector<std::size_t> element_counts(const std::vector<std::size_t>& rows, st
 } // namespace
 
 TEST_CASE("a data-parallel linear layer on uneven shards equals the single-process result") {
-  const mpi_communicator comm;
+  mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
   const std::vector<std::vector<double>> ratio_sets = {
       std::vector<double>(n, 1.0),
@@ -68,7 +68,7 @@ TEST_CASE("a data-parallel linear layer on uneven shards equals the single-proce
 }
 
 TEST_CASE("ranks agree on the parsed cluster through its fingerprint") {
-  const mpi_communicator comm;
+  mpi_communicator comm;
   const cluster c = load_cluster(std::string(HSPMD_SOURCE_DIR) + "/clusters/hap-testbed.json");
   const std::uint64_t fp = fingerprint(c);
   CHECK(comm.all_reduce(fp, reduce_op::min) == fp);

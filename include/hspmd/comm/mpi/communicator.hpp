@@ -3,19 +3,25 @@
 // communicator (so hspmd's messages never match the user's), MPI_ERRORS_RETURN on it, and every
 // call checked (failures throw `comm_error` with the rank and MPI's error text).
 //
-// All collectives are collective: every rank of the communicator must call them in the same
-// order with matching arguments.
+// All operations but rank(), size(), send() and recv() are collective: every rank of the
+// communicator calls them in the same order with matching arguments. Uneven all-gather and
+// reduce-scatter take an algorithm tag (core/collectives.hpp); `automatic` asks the cost model,
+// which must be the same on every rank (it is unless set_cost_model is called unevenly).
 
+#include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/mpi/check.hpp>
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
+#include <cstring>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -24,8 +30,14 @@
 
 namespace hspmd {
 
-namespace detail {
+/// Element types the MPI backend moves.
 template <class T>
+concept mpi_element = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
+    std::is_same_v<T, std::uint64_t> || std::is_same_v<T, std::byte> || std::is_same_v<T, char>;
+
+namespace detail {
+template <mpi_element T>
 [[nodiscard]] MPI_Datatype mpi_datatype() noexcept {
   if constexpr (std::is_same_v<T, float>)
     return MPI_FLOAT;
@@ -37,11 +49,19 @@ template <class T>
     return MPI_INT64_T;
   else if constexpr (std::is_same_v<T, std::uint64_t>)
     return MPI_UINT64_T;
-  else if constexpr (std::is_same_v<T, std::byte> || std::is_same_v<T, char>)
-    return MPI_BYTE;
   else
-    static_assert(sizeof(T) == 0, "hspmd: no MPI datatype for this element type");
+    return MPI_BYTE;
 }
+
+// Element codes of call fingerprints (see element_name in comm/debug.hpp).
+template <mpi_element T>
+inline constexpr std::uint64_t element_code = std::is_same_v<T, float>           ? 0
+                                              : std::is_same_v<T, double>        ? 1
+                                              : std::is_same_v<T, std::int32_t>  ? 2
+                                              : std::is_same_v<T, std::int64_t>  ? 3
+                                              : std::is_same_v<T, std::uint64_t> ? 4
+                                              : std::is_same_v<T, std::byte>     ? 5
+                                                                                 : 6;
 
 [[nodiscard]] inline MPI_Op mpi_op(reduce_op op) noexcept {
   switch (op) {
@@ -56,32 +76,37 @@ template <class T>
 }
 } // namespace detail
 
-/// Element types the MPI backend moves.
-template <class T>
-concept mpi_element = std::is_same_v<T, float> || std::is_same_v<T, double> ||
-    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
-    std::is_same_v<T, std::uint64_t> || std::is_same_v<T, std::byte> || std::is_same_v<T, char>;
-
-/// A communicator over MPI with host buffers.
+/// A communicator over MPI with host buffers. Satisfies `communicator`.
 class mpi_communicator {
 public:
-  /// Duplicates `comm` (collective over `comm`) and sets MPI_ERRORS_RETURN on the duplicate.
+  /// Duplicates `comm` (collective over `comm`), sets MPI_ERRORS_RETURN on the duplicate, reads
+  /// HSPMD_DEBUG, and starts from default costs for a shared-memory link (2 us, 5 GB/s) until
+  /// `set_cost_model` or `calibrate_collectives` provides measured ones.
   explicit mpi_communicator(MPI_Comm comm = MPI_COMM_WORLD) {
-    HSPMD_MPI_CHECK(MPI_Comm_dup(comm, &comm_), detail::world_rank());
-    HSPMD_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), detail::world_rank());
-    HSPMD_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), detail::world_rank());
+    const int world = detail::world_rank();
+    HSPMD_MPI_CHECK(MPI_Comm_dup(comm, &comm_), world);
+    HSPMD_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), world);
+    HSPMD_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), world);
     HSPMD_MPI_CHECK(MPI_Comm_size(comm_, &size_), rank_);
+    debug_ = debug_collectives_from_env();
+    model_ = collective_cost_model::from_link(size_, 2e-6, 5e9);
   }
   mpi_communicator(const mpi_communicator&) = delete;
   mpi_communicator& operator=(const mpi_communicator&) = delete;
   mpi_communicator(mpi_communicator&& o) noexcept
-      : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_) {}
+      : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_),
+        debug_(o.debug_), sequence_(o.sequence_), model_(o.model_),
+        scratch_(std::move(o.scratch_)) {}
   mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
       comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
       rank_ = o.rank_;
       size_ = o.size_;
+      debug_ = o.debug_;
+      sequence_ = o.sequence_;
+      model_ = o.model_;
+      scratch_ = std::move(o.scratch_);
     }
     return *this;
   }
@@ -93,27 +118,44 @@ public:
   [[nodiscard]] int size() const noexcept { return size_; }
   /// The underlying (duplicated) MPI communicator.
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return comm_; }
+  /// True when HSPMD_DEBUG=detail: every collective first compares fingerprints.
+  [[nodiscard]] bool debug() const noexcept { return debug_; }
+
+  /// The cost model `automatic` consults. Set it to the same model on every rank.
+  [[nodiscard]] const collective_cost_model& cost_model() const noexcept { return model_; }
+  void set_cost_model(const collective_cost_model& m) noexcept { model_ = m; }
+  /// The algorithm `automatic` resolves to for `counts` of `elem_bytes`-byte elements.
+  [[nodiscard]] uneven_algorithm choose(collective op, std::span<const std::size_t> counts,
+                                        std::size_t elem_bytes) const {
+    return model_.choose(op, counts, elem_bytes);
+  }
 
   /// Collective: returns when every rank has called it.
-  void barrier() const { HSPMD_MPI_CHECK(MPI_Barrier(comm_), rank_); }
+  void barrier() {
+    precheck<char>(collective::barrier, 0, {}, -1, -1, uneven_algorithm::native);
+    HSPMD_MPI_CHECK(MPI_Barrier(comm_), rank_);
+  }
 
   /// Collective: copies `data` of rank `root` into `data` on every rank (same size everywhere).
   template <mpi_element T>
-  void broadcast(std::span<T> data, int root) const {
+  void broadcast(std::span<T> data, int root) {
+    precheck<T>(collective::broadcast, data.size(), {}, root, -1, uneven_algorithm::native);
     HSPMD_MPI_CHECK(MPI_Bcast(data.data(), count_of(data.size(), "MPI_Bcast"),
                               detail::mpi_datatype<T>(), root, comm_),
                     rank_);
   }
 
   /// Collective: `out[i] = op over ranks of in[i]`; `in` and `out` have the same size on every
-  /// rank. `in` and `out` may be the same span (in place).
+  /// rank; they may be the same span (in place).
   template <mpi_element T>
-  void all_reduce(std::span<const T> in, std::span<T> out, reduce_op op) const {
+  void all_reduce(std::span<const T> in, std::span<T> out, reduce_op op) {
     if (in.size() != out.size())
       throw comm_error(rank_, "all_reduce",
                        "in has " + std::to_string(in.size()) + " elements, out " +
                            std::to_string(out.size()),
                        "pass buffers of equal size");
+    precheck<T>(collective::all_reduce, out.size(), {}, -1, static_cast<int>(op),
+                uneven_algorithm::native);
     const void* send = in.data() == out.data() ? MPI_IN_PLACE : static_cast<const void*>(in.data());
     HSPMD_MPI_CHECK(MPI_Allreduce(send, out.data(), count_of(out.size(), "MPI_Allreduce"),
                                   detail::mpi_datatype<T>(), detail::mpi_op(op), comm_),
@@ -121,35 +163,99 @@ public:
   }
   /// In-place `all_reduce`.
   template <mpi_element T>
-  void all_reduce(std::span<T> data, reduce_op op) const {
+  void all_reduce(std::span<T> data, reduce_op op) {
     all_reduce(std::span<const T>(data), data, op);
   }
   /// `all_reduce` of one value.
   template <mpi_element T>
-  [[nodiscard]] T all_reduce(T value, reduce_op op) const {
+  [[nodiscard]] T all_reduce(T value, reduce_op op) {
     T out{};
     all_reduce(std::span<const T>(&value, 1), std::span<T>(&out, 1), op);
     return out;
   }
 
   /// Collective: concatenates every rank's `in` in rank order into `out` on every rank.
-  /// `counts[r]` is rank r's number of elements (the same vector on every rank; zeros are
-  /// legal); `in.size()` must be counts[rank()] and `out.size()` their sum.
+  /// `counts[r]` is rank r's number of elements; `in.size()` must be counts[rank()] and
+  /// `out.size()` their sum.
   template <mpi_element T>
-  void all_gather_v(std::span<const T> in, std::span<T> out,
-                    std::span<const std::size_t> counts) const {
-    const auto [cnt, displs, total] = counts_and_displacements(counts, "all_gather_v");
-    if (in.size() != counts[static_cast<std::size_t>(rank_)] || out.size() != total)
-      throw comm_error(rank_, "all_gather_v",
+  void all_gather_v(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
+                    uneven_algorithm alg = uneven_algorithm::automatic) {
+    const layout l = layout_of(counts, "all_gather_v");
+    check_sizes("all_gather_v", in.size(), counts[me()], out.size(), l.total);
+    alg = resolve(collective::all_gather_v, alg, counts, sizeof(T));
+    precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg);
+    gather(in.data(), out, l, alg);
+  }
+  /// In-place `all_gather_v`: this rank's part is already at its place in `data`.
+  template <mpi_element T>
+  void all_gather_v(std::span<T> data, std::span<const std::size_t> counts,
+                    uneven_algorithm alg = uneven_algorithm::automatic) {
+    const layout l = layout_of(counts, "all_gather_v");
+    check_sizes("all_gather_v", counts[me()], counts[me()], data.size(), l.total);
+    alg = resolve(collective::all_gather_v, alg, counts, sizeof(T));
+    precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg);
+    gather(static_cast<const T*>(nullptr), data, l, alg);
+  }
+
+  /// Collective: reduces `in` (sum of counts elements, the same layout on every rank) over
+  /// ranks and leaves segment r (counts[r] elements at offset counts[0] + .. + counts[r-1]) on
+  /// rank r, in `out` (counts[rank()] elements).
+  template <mpi_element T>
+  void reduce_scatter_v(std::span<const T> in, std::span<T> out,
+                        std::span<const std::size_t> counts, reduce_op op,
+                        uneven_algorithm alg = uneven_algorithm::automatic) {
+    const layout l = layout_of(counts, "reduce_scatter_v");
+    check_sizes("reduce_scatter_v", out.size(), counts[me()], in.size(), l.total);
+    alg = resolve(collective::reduce_scatter_v, alg, counts, sizeof(T));
+    precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg);
+    scatter(in, out, l, op, alg);
+  }
+
+  /// Collective: sends send_counts[r] consecutive elements of `in` to rank r and receives
+  /// recv_counts[r] from rank r into `out`, both in rank order. Rank r's send_counts[s] must equal
+  /// rank s's recv_counts[r] (checked in debug mode).
+  template <mpi_element T>
+  void all_to_all_v(std::span<const T> in, std::span<const std::size_t> send_counts,
+                    std::span<T> out, std::span<const std::size_t> recv_counts) {
+    const layout s = layout_of(send_counts, "all_to_all_v");
+    const layout r = layout_of(recv_counts, "all_to_all_v");
+    if (in.size() != s.total || out.size() != r.total)
+      throw comm_error(rank_, "all_to_all_v",
                        "buffer sizes (in " + std::to_string(in.size()) + ", out " +
-                           std::to_string(out.size()) + ") do not match counts (this rank " +
-                           std::to_string(counts[static_cast<std::size_t>(rank_)]) + ", total " +
-                           std::to_string(total) + ")",
-                       "in.size() == counts[rank] and out.size() == sum of counts");
-    HSPMD_MPI_CHECK(MPI_Allgatherv(in.data(), cnt[static_cast<std::size_t>(rank_)],
-                                   detail::mpi_datatype<T>(), out.data(), cnt.data(), displs.data(),
-                                   detail::mpi_datatype<T>(), comm_),
+                           std::to_string(out.size()) + ") do not match the counts (send " +
+                           std::to_string(s.total) + ", receive " + std::to_string(r.total) + ")",
+                       "in.size() == sum of send_counts and out.size() == sum of recv_counts");
+    precheck<T>(collective::all_to_all_v, 0, {}, -1, -1, uneven_algorithm::native);
+    if (debug_)
+      check_all_to_all_counts(send_counts, recv_counts);
+    HSPMD_MPI_CHECK(MPI_Alltoallv(in.data(), s.counts.data(), s.displs.data(),
+                                  detail::mpi_datatype<T>(), out.data(), r.counts.data(),
+                                  r.displs.data(), detail::mpi_datatype<T>(), comm_),
                     rank_);
+  }
+
+  /// Point to point: sends `data` to rank `dest` with `tag` (blocking).
+  template <mpi_element T>
+  void send(std::span<const T> data, int dest, int tag) {
+    HSPMD_MPI_CHECK(MPI_Send(data.data(), count_of(data.size(), "MPI_Send"),
+                             detail::mpi_datatype<T>(), dest, tag, comm_),
+                    rank_);
+  }
+  /// Point to point: receives exactly `data.size()` elements from rank `src` with `tag`;
+  /// throws `comm_error` when the message has another size.
+  template <mpi_element T>
+  void recv(std::span<T> data, int src, int tag) {
+    MPI_Status status{};
+    HSPMD_MPI_CHECK(MPI_Recv(data.data(), count_of(data.size(), "MPI_Recv"),
+                             detail::mpi_datatype<T>(), src, tag, comm_, &status),
+                    rank_);
+    int got = 0;
+    HSPMD_MPI_CHECK(MPI_Get_count(&status, detail::mpi_datatype<T>(), &got), rank_);
+    if (static_cast<std::size_t>(got) != data.size())
+      throw comm_error(rank_, "recv",
+                       "expected " + std::to_string(data.size()) + " elements from rank " +
+                           std::to_string(src) + ", got " + std::to_string(got),
+                       "send and receive the same number of elements");
   }
 
 private:
@@ -157,7 +263,10 @@ private:
     std::vector<int> counts;
     std::vector<int> displs;
     std::size_t total = 0;
+    std::size_t largest = 0;
   };
+
+  [[nodiscard]] std::size_t me() const noexcept { return static_cast<std::size_t>(rank_); }
 
   // MPI 3 counts are ints: refuse what does not fit rather than wrap around.
   [[nodiscard]] int count_of(std::size_t n, const char* call) const {
@@ -167,8 +276,7 @@ private:
     return static_cast<int>(n);
   }
 
-  [[nodiscard]] layout counts_and_displacements(std::span<const std::size_t> counts,
-                                                const char* call) const {
+  [[nodiscard]] layout layout_of(std::span<const std::size_t> counts, const char* call) const {
     if (counts.size() != static_cast<std::size_t>(size_))
       throw comm_error(rank_, call,
                        std::to_string(counts.size()) + " counts for " + std::to_string(size_) +
@@ -181,9 +289,181 @@ private:
       l.displs.push_back(count_of(l.total, call));
       l.counts.push_back(count_of(c, call));
       l.total += c;
+      l.largest = std::max(l.largest, c);
     }
     (void)count_of(l.total, call);
+    (void)count_of(l.largest * counts.size(), call); // the padded algorithm's buffer
     return l;
+  }
+
+  void check_sizes(const char* call, std::size_t part, std::size_t part_expected, std::size_t whole,
+                   std::size_t whole_expected) const {
+    if (part != part_expected || whole != whole_expected)
+      throw comm_error(rank_, call,
+                       "buffer sizes (this rank's part " + std::to_string(part) + ", whole " +
+                           std::to_string(whole) + ") do not match the counts (this rank " +
+                           std::to_string(part_expected) + ", total " +
+                           std::to_string(whole_expected) + ")",
+                       "the part has counts[rank] elements and the whole their sum");
+  }
+
+  [[nodiscard]] uneven_algorithm resolve(collective op, uneven_algorithm alg,
+                                         std::span<const std::size_t> counts,
+                                         std::size_t elem_bytes) const {
+    return alg == uneven_algorithm::automatic ? model_.choose(op, counts, elem_bytes) : alg;
+  }
+
+  // Debug mode: exchange fingerprints before the call; free (one branch) otherwise.
+  template <class T>
+  void precheck(collective op, std::size_t count, std::span<const std::size_t> counts, int root,
+                int reduction, uneven_algorithm alg) {
+    const std::uint64_t seq = sequence_++;
+    if (!debug_)
+      return;
+    call_fingerprint mine;
+    mine.sequence = seq;
+    mine.op = static_cast<std::uint64_t>(op);
+    mine.element = detail::element_code<T>;
+    mine.count = count;
+    mine.counts_hash = counts.empty() ? 0 : hash_counts(counts);
+    mine.root = root < 0 ? 0 : static_cast<std::uint64_t>(root) + 1;
+    mine.reduction = reduction < 0 ? 0 : static_cast<std::uint64_t>(reduction) + 1;
+    mine.algorithm = static_cast<std::uint64_t>(alg);
+    const auto words = mine.words();
+    std::vector<std::uint64_t> all(words.size() * me_count());
+    HSPMD_MPI_CHECK(MPI_Allgather(words.data(), static_cast<int>(words.size()), MPI_UINT64_T,
+                                  all.data(), static_cast<int>(words.size()), MPI_UINT64_T, comm_),
+                    rank_);
+    std::vector<call_fingerprint> prints;
+    for (std::size_t r = 0; r < me_count(); ++r)
+      prints.push_back(call_fingerprint::from_words(
+          std::span<const std::uint64_t, 8>(all.data() + r * words.size(), 8)));
+    check_fingerprints(prints, rank_);
+  }
+  [[nodiscard]] std::size_t me_count() const noexcept { return static_cast<std::size_t>(size_); }
+
+  void check_all_to_all_counts(std::span<const std::size_t> send_counts,
+                               std::span<const std::size_t> recv_counts) {
+    std::vector<std::uint64_t> mine(send_counts.begin(), send_counts.end());
+    std::vector<std::uint64_t> all(mine.size() * me_count());
+    HSPMD_MPI_CHECK(
+        MPI_Allgather(mine.data(), size_, MPI_UINT64_T, all.data(), size_, MPI_UINT64_T, comm_),
+        rank_);
+    for (std::size_t s = 0; s < me_count(); ++s)
+      if (all[s * me_count() + me()] != recv_counts[s])
+        throw comm_error(rank_, "collective mismatch (HSPMD_DEBUG=detail)",
+                         "all_to_all_v: rank " + std::to_string(s) + " sends " +
+                             std::to_string(all[s * me_count() + me()]) + " elements to rank " +
+                             std::to_string(rank_) + ", which expects " +
+                             std::to_string(recv_counts[s]),
+                         "rank r's send_counts[s] must equal rank s's recv_counts[r]");
+  }
+
+  // Scratch memory for the padded algorithm, reused across calls.
+  template <class T>
+  [[nodiscard]] std::span<T> scratch(std::size_t elements) {
+    const std::size_t bytes = elements * sizeof(T);
+    if (scratch_.size() < bytes)
+      scratch_.resize(bytes);
+    return {reinterpret_cast<T*>(scratch_.data()), elements}; // NOLINT: storage reuse
+  }
+
+  // all_gather_v body; `in` == nullptr means this rank's part is already in place in `out`.
+  template <mpi_element T>
+  void gather(const T* in, std::span<T> out, const layout& l, uneven_algorithm alg) {
+    const MPI_Datatype type = detail::mpi_datatype<T>();
+    const std::size_t mine = static_cast<std::size_t>(l.counts[me()]);
+    const std::size_t at = static_cast<std::size_t>(l.displs[me()]);
+    switch (alg) {
+    case uneven_algorithm::padded: {
+      if (l.largest == 0)
+        return;
+      const std::size_t m = l.largest;
+      auto buf = scratch<T>(m * (me_count() + 1)); // [n blocks of m | my block of m]
+      auto send = buf.subspan(m * me_count(), m);
+      std::copy_n(in != nullptr ? in : out.data() + at, mine, send.begin());
+      std::fill(send.begin() + static_cast<std::ptrdiff_t>(mine), send.end(), T{});
+      HSPMD_MPI_CHECK(MPI_Allgather(send.data(), count_of(m, "MPI_Allgather"), type, buf.data(),
+                                    count_of(m, "MPI_Allgather"), type, comm_),
+                      rank_);
+      for (std::size_t r = 0; r < me_count(); ++r)
+        std::copy_n(buf.data() + r * m, static_cast<std::size_t>(l.counts[r]),
+                    out.data() + l.displs[r]);
+      return;
+    }
+    case uneven_algorithm::grouped: {
+      if (in != nullptr)
+        std::copy_n(in, mine, out.data() + at);
+      std::vector<MPI_Request> requests;
+      for (std::size_t r = 0; r < me_count(); ++r) {
+        if (l.counts[r] == 0)
+          continue; // every rank knows the counts: empty shards need no message
+        requests.emplace_back();
+        HSPMD_MPI_CHECK(MPI_Ibcast(out.data() + l.displs[r], l.counts[r], type, static_cast<int>(r),
+                                   comm_, &requests.back()),
+                        rank_);
+      }
+      HSPMD_MPI_CHECK(
+          MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+          rank_);
+      return;
+    }
+    case uneven_algorithm::native:
+    case uneven_algorithm::automatic:
+      break;
+    }
+    const void* send = in != nullptr ? static_cast<const void*>(in) : MPI_IN_PLACE;
+    HSPMD_MPI_CHECK(MPI_Allgatherv(send, l.counts[me()], type, out.data(), l.counts.data(),
+                                   l.displs.data(), type, comm_),
+                    rank_);
+  }
+
+  template <mpi_element T>
+  void scatter(std::span<const T> in, std::span<T> out, const layout& l, reduce_op op,
+               uneven_algorithm alg) {
+    const MPI_Datatype type = detail::mpi_datatype<T>();
+    const MPI_Op mop = detail::mpi_op(op);
+    switch (alg) {
+    case uneven_algorithm::padded: {
+      if (l.largest == 0)
+        return;
+      const std::size_t m = l.largest;
+      auto buf = scratch<T>(m * (me_count() + 1)); // [n padded segments | my result]
+      for (std::size_t r = 0; r < me_count(); ++r) {
+        const auto c = static_cast<std::size_t>(l.counts[r]);
+        std::copy_n(in.data() + l.displs[r], c, buf.data() + r * m);
+        std::fill_n(buf.data() + r * m + c, m - c, T{}); // padding is reduced, then dropped
+      }
+      auto result = buf.subspan(m * me_count(), m);
+      HSPMD_MPI_CHECK(MPI_Reduce_scatter_block(buf.data(), result.data(),
+                                               count_of(m, "MPI_Reduce_scatter_block"), type, mop,
+                                               comm_),
+                      rank_);
+      std::copy_n(result.data(), out.size(), out.data());
+      return;
+    }
+    case uneven_algorithm::grouped: {
+      std::vector<MPI_Request> requests;
+      for (std::size_t r = 0; r < me_count(); ++r) {
+        if (l.counts[r] == 0)
+          continue;
+        requests.emplace_back();
+        T* recv = r == me() ? out.data() : nullptr;
+        HSPMD_MPI_CHECK(MPI_Ireduce(in.data() + l.displs[r], recv, l.counts[r], type, mop,
+                                    static_cast<int>(r), comm_, &requests.back()),
+                        rank_);
+      }
+      HSPMD_MPI_CHECK(
+          MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+          rank_);
+      return;
+    }
+    case uneven_algorithm::native:
+    case uneven_algorithm::automatic:
+      break;
+    }
+    HSPMD_MPI_CHECK(MPI_Reduce_scatter(in.data(), out.data(), l.counts.data(), type, mop, comm_),
+                    rank_);
   }
 
   void release() noexcept {
@@ -197,6 +477,10 @@ private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  bool debug_ = false;
+  std::uint64_t sequence_ = 0;
+  collective_cost_model model_;
+  std::vector<std::byte> scratch_;
 };
 
 } // namespace hspmd

@@ -26,7 +26,12 @@ int run_guarded(F&& body) noexcept {
   } catch (...) {
     message = "unknown exception";
   }
-  std::fprintf(stderr, "[hspmd rank %d] %s\n", detail::world_rank(), message.c_str());
+  const int rank = detail::world_rank();
+  // A comm_error already starts with "rank R: "; the prefix says it once.
+  const std::string own = "rank " + std::to_string(rank) + ": ";
+  if (message.rfind(own, 0) == 0)
+    message.erase(0, own.size());
+  std::fprintf(stderr, "[hspmd rank %d] %s\n", rank, message.c_str());
   std::fflush(stderr);
   int initialized = 0;
   int finalized = 0;

@@ -1,0 +1,102 @@
+#pragma once
+// Calibration of the collective cost model: a short sweep of each uneven algorithm (and of
+// all-reduce and broadcast) at a few sizes and split patterns, timed on every rank, reduced to
+// the slowest rank, and fitted to t = a * alpha + beta * x (core/collectives.hpp). Every rank
+// fits the same max-reduced samples, so every rank gets the same model and `automatic` makes the
+// same choice everywhere. The profiler calls this; users may call it at start-up.
+//
+// Works with any `communicator` whose buffers are host spans.
+
+#include <hspmd/comm/communicator.hpp>
+#include <hspmd/core/collectives.hpp>
+#include <hspmd/core/partition.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace hspmd {
+
+/// What `calibrate_collectives` measures.
+struct calibration_options {
+  std::vector<std::size_t> sizes_bytes = {1U << 12U, 1U << 16U, 1U << 20U}; ///< total per call
+  int repetitions = 5; ///< timed calls per point (the median counts), after one warm-up call
+};
+
+/// Collective: measures this communicator's collectives and returns the fitted cost model (the
+/// same on every rank). Takes well under a second on a shared-memory node at default options.
+template <class Comm>
+  requires communicator<Comm, float>
+[[nodiscard]] collective_cost_model calibrate_collectives(Comm& comm,
+                                                          const calibration_options& opt = {}) {
+  using clock = std::chrono::steady_clock;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto me = static_cast<std::size_t>(comm.rank());
+  collective_cost_model model = comm.cost_model();
+  if (n == 1)
+    return model; // nothing to measure: every collective is a local copy
+
+  // Even shares, and one rank holding 4x the others (the uneven case the choice is about).
+  std::vector<std::vector<double>> patterns = {std::vector<double>(n, 1.0)};
+  patterns.emplace_back(n, 1.0);
+  patterns.back()[0] = 4.0;
+
+  // Median over repetitions on this rank, then the slowest rank's median.
+  const auto time_it = [&](auto&& call) {
+    call(); // warm-up
+    std::vector<double> t;
+    for (int i = 0; i < opt.repetitions; ++i) {
+      comm.barrier();
+      const auto start = clock::now();
+      call();
+      t.push_back(std::chrono::duration<double>(clock::now() - start).count());
+    }
+    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+    return comm.all_reduce(t[t.size() / 2], reduce_op::max);
+  };
+
+  for (collective op : {collective::all_gather_v, collective::reduce_scatter_v}) {
+    for (uneven_algorithm alg : concrete_algorithms) {
+      std::vector<alpha_beta_sample> samples;
+      for (std::size_t bytes : opt.sizes_bytes) {
+        for (const auto& pattern : patterns) {
+          const auto counts = shard_lengths(bytes / sizeof(float), pattern);
+          std::size_t total = 0;
+          for (std::size_t c : counts)
+            total += c;
+          std::vector<float> whole(total, 1.0F);
+          std::vector<float> part(counts[me], 1.0F);
+          const double t = time_it([&] {
+            if (op == collective::all_gather_v)
+              comm.all_gather_v(std::span<const float>(part), std::span<float>(whole), counts, alg);
+            else
+              comm.reduce_scatter_v(std::span<const float>(whole), std::span<float>(part), counts,
+                                    reduce_op::sum, alg);
+          });
+          const cost_terms terms = terms_of(op, alg, counts, sizeof(float));
+          samples.push_back({terms.latency_terms, terms.bytes, t});
+        }
+      }
+      model.at(op, alg) = fit_alpha_beta(samples);
+    }
+  }
+  for (collective op : {collective::all_reduce, collective::broadcast}) {
+    std::vector<alpha_beta_sample> samples;
+    for (std::size_t bytes : opt.sizes_bytes) {
+      std::vector<float> buf(bytes / sizeof(float), 1.0F);
+      const double t = time_it([&] {
+        if (op == collective::all_reduce)
+          comm.all_reduce(std::span<float>(buf), reduce_op::sum);
+        else
+          comm.broadcast(std::span<float>(buf), 0);
+      });
+      samples.push_back({1.0, static_cast<double>(bytes), t});
+    }
+    model.at(op, uneven_algorithm::native) = fit_alpha_beta(samples);
+  }
+  return model;
+}
+
+} // namespace hspmd

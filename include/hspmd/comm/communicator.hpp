@@ -1,0 +1,39 @@
+#pragma once
+// The communicator concept: what every backend (MPI on host memory, NCCL on device memory)
+// provides. Buffers are contiguous spans; uneven collectives take one element count per rank
+// (the same vector on every rank; zeros are legal everywhere) and an algorithm tag.
+//
+// Every operation except rank()/size()/send()/recv() is collective: all ranks of the
+// communicator call it in the same order with matching arguments. With HSPMD_DEBUG=detail the
+// backends check that before each call (see comm/debug.hpp).
+
+#include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/core/collectives.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+
+namespace hspmd {
+
+/// A communicator over which element type `T` can be moved.
+template <class C, class T = float>
+concept communicator = requires(C& c, std::span<T> buf, std::span<const T> cbuf,
+                                std::span<const std::size_t> counts, reduce_op op,
+                                uneven_algorithm alg, int peer) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  c.barrier();
+  c.broadcast(buf, peer);
+  c.all_reduce(cbuf, buf, op);
+  c.all_reduce(buf, op);
+  c.all_gather_v(cbuf, buf, counts, alg);
+  c.all_gather_v(buf, counts, alg);
+  c.reduce_scatter_v(cbuf, buf, counts, op, alg);
+  c.all_to_all_v(cbuf, counts, buf, counts);
+  c.send(cbuf, peer, peer);
+  c.recv(buf, peer, peer);
+  { c.choose(collective::all_gather_v, counts, sizeof(T)) } -> std::same_as<uneven_algorithm>;
+};
+
+} // namespace hspmd

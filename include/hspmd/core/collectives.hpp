@@ -1,0 +1,257 @@
+#pragma once
+// Names of the collectives and of the uneven algorithms, and the alpha-beta cost model that
+// picks an algorithm per call. Hardware-free: the communication layer uses it to choose
+// (`uneven_algorithm::automatic`), the synthesizer to plan.
+//
+// On mixed devices every split is uneven, and there is more than one way to all-gather uneven
+// shards:
+//   padded  : pad every shard to the largest, run the regular collective, trim
+//   grouped : one broadcast (all-gather) or reduce (reduce-scatter) per non-empty shard, in one
+//             group of non-blocking calls
+//   native  : the library's v-collective (MPI_Allgatherv / MPI_Reduce_scatter; on NCCL, grouped
+//             send/recv)
+// Each is modelled as  t = a * alpha + beta * x,  where a and x are the algorithm's latency and
+// byte terms for the given counts (see `cost_terms`), and alpha/beta come from a calibration
+// run, the cluster file, or defaults derived from the link's latency and bandwidth.
+//
+// Worked example, 2 ranks, counts {8000, 1000} floats (8:1), link 5e9 B/s, 1e-6 s:
+//   padded  : a = 1, x = (n-1) * max * 4 B = 32000 B   -> 1e-6 + 32000 / 5e9 = 7.4 us
+//   native  : a = 1, x = (total - min) * 4 B = 32000 B -> 7.4 us
+//   grouped : a = 2 roots (log2 n = 1 step each), x = 32000 B -> 8.4 us
+// For 1:1 the three agree up to alpha; as the split gets more uneven *and* n grows, padding
+// costs (n-1) * max while native costs total - min, and calibration sees the difference.
+
+#include <hspmd/core/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace hspmd {
+
+/// The collectives of a communicator.
+enum class collective : std::uint8_t {
+  barrier,
+  broadcast,
+  all_reduce,
+  all_gather_v,
+  reduce_scatter_v,
+  all_to_all_v,
+};
+inline constexpr std::size_t collective_count = 6;
+
+/// "all_gather_v", ...
+[[nodiscard]] constexpr std::string_view name(collective c) noexcept {
+  constexpr std::array<std::string_view, collective_count> names = {
+      "barrier", "broadcast", "all_reduce", "all_gather_v", "reduce_scatter_v", "all_to_all_v"};
+  return names.at(static_cast<std::size_t>(c));
+}
+
+/// How an uneven all-gather or reduce-scatter is carried out (see the file comment).
+enum class uneven_algorithm : std::uint8_t { automatic, padded, grouped, native };
+inline constexpr std::size_t uneven_algorithm_count = 4;
+/// The algorithms `automatic` chooses among, in tie-breaking order.
+inline constexpr std::array<uneven_algorithm, 3> concrete_algorithms = {
+    uneven_algorithm::native, uneven_algorithm::padded, uneven_algorithm::grouped};
+
+/// "automatic", "padded", "grouped" or "native".
+[[nodiscard]] constexpr std::string_view name(uneven_algorithm a) noexcept {
+  constexpr std::array<std::string_view, uneven_algorithm_count> names = {"automatic", "padded",
+                                                                          "grouped", "native"};
+  return names.at(static_cast<std::size_t>(a));
+}
+
+/// Inverse of `name`; empty for an unknown name.
+[[nodiscard]] constexpr std::optional<uneven_algorithm> parse_uneven_algorithm(std::string_view s) {
+  for (std::size_t i = 0; i < uneven_algorithm_count; ++i)
+    if (name(static_cast<uneven_algorithm>(i)) == s)
+      return static_cast<uneven_algorithm>(i);
+  return std::nullopt;
+}
+
+/// True for the collectives that take an `uneven_algorithm`.
+[[nodiscard]] constexpr bool has_algorithms(collective c) noexcept {
+  return c == collective::all_gather_v || c == collective::reduce_scatter_v;
+}
+
+/// Latency and inverse bandwidth of one (collective, algorithm): t = a * alpha + beta * x.
+struct alpha_beta {
+  double alpha = 0.0; ///< seconds per latency term
+  double beta = 0.0;  ///< seconds per byte
+
+  friend bool operator==(const alpha_beta&, const alpha_beta&) = default;
+};
+
+/// The latency multiplier `a` and byte count `x` of one call (see the file comment).
+struct cost_terms {
+  double latency_terms = 0.0;
+  double bytes = 0.0;
+};
+
+/// `a` and `x` of a (collective, algorithm) for per-rank element `counts` (for all_reduce and
+/// broadcast, one count: the buffer) of `elem_bytes` bytes each.
+/// - padded : a = 1,                 x = (n - 1) * max(counts) * elem_bytes
+/// - native : a = 1,                 x = (sum - min(counts)) * elem_bytes
+/// - grouped: a = non-empty shards,  x = (sum - min(counts)) * elem_bytes
+/// - other collectives: a = 1, x = the buffer's bytes.
+[[nodiscard]] inline cost_terms terms_of(collective op, uneven_algorithm alg,
+                                         std::span<const std::size_t> counts,
+                                         std::size_t elem_bytes) {
+  const auto s = static_cast<double>(elem_bytes);
+  if (!has_algorithms(op)) {
+    std::size_t total = 0;
+    for (std::size_t c : counts)
+      total += c;
+    return {1.0, static_cast<double>(total) * s};
+  }
+  if (counts.empty())
+    return {};
+  std::size_t total = 0;
+  std::size_t largest = 0;
+  std::size_t smallest = counts[0];
+  std::size_t non_empty = 0;
+  for (std::size_t c : counts) {
+    total += c;
+    largest = std::max(largest, c);
+    smallest = std::min(smallest, c);
+    non_empty += c > 0 ? 1U : 0U;
+  }
+  const auto n = static_cast<double>(counts.size());
+  switch (alg) {
+  case uneven_algorithm::padded:
+    return {1.0, (n - 1.0) * static_cast<double>(largest) * s};
+  case uneven_algorithm::grouped:
+    return {static_cast<double>(non_empty), static_cast<double>(total - smallest) * s};
+  case uneven_algorithm::native:
+  case uneven_algorithm::automatic:
+    break;
+  }
+  return {1.0, static_cast<double>(total - smallest) * s};
+}
+
+/// Alpha-beta parameters for every (collective, algorithm) of one communicator, and the choice
+/// `automatic` makes from them. Identical parameters give identical choices on every rank.
+class collective_cost_model {
+public:
+  /// Defaults for `ranks` ranks joined by a link of `latency` seconds and `bandwidth` bytes/s:
+  /// ring-like costs, (n - 1) latency terms per call and ceil(log2 n) per broadcast or reduce
+  /// of the grouped algorithm. All-reduce moves 2 (n - 1) / n of the buffer per rank.
+  [[nodiscard]] static collective_cost_model from_link(int ranks, double latency,
+                                                       double bandwidth) {
+    if (ranks < 1 || !(latency >= 0.0) || !(bandwidth > 0.0))
+      throw plan_error("collective_cost_model::from_link",
+                       "ranks " + std::to_string(ranks) + ", latency " + std::to_string(latency) +
+                           ", bandwidth " + std::to_string(bandwidth),
+                       "ranks >= 1, latency >= 0 and bandwidth > 0");
+    collective_cost_model m;
+    const double n = ranks;
+    const double steps = n - 1.0;
+    const double tree = std::ceil(std::log2(n));
+    const double inv_bw = 1.0 / bandwidth;
+    for (std::size_t c = 0; c < collective_count; ++c)
+      for (std::size_t a = 0; a < uneven_algorithm_count; ++a)
+        m.params_[c][a] = {steps * latency, inv_bw};
+    for (collective c : {collective::all_gather_v, collective::reduce_scatter_v})
+      m.at(c, uneven_algorithm::grouped) = {tree * latency, inv_bw};
+    m.at(collective::all_reduce, uneven_algorithm::native) = {2.0 * steps * latency,
+                                                              2.0 * steps / n * inv_bw};
+    m.at(collective::broadcast, uneven_algorithm::native) = {tree * latency, inv_bw};
+    m.at(collective::barrier, uneven_algorithm::native) = {tree * latency, 0.0};
+    return m;
+  }
+
+  /// Parameters of (collective, algorithm). Collectives without algorithms use `native`.
+  [[nodiscard]] alpha_beta& at(collective c, uneven_algorithm a) {
+    return params_.at(static_cast<std::size_t>(c)).at(static_cast<std::size_t>(a));
+  }
+  [[nodiscard]] const alpha_beta& at(collective c, uneven_algorithm a) const {
+    return params_.at(static_cast<std::size_t>(c)).at(static_cast<std::size_t>(a));
+  }
+
+  /// Predicted seconds of one call. `automatic` predicts the algorithm it would choose.
+  [[nodiscard]] double estimate(collective op, uneven_algorithm alg,
+                                std::span<const std::size_t> counts, std::size_t elem_bytes) const {
+    if (!has_algorithms(op))
+      alg = uneven_algorithm::native;
+    else if (alg == uneven_algorithm::automatic)
+      alg = choose(op, counts, elem_bytes);
+    const cost_terms t = terms_of(op, alg, counts, elem_bytes);
+    const alpha_beta& p = at(op, alg);
+    return t.latency_terms * p.alpha + t.bytes * p.beta;
+  }
+
+  /// The cheapest concrete algorithm for these counts; ties go to native, then padded.
+  [[nodiscard]] uneven_algorithm choose(collective op, std::span<const std::size_t> counts,
+                                        std::size_t elem_bytes) const {
+    if (!has_algorithms(op))
+      return uneven_algorithm::native;
+    uneven_algorithm best = uneven_algorithm::native;
+    double best_time = estimate(op, best, counts, elem_bytes);
+    for (uneven_algorithm a : concrete_algorithms) {
+      const double t = estimate(op, a, counts, elem_bytes);
+      if (t < best_time) {
+        best = a;
+        best_time = t;
+      }
+    }
+    return best;
+  }
+
+  friend bool operator==(const collective_cost_model&, const collective_cost_model&) = default;
+
+private:
+  std::array<std::array<alpha_beta, uneven_algorithm_count>, collective_count> params_{};
+};
+
+/// One measured call: its cost terms and its time.
+struct alpha_beta_sample {
+  double latency_terms = 0.0;
+  double bytes = 0.0;
+  double seconds = 0.0;
+};
+
+/// Fits t = a * alpha + x * beta to measured samples by least squares on the *relative* error
+/// (weights 1 / t^2, so microsecond and millisecond samples count alike), with alpha, beta >= 0.
+/// Pure and deterministic: the same samples give the same bits on every rank.
+[[nodiscard]] inline alpha_beta fit_alpha_beta(std::span<const alpha_beta_sample> samples) {
+  double saa = 0, sax = 0, sxx = 0, sat = 0, sxt = 0;
+  for (const auto& s : samples) {
+    if (!(s.seconds > 0.0))
+      continue;
+    const double w = 1.0 / (s.seconds * s.seconds);
+    saa += w * s.latency_terms * s.latency_terms;
+    sax += w * s.latency_terms * s.bytes;
+    sxx += w * s.bytes * s.bytes;
+    sat += w * s.latency_terms * s.seconds;
+    sxt += w * s.bytes * s.seconds;
+  }
+  const double det = saa * sxx - sax * sax;
+  if (det > 1e-12 * saa * sxx) {
+    const alpha_beta both{(sat * sxx - sxt * sax) / det, (saa * sxt - sax * sat) / det};
+    if (both.alpha >= 0.0 && both.beta >= 0.0)
+      return both;
+  }
+  // The unconstrained optimum has a negative parameter (not physical) or the samples cannot
+  // tell the two apart: fit each alone and keep the better.
+  const alpha_beta only_alpha{saa > 0.0 ? sat / saa : 0.0, 0.0};
+  const alpha_beta only_beta{0.0, sxx > 0.0 ? sxt / sxx : 0.0};
+  const auto residual = [&](const alpha_beta& q) {
+    double r = 0.0;
+    for (const auto& smp : samples)
+      if (smp.seconds > 0.0) {
+        const double e =
+            (smp.latency_terms * q.alpha + smp.bytes * q.beta - smp.seconds) / smp.seconds;
+        r += e * e;
+      }
+    return r;
+  };
+  return residual(only_alpha) <= residual(only_beta) ? only_alpha : only_beta;
+}
+
+} // namespace hspmd
