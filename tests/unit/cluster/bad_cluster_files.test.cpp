@@ -79,6 +79,9 @@ const bad_case bad_cases[] = {
     {"version_2", "version", "unsupported version 2"},
     {"trailing_garbage", "<root>", "invalid JSON"},
     {"invalid_utf8", "name", "ill-formed UTF-8"},
+    {"collectives_unknown_algorithm", "collectives.all_gather_v.ring",
+     "unknown key (expected one of padded, grouped, native)"},
+    {"collectives_negative_alpha", "collectives.all_reduce.alpha", "must be >= 0, got -1e-06"},
 };
 
 } // namespace

@@ -91,3 +91,20 @@ TEST_CASE("a cluster's name defaults to the file's stem") {
       "devices": [{"name": "d", "kind": "k", "speed": 1e9, "memory": 1024}]})";
   CHECK(parse_cluster(text, "dir/my-cluster.json").name == "my-cluster");
 }
+
+TEST_CASE("measured collective costs in the cluster file override the link defaults") {
+  const std::string text = R"({"links": {"intra_node": {"bandwidth": 1e9, "latency": 1e-5}},
+      "devices": [{"name": "d", "kind": "k", "speed": 1e9, "memory": 1024, "count": 4}],
+      "collectives": {"all_gather_v": {"padded": {"alpha": 3e-6, "beta": 4e-10}},
+                      "all_reduce": {"alpha": 1e-5, "beta": 1e-9}}})";
+  const cluster c = parse_cluster(text, "c.json");
+  REQUIRE(c.collective_costs.size() == 2);
+  const collective_cost_model m = c.cost_model();
+  CHECK(m.at(collective::all_gather_v, uneven_algorithm::padded) == alpha_beta{3e-6, 4e-10});
+  CHECK(m.at(collective::all_reduce, uneven_algorithm::native) == alpha_beta{1e-5, 1e-9});
+  const auto defaults = collective_cost_model::from_link(4, 1e-5, 1e9);
+  CHECK(m.at(collective::all_gather_v, uneven_algorithm::native) ==
+        defaults.at(collective::all_gather_v, uneven_algorithm::native));
+  CHECK(parse_cluster(to_json(c).dump(), "again.json") == c);
+  CHECK(&c.bottleneck_link() == &c.intra_node);
+}
