@@ -4,6 +4,7 @@
 // Hardware-free layers are always included. The MPI backend is included when the program
 // links `hspmd::mpi` (or `hspmd::hspmd`), which defines HSPMD_HAS_MPI.
 
+#include <hspmd/core/collectives.hpp>
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/extents.hpp>
@@ -19,7 +20,11 @@
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 
+#include <hspmd/comm/calibrate.hpp>
+#include <hspmd/comm/communicator.hpp>
+#include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/comm/sfb.hpp>
 
 #if defined(HSPMD_HAS_MPI)
 #include <hspmd/comm/mpi/communicator.hpp>

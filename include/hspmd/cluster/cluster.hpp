@@ -39,7 +39,7 @@ struct link_spec {
 struct collective_cost_entry {
   collective op = collective::all_reduce;
   uneven_algorithm algorithm = uneven_algorithm::native; ///< `native` for collectives without
-  alpha_beta cost;
+  cost_curve curve;
 
   friend bool operator==(const collective_cost_entry&, const collective_cost_entry&) = default;
 };
@@ -91,7 +91,7 @@ struct cluster {
     auto m =
         collective_cost_model::from_link(static_cast<int>(devices.size()), l.latency, l.bandwidth);
     for (const auto& e : collective_costs)
-      m.at(e.op, e.algorithm) = e.cost;
+      m.set(e.op, e.algorithm, e.curve);
     return m;
   }
 

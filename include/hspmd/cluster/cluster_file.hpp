@@ -99,19 +99,50 @@ inline constexpr std::string_view name_chars =
   return l;
 }
 
-[[nodiscard]] inline alpha_beta read_alpha_beta(const json_source& src, const nlohmann::json& j,
+// {"alpha": a, "beta": b}, or a cost curve [{"up_to": bytes, "alpha": a, "beta": b}, ...,
+// {"alpha": a, "beta": b}] with ascending limits and an unlimited last piece.
+[[nodiscard]] inline cost_curve read_cost_curve(const json_source& src, const nlohmann::json& j,
                                                 const std::string& path) {
   constexpr std::string_view expected =
-      "{\"alpha\": seconds per latency term, \"beta\": seconds per byte}";
-  expect_object(src, j, path, expected);
-  reject_unknown_keys(src, j, path, {"alpha", "beta"});
-  alpha_beta p;
-  p.alpha =
-      read_number(src, require_key(src, j, path, "alpha", expected), json_child(path, "alpha"),
-                  {0.0, false, cluster_limits::max_latency, false, "seconds >= 0"});
-  p.beta = read_number(src, require_key(src, j, path, "beta", expected), json_child(path, "beta"),
-                       {0.0, false, 1.0, false, "seconds per byte >= 0, e.g. 2e-10 for 5 GB/s"});
-  return p;
+      "{\"alpha\": seconds, \"beta\": seconds per byte}, or an array of such pieces, each "
+      "but the last with \"up_to\": bytes";
+  const auto piece = [&](const nlohmann::json& p, const std::string& at, bool first, bool last) {
+    expect_object(src, p, at, expected);
+    if (last)
+      reject_unknown_keys(src, p, at, {"alpha", "beta"});
+    else
+      reject_unknown_keys(src, p, at, {"up_to", "alpha", "beta"});
+    cost_piece c;
+    if (!last)
+      c.up_to_bytes = read_number(src, require_key(src, p, at, "up_to", expected),
+                                  json_child(at, "up_to"), {0.0, true, 1e18, false, "bytes > 0"});
+    // A piece after the first starts above x = 0 and may have a negative alpha (checked below).
+    c.cost.alpha =
+        read_number(src, require_key(src, p, at, "alpha", expected), json_child(at, "alpha"),
+                    {first ? 0.0 : -cluster_limits::max_latency, false, cluster_limits::max_latency,
+                     false, "seconds; >= 0 for the first piece"});
+    c.cost.beta =
+        read_number(src, require_key(src, p, at, "beta", expected), json_child(at, "beta"),
+                    {0.0, false, 1.0, false, "seconds per byte >= 0, e.g. 2e-10 for 5 GB/s"});
+    return c;
+  };
+  if (!j.is_array())
+    return {piece(j, path, true, true)};
+  if (j.empty())
+    src.fail(path, "is empty", std::string(expected));
+  cost_curve curve;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    curve.push_back(piece(j[i], json_child(path, i), i == 0, i + 1 == j.size()));
+    if (i > 0 && !(curve[i].up_to_bytes > curve[i - 1].up_to_bytes))
+      src.fail(json_child(json_child(path, i), "up_to"), "is not larger than the piece before",
+               "ascending \"up_to\" limits");
+    const double from = i == 0 ? 0.0 : curve[i - 1].up_to_bytes;
+    if (curve[i].cost.alpha + curve[i].cost.beta * from < 0.0)
+      src.fail(json_child(json_child(path, i), "alpha"),
+               "gives a negative time where the piece starts",
+               "alpha + beta * (the previous piece's up_to) >= 0");
+  }
+  return curve;
 }
 
 // "collectives": {"all_gather_v": {"padded": {alpha, beta}, ...}, "all_reduce": {alpha, beta}}
@@ -129,7 +160,7 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
       continue;
     const std::string path = json_child("collectives", key);
     if (!has_algorithms(op)) {
-      c.collective_costs.push_back({op, uneven_algorithm::native, read_alpha_beta(src, *it, path)});
+      c.collective_costs.push_back({op, uneven_algorithm::native, read_cost_curve(src, *it, path)});
       continue;
     }
     expect_object(src, *it, path, "an object keyed by algorithm (padded, grouped, native)");
@@ -137,8 +168,23 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
     for (uneven_algorithm alg : concrete_algorithms)
       if (const auto a = it->find(std::string(name(alg))); a != it->end())
         c.collective_costs.push_back(
-            {op, alg, read_alpha_beta(src, *a, json_child(path, name(alg)))});
+            {op, alg, read_cost_curve(src, *a, json_child(path, name(alg)))});
   }
+}
+
+[[nodiscard]] inline nlohmann::json curve_to_json(const cost_curve& curve) {
+  const auto piece = [](const cost_piece& p) {
+    nlohmann::json j = {{"alpha", p.cost.alpha}, {"beta", p.cost.beta}};
+    if (std::isfinite(p.up_to_bytes))
+      j["up_to"] = p.up_to_bytes;
+    return j;
+  };
+  if (curve.size() == 1)
+    return piece(curve[0]);
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& p : curve)
+    a.push_back(piece(p));
+  return a;
 }
 
 } // namespace detail
@@ -281,11 +327,27 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
                             {"node", d.node},
                             {"slowdown", d.slowdown}});
   for (const auto& e : c.collective_costs) {
-    const nlohmann::json p = {{"alpha", e.cost.alpha}, {"beta", e.cost.beta}};
     if (has_algorithms(e.op))
-      j["collectives"][std::string(name(e.op))][std::string(name(e.algorithm))] = p;
+      j["collectives"][std::string(name(e.op))][std::string(name(e.algorithm))] =
+          detail::curve_to_json(e.curve);
     else
-      j["collectives"][std::string(name(e.op))] = p;
+      j["collectives"][std::string(name(e.op))] = detail::curve_to_json(e.curve);
+  }
+  return j;
+}
+
+/// A cost model as a cluster file's "collectives" section (every collective and algorithm the
+/// file format knows), e.g. to save what `calibrate_collectives` measured.
+[[nodiscard]] inline nlohmann::json collectives_to_json(const collective_cost_model& m) {
+  nlohmann::json j = nlohmann::json::object();
+  for (collective op : {collective::all_gather_v, collective::reduce_scatter_v,
+                        collective::all_reduce, collective::broadcast}) {
+    if (!has_algorithms(op)) {
+      j[std::string(name(op))] = detail::curve_to_json(m.curve(op, uneven_algorithm::native));
+      continue;
+    }
+    for (uneven_algorithm alg : concrete_algorithms)
+      j[std::string(name(op))][std::string(name(alg))] = detail::curve_to_json(m.curve(op, alg));
   }
   return j;
 }

@@ -15,20 +15,24 @@
 #include <chrono>
 #include <cstddef>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace hspmd {
 
 /// What `calibrate_collectives` measures.
 struct calibration_options {
-  std::vector<std::size_t> sizes_bytes = {1U << 12U, 1U << 16U, 1U << 20U}; ///< total per call
+  /// Bytes per call, ascending; one cost piece per pair of neighbours (MPI switches algorithms
+  /// with the size, so the range should cover the sizes the job moves).
+  std::vector<std::size_t> sizes_bytes = {1U << 10U, 1U << 12U, 1U << 14U, 1U << 16U,
+                                          1U << 18U, 1U << 20U, 1U << 22U, 1U << 24U};
   int repetitions = 5; ///< timed calls per point (the median counts), after one warm-up call
 };
 
 /// Collective: measures this communicator's collectives and returns the fitted cost model (the
-/// same on every rank). Takes well under a second on a shared-memory node at default options.
+/// same on every rank). Takes about a second on a shared-memory node at default options.
 template <class Comm>
-  requires communicator<Comm, float>
+requires communicator<Comm, float>
 [[nodiscard]] collective_cost_model calibrate_collectives(Comm& comm,
                                                           const calibration_options& opt = {}) {
   using clock = std::chrono::steady_clock;
@@ -59,8 +63,9 @@ template <class Comm>
 
   for (collective op : {collective::all_gather_v, collective::reduce_scatter_v}) {
     for (uneven_algorithm alg : concrete_algorithms) {
-      std::vector<alpha_beta_sample> samples;
+      std::vector<std::vector<alpha_beta_sample>> samples;
       for (std::size_t bytes : opt.sizes_bytes) {
+        samples.emplace_back();
         for (const auto& pattern : patterns) {
           const auto counts = shard_lengths(bytes / sizeof(float), pattern);
           std::size_t total = 0;
@@ -76,14 +81,14 @@ template <class Comm>
                                     reduce_op::sum, alg);
           });
           const cost_terms terms = terms_of(op, alg, counts, sizeof(float));
-          samples.push_back({terms.latency_terms, terms.bytes, t});
+          samples.back().push_back({terms.latency_terms, terms.bytes, t});
         }
       }
-      model.at(op, alg) = fit_alpha_beta(samples);
+      model.set(op, alg, fit_cost_curve(samples));
     }
   }
   for (collective op : {collective::all_reduce, collective::broadcast}) {
-    std::vector<alpha_beta_sample> samples;
+    std::vector<std::vector<alpha_beta_sample>> samples;
     for (std::size_t bytes : opt.sizes_bytes) {
       std::vector<float> buf(bytes / sizeof(float), 1.0F);
       const double t = time_it([&] {
@@ -92,9 +97,9 @@ template <class Comm>
         else
           comm.broadcast(std::span<float>(buf), 0);
       });
-      samples.push_back({1.0, static_cast<double>(bytes), t});
+      samples.push_back({{1.0, static_cast<double>(bytes), t}});
     }
-    model.at(op, uneven_algorithm::native) = fit_alpha_beta(samples);
+    model.set(op, uneven_algorithm::native, fit_cost_curve(samples));
   }
   return model;
 }

@@ -56,7 +56,7 @@ struct call_fingerprint {
 
 /// Element type codes of fingerprints.
 [[nodiscard]] constexpr std::string_view element_name(std::uint64_t code) noexcept {
-  constexpr std::array<std::string_view, 7> names = {"f32", "f64", "i32", "i64",
+  constexpr std::array<std::string_view, 7> names = {"f32", "f64",  "i32", "i64",
                                                      "u64", "byte", "char"};
   return code < names.size() ? names.at(code) : "?";
 }

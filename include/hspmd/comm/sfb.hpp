@@ -28,7 +28,7 @@ namespace hspmd {
 /// all-gathering x (rank r: batch_counts[r] rows of m) and dy (rows of n) and one local GEMM.
 /// The rows are summed in global batch order, so every rank gets bit-identical results.
 template <class Comm, class T>
-  requires communicator<Comm, T>
+requires communicator<Comm, T>
 void sfb_weight_gradient(Comm& comm, std::span<const T> x, std::span<const T> dy,
                          std::span<const std::size_t> batch_counts, std::size_t m, std::size_t n,
                          std::span<T> dw, uneven_algorithm alg = uneven_algorithm::automatic) {
@@ -82,7 +82,8 @@ struct weight_gradient_costs {
 /// rank computes the full SFB GEMM; the all-reduce path computes partials of b_r rows).
 [[nodiscard]] inline weight_gradient_costs
 weight_gradient_cost(const collective_cost_model& model, std::span<const std::size_t> batch_counts,
-                     std::size_t m, std::size_t n, std::size_t elem_bytes, double flops_per_second) {
+                     std::size_t m, std::size_t n, std::size_t elem_bytes,
+                     double flops_per_second) {
   if (!(flops_per_second > 0.0) || batch_counts.empty())
     throw plan_error("weight_gradient_cost",
                      "flops_per_second " + std::to_string(flops_per_second) + " with " +
@@ -104,18 +105,16 @@ weight_gradient_cost(const collective_cost_model& model, std::span<const std::si
   weight_gradient_costs c;
   c.sfb.bytes = static_cast<double>(rows) * (md + nd) * static_cast<double>(elem_bytes);
   c.sfb.flops = 2.0 * static_cast<double>(rows) * md * nd;
-  c.sfb.seconds = model.estimate(collective::all_gather_v, uneven_algorithm::automatic, x_counts,
-                                 elem_bytes) +
-                  model.estimate(collective::all_gather_v, uneven_algorithm::automatic, dy_counts,
-                                 elem_bytes) +
-                  c.sfb.flops / flops_per_second;
+  c.sfb.seconds =
+      model.estimate(collective::all_gather_v, uneven_algorithm::automatic, x_counts, elem_bytes) +
+      model.estimate(collective::all_gather_v, uneven_algorithm::automatic, dy_counts, elem_bytes) +
+      c.sfb.flops / flops_per_second;
   const std::size_t weight = m * n;
   c.all_reduce.bytes = 2.0 * (ranks - 1.0) / ranks * md * nd * static_cast<double>(elem_bytes);
   c.all_reduce.flops = 2.0 * static_cast<double>(largest) * md * nd;
-  c.all_reduce.seconds =
-      model.estimate(collective::all_reduce, uneven_algorithm::native,
-                     std::span<const std::size_t>(&weight, 1), elem_bytes) +
-      c.all_reduce.flops / flops_per_second;
+  c.all_reduce.seconds = model.estimate(collective::all_reduce, uneven_algorithm::native,
+                                        std::span<const std::size_t>(&weight, 1), elem_bytes) +
+                         c.all_reduce.flops / flops_per_second;
   return c;
 }
 

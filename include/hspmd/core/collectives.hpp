@@ -28,10 +28,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace hspmd {
 
@@ -135,8 +138,20 @@ struct cost_terms {
   return {1.0, static_cast<double>(total - smallest) * s};
 }
 
-/// Alpha-beta parameters for every (collective, algorithm) of one communicator, and the choice
-/// `automatic` makes from them. Identical parameters give identical choices on every rank.
+/// Alpha-beta parameters valid for byte terms x <= `up_to_bytes`. MPI and NCCL switch their
+/// internal algorithms with the message size, so one straight line per algorithm does not fit
+/// from 1 KiB to 64 MiB; a cost curve is a few such pieces, in ascending order, the last one
+/// without limit.
+struct cost_piece {
+  double up_to_bytes = std::numeric_limits<double>::infinity();
+  alpha_beta cost;
+
+  friend bool operator==(const cost_piece&, const cost_piece&) = default;
+};
+using cost_curve = std::vector<cost_piece>;
+
+/// Alpha-beta cost curves for every (collective, algorithm) of one communicator, and the choice
+/// `automatic` makes from them. Identical models give identical choices on every rank.
 class collective_cost_model {
 public:
   /// Defaults for `ranks` ranks joined by a link of `latency` seconds and `bandwidth` bytes/s:
@@ -156,22 +171,56 @@ public:
     const double inv_bw = 1.0 / bandwidth;
     for (std::size_t c = 0; c < collective_count; ++c)
       for (std::size_t a = 0; a < uneven_algorithm_count; ++a)
-        m.params_[c][a] = {steps * latency, inv_bw};
+        m.set(static_cast<collective>(c), static_cast<uneven_algorithm>(a),
+              {steps * latency, inv_bw});
     for (collective c : {collective::all_gather_v, collective::reduce_scatter_v})
-      m.at(c, uneven_algorithm::grouped) = {tree * latency, inv_bw};
-    m.at(collective::all_reduce, uneven_algorithm::native) = {2.0 * steps * latency,
-                                                              2.0 * steps / n * inv_bw};
-    m.at(collective::broadcast, uneven_algorithm::native) = {tree * latency, inv_bw};
-    m.at(collective::barrier, uneven_algorithm::native) = {tree * latency, 0.0};
+      m.set(c, uneven_algorithm::grouped, {tree * latency, inv_bw});
+    m.set(collective::all_reduce, uneven_algorithm::native,
+          {2.0 * steps * latency, 2.0 * steps / n * inv_bw});
+    m.set(collective::broadcast, uneven_algorithm::native, {tree * latency, inv_bw});
+    m.set(collective::barrier, uneven_algorithm::native, {tree * latency, 0.0});
     return m;
   }
 
-  /// Parameters of (collective, algorithm). Collectives without algorithms use `native`.
-  [[nodiscard]] alpha_beta& at(collective c, uneven_algorithm a) {
-    return params_.at(static_cast<std::size_t>(c)).at(static_cast<std::size_t>(a));
+  /// The cost curve of (collective, algorithm). Collectives without algorithms use `native`.
+  [[nodiscard]] const cost_curve& curve(collective c, uneven_algorithm a) const {
+    return curves_.at(static_cast<std::size_t>(c)).at(static_cast<std::size_t>(a));
   }
-  [[nodiscard]] const alpha_beta& at(collective c, uneven_algorithm a) const {
-    return params_.at(static_cast<std::size_t>(c)).at(static_cast<std::size_t>(a));
+  /// Replaces the curve; throws `plan_error` unless it is non-empty, ascending, with
+  /// non-negative parameters and an unlimited last piece.
+  void set(collective c, uneven_algorithm a, cost_curve curve) {
+    const bool ascending =
+        std::is_sorted(curve.begin(), curve.end(), [](const cost_piece& x, const cost_piece& y) {
+          return x.up_to_bytes < y.up_to_bytes;
+        });
+    // Times must be positive where a piece applies: the first piece from x = 0 (alpha >= 0),
+    // later ones from the previous piece's limit (there alpha may be negative: a steeper line
+    // that starts higher).
+    bool physical = true;
+    for (std::size_t i = 0; i < curve.size(); ++i) {
+      const alpha_beta& p = curve[i].cost;
+      const double from = i == 0 ? 0.0 : curve[i - 1].up_to_bytes;
+      physical = physical && std::isfinite(p.alpha) && std::isfinite(p.beta) && p.beta >= 0.0 &&
+                 p.alpha + p.beta * from >= 0.0;
+    }
+    if (curve.empty() || !ascending || !physical || std::isfinite(curve.back().up_to_bytes))
+      throw plan_error("collective_cost_model::set",
+                       "bad cost curve for " + std::string(name(c)) + "/" + std::string(name(a)),
+                       "ascending pieces, beta >= 0, positive times where each piece starts, and "
+                       "an unlimited last piece");
+    curves_.at(static_cast<std::size_t>(c)).at(static_cast<std::size_t>(a)) = std::move(curve);
+  }
+  /// One straight line for (collective, algorithm).
+  void set(collective c, uneven_algorithm a, alpha_beta p) {
+    set(c, a, cost_curve{cost_piece{.cost = p}});
+  }
+  /// The parameters that apply to a byte term of `bytes`.
+  [[nodiscard]] const alpha_beta& params(collective c, uneven_algorithm a, double bytes) const {
+    const cost_curve& k = curve(c, a);
+    for (const cost_piece& p : k)
+      if (bytes <= p.up_to_bytes)
+        return p.cost;
+    return k.back().cost;
   }
 
   /// Predicted seconds of one call. `automatic` predicts the algorithm it would choose.
@@ -182,8 +231,8 @@ public:
     else if (alg == uneven_algorithm::automatic)
       alg = choose(op, counts, elem_bytes);
     const cost_terms t = terms_of(op, alg, counts, elem_bytes);
-    const alpha_beta& p = at(op, alg);
-    return t.latency_terms * p.alpha + t.bytes * p.beta;
+    const alpha_beta& p = params(op, alg, t.bytes);
+    return std::max(0.0, t.latency_terms * p.alpha + t.bytes * p.beta);
   }
 
   /// The cheapest concrete algorithm for these counts; ties go to native, then padded.
@@ -206,7 +255,7 @@ public:
   friend bool operator==(const collective_cost_model&, const collective_cost_model&) = default;
 
 private:
-  std::array<std::array<alpha_beta, uneven_algorithm_count>, collective_count> params_{};
+  std::array<std::array<cost_curve, uneven_algorithm_count>, collective_count> curves_{};
 };
 
 /// One measured call: its cost terms and its time.
@@ -217,9 +266,11 @@ struct alpha_beta_sample {
 };
 
 /// Fits t = a * alpha + x * beta to measured samples by least squares on the *relative* error
-/// (weights 1 / t^2, so microsecond and millisecond samples count alike), with alpha, beta >= 0.
+/// (weights 1 / t^2, so microsecond and millisecond samples count alike), with beta >= 0 and,
+/// unless `negative_alpha` allows it (a piece that starts above x = 0), alpha >= 0.
 /// Pure and deterministic: the same samples give the same bits on every rank.
-[[nodiscard]] inline alpha_beta fit_alpha_beta(std::span<const alpha_beta_sample> samples) {
+[[nodiscard]] inline alpha_beta fit_alpha_beta(std::span<const alpha_beta_sample> samples,
+                                               bool negative_alpha = false) {
   double saa = 0, sax = 0, sxx = 0, sat = 0, sxt = 0;
   for (const auto& s : samples) {
     if (!(s.seconds > 0.0))
@@ -234,7 +285,7 @@ struct alpha_beta_sample {
   const double det = saa * sxx - sax * sax;
   if (det > 1e-12 * saa * sxx) {
     const alpha_beta both{(sat * sxx - sxt * sax) / det, (saa * sxt - sax * sat) / det};
-    if (both.alpha >= 0.0 && both.beta >= 0.0)
+    if ((negative_alpha || both.alpha >= 0.0) && both.beta >= 0.0)
       return both;
   }
   // The unconstrained optimum has a negative parameter (not physical) or the samples cannot
@@ -252,6 +303,35 @@ struct alpha_beta_sample {
     return r;
   };
   return residual(only_alpha) <= residual(only_beta) ? only_alpha : only_beta;
+}
+
+/// Fits a cost curve to samples measured at ascending sizes (`by_size[i]`: the samples of the
+/// i-th size). Piece i is fitted on sizes i and i + 1 and reaches up to the largest byte term
+/// measured at size i + 1; the last piece has no limit. One size gives one straight line.
+/// Worked example: a time that turns 4x steeper at 1 MB, measured at 1e4 .. 1e8 bytes, gives
+/// four pieces, each exact at its two sizes; the one from 1e6 to 1e7 has a negative alpha.
+[[nodiscard]] inline cost_curve
+fit_cost_curve(const std::vector<std::vector<alpha_beta_sample>>& by_size) {
+  if (by_size.size() <= 1)
+    return {{std::numeric_limits<double>::infinity(),
+             fit_alpha_beta(by_size.empty() ? std::span<const alpha_beta_sample>{}
+                                            : std::span<const alpha_beta_sample>(by_size[0]))}};
+  cost_curve curve;
+  for (std::size_t i = 0; i + 1 < by_size.size(); ++i) {
+    std::vector<alpha_beta_sample> pair(by_size[i]);
+    pair.insert(pair.end(), by_size[i + 1].begin(), by_size[i + 1].end());
+    double reach = std::numeric_limits<double>::infinity();
+    if (i + 2 < by_size.size()) {
+      reach = 0.0;
+      for (const auto& smp : by_size[i + 1])
+        reach = std::max(reach, smp.bytes);
+    }
+    alpha_beta p = fit_alpha_beta(pair, i > 0);
+    if (i > 0 && p.alpha + p.beta * curve.back().up_to_bytes < 0.0)
+      p = fit_alpha_beta(pair); // would predict negative times where the piece starts
+    curve.push_back({reach, p});
+  }
+  return curve;
 }
 
 } // namespace hspmd

@@ -21,15 +21,20 @@ TEST_CASE("calibrated cost models agree across ranks and are physical") {
   std::string bytes;
   for (collective op : {collective::all_gather_v, collective::reduce_scatter_v,
                         collective::all_reduce, collective::broadcast})
-    for (uneven_algorithm a : concrete_algorithms) {
-      const alpha_beta p = m.at(op, a);
-      CAPTURE(name(op), name(a), p.alpha, p.beta);
-      CHECK(std::isfinite(p.alpha));
-      CHECK(std::isfinite(p.beta));
-      CHECK(p.alpha >= 0.0);
-      CHECK(p.beta >= 0.0);
-      bytes += std::to_string(p.alpha) + "," + std::to_string(p.beta) + ";";
-    }
+    for (uneven_algorithm a : concrete_algorithms)
+      for (const cost_piece& piece : m.curve(op, a)) {
+        const alpha_beta& p = piece.cost;
+        CAPTURE(name(op), name(a), piece.up_to_bytes, p.alpha, p.beta);
+        CHECK(std::isfinite(p.alpha));
+        CHECK(std::isfinite(p.beta));
+        CHECK(p.alpha >= 0.0);
+        CHECK(p.beta >= 0.0);
+        bytes += std::to_string(piece.up_to_bytes) + ":" + std::to_string(p.alpha) + "," +
+                 std::to_string(p.beta) + ";";
+      }
+  // One piece per pair of neighbouring sizes where there is more than one rank.
+  CHECK(m.curve(collective::all_gather_v, uneven_algorithm::native).size() ==
+        (comm.size() > 1 ? opt.sizes_bytes.size() - 1 : 1));
   const std::uint64_t h = fnv1a64(bytes);
   CHECK(comm.all_reduce(h, reduce_op::min) == h);
   CHECK(comm.all_reduce(h, reduce_op::max) == h);

@@ -121,7 +121,8 @@ TEMPLATE_TEST_CASE("all_gather_v: every algorithm and split, out of place and in
         std::vector<TestType> out(total, TestType{-7});
         comm.all_gather_v(std::span<const TestType>(mine), std::span<TestType>(out), counts, alg);
         std::vector<TestType> inplace(total, TestType{-7});
-        std::copy(mine.begin(), mine.end(), inplace.begin() + static_cast<std::ptrdiff_t>(offsets[me]));
+        std::copy(mine.begin(), mine.end(),
+                  inplace.begin() + static_cast<std::ptrdiff_t>(offsets[me]));
         comm.all_gather_v(std::span<TestType>(inplace), counts, alg);
         CAPTURE(p.name, total, name(alg));
         CHECK(out == want);
@@ -261,10 +262,10 @@ TEST_CASE("misuse becomes a comm_error naming the rank and the call, on every ra
   }
   const std::vector<std::size_t> wrong_counts(static_cast<std::size_t>(comm.size()) + 1, 0);
   std::vector<double> out;
-  CHECK_THROWS_WITH(comm.all_gather_v(std::span<const double>(), std::span<double>(out),
-                                      wrong_counts),
-                    Catch::StartsWith(rank + "all_gather_v: " + std::to_string(comm.size() + 1) +
-                                      " counts for "));
+  CHECK_THROWS_WITH(
+      comm.all_gather_v(std::span<const double>(), std::span<double>(out), wrong_counts),
+      Catch::StartsWith(rank + "all_gather_v: " + std::to_string(comm.size() + 1) +
+                        " counts for "));
   std::vector<std::size_t> counts(static_cast<std::size_t>(comm.size()), 2);
   std::vector<double> small(1);
   std::vector<double> whole(2 * counts.size());

@@ -31,7 +31,12 @@ TEMPLATE_TEST_CASE("SFB weight gradient equals the all-reduce of partial gradien
                                              std::vector<double>(n, 0.0)};
   splits[1][n - 1] = 1.0; // all rows on the last rank, empty shards elsewhere
   if (n > 1)
-    splits.push_back([&] { std::vector<double> v(n, 1.0); v[0] = 3.0; v[1] = 0.0; return v; }());
+    splits.push_back([&] {
+      std::vector<double> v(n, 1.0);
+      v[0] = 3.0;
+      v[1] = 0.0;
+      return v;
+    }());
   for (const auto& ratios : splits)
     for (uneven_algorithm alg : {uneven_algorithm::automatic, uneven_algorithm::padded,
                                  uneven_algorithm::grouped, uneven_algorithm::native}) {

@@ -96,15 +96,18 @@ TEST_CASE("measured collective costs in the cluster file override the link defau
   const std::string text = R"({"links": {"intra_node": {"bandwidth": 1e9, "latency": 1e-5}},
       "devices": [{"name": "d", "kind": "k", "speed": 1e9, "memory": 1024, "count": 4}],
       "collectives": {"all_gather_v": {"padded": {"alpha": 3e-6, "beta": 4e-10}},
-                      "all_reduce": {"alpha": 1e-5, "beta": 1e-9}}})";
+                      "all_reduce": [{"up_to": 65536, "alpha": 1e-5, "beta": 1e-9},
+                                     {"alpha": 2e-5, "beta": 5e-10}]}})";
   const cluster c = parse_cluster(text, "c.json");
   REQUIRE(c.collective_costs.size() == 2);
   const collective_cost_model m = c.cost_model();
-  CHECK(m.at(collective::all_gather_v, uneven_algorithm::padded) == alpha_beta{3e-6, 4e-10});
-  CHECK(m.at(collective::all_reduce, uneven_algorithm::native) == alpha_beta{1e-5, 1e-9});
+  CHECK(m.params(collective::all_gather_v, uneven_algorithm::padded, 1e9) ==
+        alpha_beta{3e-6, 4e-10});
+  CHECK(m.params(collective::all_reduce, uneven_algorithm::native, 1000) == alpha_beta{1e-5, 1e-9});
+  CHECK(m.params(collective::all_reduce, uneven_algorithm::native, 1e6) == alpha_beta{2e-5, 5e-10});
   const auto defaults = collective_cost_model::from_link(4, 1e-5, 1e9);
-  CHECK(m.at(collective::all_gather_v, uneven_algorithm::native) ==
-        defaults.at(collective::all_gather_v, uneven_algorithm::native));
+  CHECK(m.curve(collective::all_gather_v, uneven_algorithm::native) ==
+        defaults.curve(collective::all_gather_v, uneven_algorithm::native));
   CHECK(parse_cluster(to_json(c).dump(), "again.json") == c);
   CHECK(&c.bottleneck_link() == &c.intra_node);
 }

@@ -34,7 +34,8 @@ TEST_CASE("fingerprints describe the call and name both sides of a mismatch") {
   } catch (const comm_error& e) {
     const std::string msg = e.what();
     CHECK_THAT(msg, Catch::StartsWith("rank 1: collective mismatch (HSPMD_DEBUG=detail): rank 0 "
-                                      "called " + describe(a) + " but rank 2 called " + describe(b)));
+                                      "called " +
+                                      describe(a) + " but rank 2 called " + describe(b)));
   }
   CHECK(call_fingerprint::from_words(a.words()) == a);
 }

@@ -79,3 +79,50 @@ TEST_CASE("fit_alpha_beta recovers the parameters and stays physical") {
   CHECK(q.beta == 0.0);
   CHECK(fit_alpha_beta({}) == alpha_beta{});
 }
+
+TEST_CASE("cost curves: the piece covering the byte term applies") {
+  auto m = collective_cost_model::from_link(2, 1e-6, 1e9);
+  m.set(collective::reduce_scatter_v, uneven_algorithm::native,
+        cost_curve{{1e6, {1e-6, 1e-9}}, {cost_piece{}.up_to_bytes, {1e-6, 1e-8}}});
+  const std::vector<std::size_t> small{1000, 1000};       // x = 4000 B: first piece
+  const std::vector<std::size_t> large{1000000, 1000000}; // x = 4 MB: second piece, 10x slower
+  CHECK(m.estimate(collective::reduce_scatter_v, uneven_algorithm::native, small, 4) ==
+        Approx(1e-6 + 4000 * 1e-9));
+  CHECK(m.estimate(collective::reduce_scatter_v, uneven_algorithm::native, large, 4) ==
+        Approx(1e-6 + 4e6 * 1e-8));
+  // Where native's second piece is expensive, automatic moves to another algorithm.
+  CHECK(m.choose(collective::reduce_scatter_v, small, 4) == uneven_algorithm::native);
+  CHECK(m.choose(collective::reduce_scatter_v, large, 4) != uneven_algorithm::native);
+  CHECK_THROWS_AS(m.set(collective::all_reduce, uneven_algorithm::native, cost_curve{}),
+                  plan_error);
+  CHECK_THROWS_AS(m.set(collective::all_reduce, uneven_algorithm::native, cost_curve{{10, {1, 1}}}),
+                  plan_error); // the last piece must be unlimited
+  CHECK_THROWS_AS(m.set(collective::all_reduce, uneven_algorithm::native,
+                        cost_curve{{10, {1, 1}}, {5, {1, 1}}, {cost_piece{}.up_to_bytes, {1, 1}}}),
+                  plan_error); // not ascending
+  CHECK_THROWS_AS(m.set(collective::all_reduce, uneven_algorithm::native, alpha_beta{-1, 0}),
+                  plan_error);
+}
+
+TEST_CASE("fit_cost_curve: one piece per pair of neighbouring sizes") {
+  // A time that is linear below 1 MB and 4x steeper above it, like a protocol switch.
+  const auto t = [](double x) {
+    return x <= 1e6 ? 2e-6 + x * 1e-10 : 2e-6 + 1e6 * 1e-10 + (x - 1e6) * 4e-10;
+  };
+  std::vector<std::vector<alpha_beta_sample>> by_size;
+  for (double x : {1e4, 1e5, 1e6, 1e7, 1e8})
+    by_size.push_back({{1.0, x, t(x)}});
+  const cost_curve curve = fit_cost_curve(by_size);
+  REQUIRE(curve.size() == 4);
+  CHECK(curve[0].up_to_bytes == 1e5);
+  CHECK(curve[2].up_to_bytes == 1e7);
+  CHECK_FALSE(std::isfinite(curve[3].up_to_bytes));
+  auto m = collective_cost_model::from_link(2, 1e-6, 1e9);
+  m.set(collective::all_reduce, uneven_algorithm::native, curve);
+  for (double x : {1e4, 5e4, 1e5, 1e6, 1e7, 1e8}) {
+    const alpha_beta& p = m.params(collective::all_reduce, uneven_algorithm::native, x);
+    CAPTURE(x);
+    CHECK(p.alpha + x * p.beta == Approx(t(x)).epsilon(1e-6)); // exact at the measured sizes
+  }
+  CHECK(fit_cost_curve({}).size() == 1);
+}

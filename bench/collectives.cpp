@@ -1,0 +1,545 @@
+// hspmd-collectives: an nccl-tests style sweep of hspmd's collectives, with the same operation
+// called directly through MPI in the same run, so the library's overhead is visible side by side.
+//
+//   mpirun -np 3 build/release/bench/hspmd-collectives -b 1K -e 64M -f 4 -c 1 --algo all --ratios 4:2:1
+//
+// Sizes follow nccl-tests: the buffer for all_reduce and broadcast, the gathered output for
+// all_gather_v, the reduced input for reduce_scatter_v, the bytes each rank sends for
+// all_to_all_v. Times are per call: each iteration is timed on every rank, the slowest rank's
+// time counts, and median/min/max are over iterations. algbw = size / median time; busbw
+// scales it as nccl-tests does: all_reduce 2(n-1)/n, all_gather_v, reduce_scatter_v and
+// all_to_all_v (n-1)/n, broadcast 1.
+
+#include <hspmd/hspmd.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  std::string min_bytes = "32";
+  std::string max_bytes = "32M";
+  double factor = 2.0;
+  int iterations = 20;
+  int warmup = 5;
+  int check = 1;
+  std::string op = "all";
+  std::string algo = "automatic";
+  std::string ratios;
+  std::string backend = "mpi";
+  std::string dtype = "f32";
+  std::string json_file;
+  std::string cluster_file;
+  bool calibrate = false;
+};
+
+// "64M" -> 67108864 (K, M, G are powers of 1024, as in nccl-tests).
+std::size_t parse_bytes(const std::string& s, const char* flag) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    throw hspmd::config_error(std::string("flag ") + flag, "\"" + s + "\" is not a size",
+                              "a number with an optional K, M or G suffix, e.g. 64M");
+  }
+  double unit = 1;
+  const std::string suffix = s.substr(pos);
+  if (suffix == "K" || suffix == "k")
+    unit = 1024.0;
+  else if (suffix == "M" || suffix == "m")
+    unit = 1024.0 * 1024.0;
+  else if (suffix == "G" || suffix == "g")
+    unit = 1024.0 * 1024.0 * 1024.0;
+  else if (!suffix.empty())
+    throw hspmd::config_error(std::string("flag ") + flag, "unknown suffix \"" + suffix + "\"",
+                              "K, M or G");
+  if (!(v >= 0) || !std::isfinite(v))
+    throw hspmd::config_error(std::string("flag ") + flag, "\"" + s + "\" is negative",
+                              "a size >= 0");
+  return static_cast<std::size_t>(v * unit);
+}
+
+std::vector<double> parse_ratios(const std::string& s, int ranks) {
+  std::vector<double> r;
+  if (s.empty())
+    return std::vector<double>(static_cast<std::size_t>(ranks), 1.0);
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ':')) {
+    try {
+      std::size_t pos = 0;
+      r.push_back(std::stod(item, &pos));
+      if (pos != item.size())
+        throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw hspmd::config_error("flag --ratios " + s, "\"" + item + "\" is not a number",
+                                "ratios like 4:2:1, one per rank");
+    }
+  }
+  if (r.size() != static_cast<std::size_t>(ranks))
+    throw hspmd::config_error("flag --ratios " + s,
+                              std::to_string(r.size()) + " ratios for " + std::to_string(ranks) +
+                                  " ranks",
+                              "one ratio per rank, e.g. --ratios 2:1 for 2 ranks");
+  (void)hspmd::shard_lengths(1, r); // validates: finite, >= 0, positive sum
+  return r;
+}
+
+double busbw_factor(hspmd::collective op, double n) {
+  switch (op) {
+  case hspmd::collective::all_reduce:
+    return 2.0 * (n - 1.0) / n;
+  case hspmd::collective::broadcast:
+    return 1.0;
+  default:
+    return (n - 1.0) / n;
+  }
+}
+
+template <class T>
+MPI_Datatype mpi_type() {
+  return hspmd::detail::mpi_datatype<T>();
+}
+
+// Deterministic, small integers: exactly representable, and sums over ranks are exact.
+template <class T>
+T value(std::size_t rank, std::size_t i) {
+  return static_cast<T>(static_cast<int>((rank * 7919 + i * 31) % 17) - 8);
+}
+
+struct stats {
+  double median = 0, min = 0, max = 0;
+};
+
+struct row {
+  std::size_t bytes = 0;
+  std::size_t count = 0;
+  std::string dtype;
+  std::string op;
+  std::string algorithm;
+  stats hspmd_time;
+  stats mpi_time;
+  double algbw = 0, busbw = 0, mpi_busbw = 0;
+  long long wrong = -1;
+};
+
+template <class T>
+class sweep {
+public:
+  sweep(hspmd::mpi_communicator& comm, const options& opt, std::vector<double> ratios)
+      : comm_(comm), opt_(opt), ratios_(std::move(ratios)),
+        n_(static_cast<std::size_t>(comm.size())), me_(static_cast<std::size_t>(comm.rank())) {}
+
+  row run(hspmd::collective op, hspmd::uneven_algorithm alg, std::size_t bytes) {
+    const std::size_t count = bytes / sizeof(T);
+    setup(op, count);
+    row r;
+    r.bytes = count * sizeof(T);
+    r.count = count;
+    r.dtype = opt_.dtype;
+    r.op = std::string(name(op));
+    r.algorithm = hspmd::has_algorithms(op) ? std::string(name(alg)) : "-";
+    if (alg == hspmd::uneven_algorithm::automatic && hspmd::has_algorithms(op))
+      r.algorithm += ">" + std::string(name(comm_.choose(op, counts_, sizeof(T))));
+    std::tie(r.hspmd_time, r.mpi_time) = time([&] { call_hspmd(op, alg); }, [&] { call_mpi(op); });
+    const double factor = busbw_factor(op, static_cast<double>(n_));
+    r.algbw = r.hspmd_time.median > 0 ? static_cast<double>(r.bytes) / r.hspmd_time.median : 0;
+    r.busbw = r.algbw * factor;
+    r.mpi_busbw =
+        r.mpi_time.median > 0 ? static_cast<double>(r.bytes) / r.mpi_time.median * factor : 0;
+    if (opt_.check != 0)
+      r.wrong = check(op, alg);
+    return r;
+  }
+
+private:
+  void setup(hspmd::collective op, std::size_t count) {
+    using hspmd::collective;
+    counts_ = hspmd::shard_lengths(count, ratios_);
+    const std::size_t mine = counts_[me_];
+    switch (op) {
+    case collective::all_gather_v:
+      in_.assign(mine, T{});
+      out_.assign(count, T{});
+      break;
+    case collective::reduce_scatter_v:
+      in_.assign(count, T{});
+      out_.assign(mine, T{});
+      break;
+    case collective::all_to_all_v:
+      // Rank r sends counts[s] elements to rank s, so it receives counts[r] from every rank.
+      in_.assign(count, T{});
+      recv_counts_.assign(n_, mine);
+      out_.assign(mine * n_, T{});
+      break;
+    default:
+      in_.assign(count, T{});
+      out_.assign(count, T{});
+    }
+    mpi_counts_.clear();
+    mpi_displs_.clear();
+    int at = 0;
+    for (std::size_t c : counts_) {
+      mpi_counts_.push_back(static_cast<int>(c));
+      mpi_displs_.push_back(at);
+      at += static_cast<int>(c);
+    }
+    recv_mpi_counts_.assign(n_, static_cast<int>(mine));
+    recv_mpi_displs_.clear();
+    for (std::size_t r = 0; r < n_; ++r)
+      recv_mpi_displs_.push_back(static_cast<int>(r * mine));
+  }
+
+  void call_hspmd(hspmd::collective op, hspmd::uneven_algorithm alg) {
+    using hspmd::collective;
+    switch (op) {
+    case collective::all_reduce:
+      comm_.all_reduce(std::span<const T>(in_), std::span<T>(out_), hspmd::reduce_op::sum);
+      break;
+    case collective::broadcast:
+      comm_.broadcast(std::span<T>(in_), 0);
+      break;
+    case collective::all_gather_v:
+      comm_.all_gather_v(std::span<const T>(in_), std::span<T>(out_), counts_, alg);
+      break;
+    case collective::reduce_scatter_v:
+      comm_.reduce_scatter_v(std::span<const T>(in_), std::span<T>(out_), counts_,
+                             hspmd::reduce_op::sum, alg);
+      break;
+    case collective::all_to_all_v:
+      comm_.all_to_all_v(std::span<const T>(in_), counts_, std::span<T>(out_), recv_counts_);
+      break;
+    case collective::barrier:
+      comm_.barrier();
+      break;
+    }
+  }
+
+  void call_mpi(hspmd::collective op) {
+    using hspmd::collective;
+    MPI_Comm c = comm_.native_handle();
+    const MPI_Datatype t = mpi_type<T>();
+    switch (op) {
+    case collective::all_reduce:
+      MPI_Allreduce(in_.data(), out_.data(), static_cast<int>(in_.size()), t, MPI_SUM, c);
+      break;
+    case collective::broadcast:
+      MPI_Bcast(in_.data(), static_cast<int>(in_.size()), t, 0, c);
+      break;
+    case collective::all_gather_v:
+      MPI_Allgatherv(in_.data(), static_cast<int>(in_.size()), t, out_.data(), mpi_counts_.data(),
+                     mpi_displs_.data(), t, c);
+      break;
+    case collective::reduce_scatter_v:
+      MPI_Reduce_scatter(in_.data(), out_.data(), mpi_counts_.data(), t, MPI_SUM, c);
+      break;
+    case collective::all_to_all_v:
+      MPI_Alltoallv(in_.data(), mpi_counts_.data(), mpi_displs_.data(), t, out_.data(),
+                    recv_mpi_counts_.data(), recv_mpi_displs_.data(), t, c);
+      break;
+    case collective::barrier:
+      MPI_Barrier(c);
+      break;
+    }
+  }
+
+  // Times `a` and `b` in alternating iterations, so both see the same machine state.
+  template <class A, class B>
+  std::pair<stats, stats> time(A&& a, B&& b) {
+    for (int i = 0; i < opt_.warmup; ++i) {
+      a();
+      b();
+    }
+    const auto n = static_cast<std::size_t>(opt_.iterations);
+    std::vector<double> t(2 * n); // [a's times | b's times]
+    for (std::size_t i = 0; i < n; ++i) {
+      t[i] = timed(a);
+      t[n + i] = timed(b);
+    }
+    // The slowest rank's time of each iteration.
+    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX,
+                  comm_.native_handle());
+    const auto summarize = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return stats{v[v.size() / 2], v.front(), v.back()};
+    };
+    return {summarize({t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n)}),
+            summarize({t.begin() + static_cast<std::ptrdiff_t>(n), t.end()})};
+  }
+
+  template <class F>
+  double timed(F&& call) {
+    MPI_Barrier(comm_.native_handle());
+    const auto start = clock_type::now();
+    call();
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+  }
+
+  // Runs the hspmd call once on known data; returns the number of wrong elements over all ranks.
+  long long check(hspmd::collective op, hspmd::uneven_algorithm alg) {
+    using hspmd::collective;
+    const auto offsets = hspmd::shard_offsets(counts_);
+    long long wrong = 0;
+    const auto sum_over_ranks = [&](std::size_t i) {
+      T s{};
+      for (std::size_t r = 0; r < n_; ++r)
+        s = static_cast<T>(s + value<T>(r, i));
+      return s;
+    };
+    switch (op) {
+    case collective::all_reduce:
+    case collective::broadcast:
+      for (std::size_t i = 0; i < in_.size(); ++i)
+        in_[i] = value<T>(me_, i);
+      call_hspmd(op, alg);
+      for (std::size_t i = 0; i < in_.size(); ++i) {
+        const T want = op == collective::broadcast ? value<T>(0, i) : sum_over_ranks(i);
+        wrong += (op == collective::broadcast ? in_[i] : out_[i]) == want ? 0 : 1;
+      }
+      break;
+    case collective::all_gather_v:
+      for (std::size_t i = 0; i < in_.size(); ++i)
+        in_[i] = value<T>(me_, offsets[me_] + i);
+      call_hspmd(op, alg);
+      for (std::size_t r = 0; r < n_; ++r)
+        for (std::size_t i = 0; i < counts_[r]; ++i)
+          wrong += out_[offsets[r] + i] == value<T>(r, offsets[r] + i) ? 0 : 1;
+      break;
+    case collective::reduce_scatter_v:
+      for (std::size_t i = 0; i < in_.size(); ++i)
+        in_[i] = value<T>(me_, i);
+      call_hspmd(op, alg);
+      for (std::size_t i = 0; i < out_.size(); ++i)
+        wrong += out_[i] == sum_over_ranks(offsets[me_] + i) ? 0 : 1;
+      break;
+    case collective::all_to_all_v:
+      for (std::size_t i = 0; i < in_.size(); ++i)
+        in_[i] = value<T>(me_, i);
+      call_hspmd(op, alg);
+      // From rank r we got r's elements [offsets[me], offsets[me] + counts[me]).
+      for (std::size_t r = 0; r < n_; ++r)
+        for (std::size_t i = 0; i < counts_[me_]; ++i)
+          wrong += out_[r * counts_[me_] + i] == value<T>(r, offsets[me_] + i) ? 0 : 1;
+      break;
+    case collective::barrier:
+      break;
+    }
+    return comm_.all_reduce(static_cast<std::int64_t>(wrong), hspmd::reduce_op::sum);
+  }
+
+  hspmd::mpi_communicator& comm_;
+  const options& opt_;
+  std::vector<double> ratios_;
+  std::size_t n_;
+  std::size_t me_;
+  std::vector<std::size_t> counts_;
+  std::vector<std::size_t> recv_counts_;
+  std::vector<int> mpi_counts_, mpi_displs_, recv_mpi_counts_, recv_mpi_displs_;
+  std::vector<T> in_, out_;
+};
+
+void print_header(const options& opt, int ranks, const std::string& ratios) {
+  std::printf("# hspmd-collectives: %d ranks, backend %s, dtype %s, ratios %s, %d iterations "
+              "(%d warm-up), check %s\n",
+              ranks, opt.backend.c_str(), opt.dtype.c_str(), ratios.c_str(), opt.iterations,
+              opt.warmup, opt.check != 0 ? "on" : "off");
+  std::printf("# times are per call, slowest rank; algbw = size / median; busbw as nccl-tests\n#\n");
+  std::printf("# %11s %10s %4s %-16s %-18s %9s %9s %9s %7s %7s %6s | %9s %7s %8s\n", "size",
+              "count", "type", "op", "algorithm", "median", "min", "max", "algbw", "busbw",
+              "#wrong", "MPI med", "MPI bus", "overhead");
+  std::printf("# %11s %10s %4s %-16s %-18s %9s %9s %9s %7s %7s %6s | %9s %7s %8s\n", "(B)",
+              "(elements)", "", "", "", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+              "(GB/s)", "");
+}
+
+void print_row(const row& r) {
+  const std::string wrong = r.wrong < 0 ? "n/a" : std::to_string(r.wrong);
+  std::printf("  %11zu %10zu %4s %-16s %-18s %9.2f %9.2f %9.2f %7.3f %7.3f %6s | %9.2f %7.3f "
+              "%+7.1f%%\n",
+              r.bytes, r.count, r.dtype.c_str(), r.op.c_str(), r.algorithm.c_str(),
+              1e6 * r.hspmd_time.median, 1e6 * r.hspmd_time.min, 1e6 * r.hspmd_time.max,
+              r.algbw / 1e9, r.busbw / 1e9, wrong.c_str(), 1e6 * r.mpi_time.median,
+              r.mpi_busbw / 1e9,
+              r.mpi_time.median > 0 ? 100.0 * (r.hspmd_time.median / r.mpi_time.median - 1.0)
+                                    : 0.0);
+}
+
+nlohmann::json to_json(const row& r) {
+  return {{"bytes", r.bytes},
+          {"count", r.count},
+          {"dtype", r.dtype},
+          {"op", r.op},
+          {"algorithm", r.algorithm},
+          {"time_us", {{"median", 1e6 * r.hspmd_time.median}, {"min", 1e6 * r.hspmd_time.min},
+                       {"max", 1e6 * r.hspmd_time.max}}},
+          {"algbw_GBps", r.algbw / 1e9},
+          {"busbw_GBps", r.busbw / 1e9},
+          {"wrong", r.wrong},
+          {"mpi", {{"time_us", {{"median", 1e6 * r.mpi_time.median},
+                                {"min", 1e6 * r.mpi_time.min},
+                                {"max", 1e6 * r.mpi_time.max}}},
+                   {"busbw_GBps", r.mpi_busbw / 1e9}}}};
+}
+
+template <class T>
+long long run_sweep(hspmd::mpi_communicator& comm, const options& opt,
+                    const std::vector<double>& ratios, nlohmann::json& rows) {
+  using hspmd::collective;
+  using hspmd::uneven_algorithm;
+  std::vector<collective> ops;
+  const std::vector<collective> all_ops = {collective::all_reduce, collective::broadcast,
+                                           collective::all_gather_v, collective::reduce_scatter_v,
+                                           collective::all_to_all_v};
+  for (collective c : all_ops)
+    if (opt.op == "all" || opt.op == name(c))
+      ops.push_back(c);
+  if (ops.empty())
+    throw hspmd::config_error("flag --op " + opt.op, "unknown collective",
+                              "all, all_reduce, broadcast, all_gather_v, reduce_scatter_v or "
+                              "all_to_all_v");
+  std::vector<uneven_algorithm> algs;
+  if (opt.algo == "all") {
+    algs = {uneven_algorithm::automatic, uneven_algorithm::padded, uneven_algorithm::grouped,
+            uneven_algorithm::native};
+  } else if (const auto a = hspmd::parse_uneven_algorithm(opt.algo)) {
+    algs = {*a};
+  } else {
+    throw hspmd::config_error("flag --algo " + opt.algo, "unknown algorithm",
+                              "automatic, padded, grouped, native or all");
+  }
+  const std::size_t lo = parse_bytes(opt.min_bytes, "-b");
+  const std::size_t hi = parse_bytes(opt.max_bytes, "-e");
+  if (lo > hi || !(opt.factor > 1.0))
+    throw hspmd::config_error("flags -b/-e/-f", "empty or endless size range",
+                              "-b <= -e and -f > 1");
+  sweep<T> s(comm, opt, ratios);
+  long long wrong = 0;
+  for (collective op : ops)
+    for (uneven_algorithm alg : algs) {
+      if (!hspmd::has_algorithms(op) && alg != algs.front())
+        continue; // one row per size for collectives without algorithms
+      for (double bytes = static_cast<double>(lo); bytes <= static_cast<double>(hi);
+           bytes = std::max(bytes * opt.factor, bytes + 1)) {
+        const row r = s.run(op, alg, static_cast<std::size_t>(bytes));
+        wrong += std::max(0LL, r.wrong);
+        if (comm.rank() == 0) {
+          print_row(r);
+          rows.push_back(to_json(r));
+        }
+      }
+    }
+  return wrong;
+}
+
+int run(int argc, char** argv) {
+  options opt;
+  CLI::App app{"hspmd-collectives: nccl-tests style sweep of hspmd's collectives next to direct "
+               "MPI calls"};
+  app.add_option("-b,--minbytes", opt.min_bytes, "smallest size (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes", opt.max_bytes, "largest size")->capture_default_str();
+  app.add_option("-f,--stepfactor", opt.factor, "size multiplier between rows")
+      ->capture_default_str();
+  app.add_option("-n,--iters", opt.iterations, "timed iterations per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app.add_option("-w,--warmup_iters", opt.warmup, "untimed iterations first")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  app.add_option("-c,--check", opt.check, "check results (0/1): prints #wrong")
+      ->capture_default_str();
+  app.add_option("--op", opt.op,
+                 "all, all_reduce, broadcast, all_gather_v, reduce_scatter_v, all_to_all_v")
+      ->capture_default_str();
+  app.add_option("--algo", opt.algo, "automatic, padded, grouped, native or all")
+      ->capture_default_str();
+  app.add_option("--ratios", opt.ratios, "uneven split across ranks, e.g. 4:2:1 (default even)");
+  app.add_option("--backend", opt.backend, "mpi or nccl")->capture_default_str();
+  app.add_option("-d,--dtype", opt.dtype, "f32, f64 or i32")->capture_default_str();
+  app.add_option("--json", opt.json_file, "also write the rows to this JSON file");
+  app.add_option("--cluster", opt.cluster_file,
+                 "take automatic's cost model from this cluster file");
+  app.add_flag("--calibrate", opt.calibrate,
+               "measure the cost model first (and print it as a cluster-file section)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  hspmd::mpi_communicator comm;
+  if (opt.backend == "nccl")
+    throw hspmd::config_error("flag --backend nccl",
+                              "the NCCL sweep runs on GPUs; this tool's NCCL path is not built "
+                              "into this host-side binary",
+                              "use --backend mpi, or the GPU build of the tool");
+  if (opt.backend != "mpi")
+    throw hspmd::config_error("flag --backend " + opt.backend, "unknown backend", "mpi or nccl");
+  const auto ratios = parse_ratios(opt.ratios, comm.size());
+  if (!opt.cluster_file.empty()) {
+    const auto c = hspmd::load_cluster(opt.cluster_file);
+    hspmd::check_rank_count(c, static_cast<std::size_t>(comm.size()));
+    comm.set_cost_model(c.cost_model());
+  }
+  if (opt.calibrate) {
+    comm.set_cost_model(hspmd::calibrate_collectives(comm));
+    if (comm.rank() == 0)
+      std::printf("# calibrated cost model (a cluster file's \"collectives\" section):\n# %s\n",
+                  hspmd::collectives_to_json(comm.cost_model()).dump().c_str());
+  }
+  std::string ratio_text = opt.ratios.empty() ? "even" : opt.ratios;
+  if (comm.rank() == 0)
+    print_header(opt, comm.size(), ratio_text);
+
+  nlohmann::json rows = nlohmann::json::array();
+  long long wrong = 0;
+  if (opt.dtype == "f32")
+    wrong = run_sweep<float>(comm, opt, ratios, rows);
+  else if (opt.dtype == "f64")
+    wrong = run_sweep<double>(comm, opt, ratios, rows);
+  else if (opt.dtype == "i32")
+    wrong = run_sweep<std::int32_t>(comm, opt, ratios, rows);
+  else
+    throw hspmd::config_error("flag --dtype " + opt.dtype, "unknown element type",
+                              "f32, f64 or i32");
+
+  if (comm.rank() == 0) {
+    std::printf("# total #wrong: %lld\n", wrong);
+    if (!opt.json_file.empty()) {
+      std::ofstream out(opt.json_file);
+      out << nlohmann::json{{"ranks", comm.size()},
+                            {"ratios", ratio_text},
+                            {"iterations", opt.iterations},
+                            {"rows", rows}}
+                 .dump(2)
+          << "\n";
+      if (!out)
+        throw hspmd::config_error(opt.json_file, "cannot write", "check the path");
+    }
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  hspmd::mpi_environment env(argc, argv);
+  return hspmd::run_guarded([&] { return run(argc, argv); });
+}
