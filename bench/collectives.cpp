@@ -1,7 +1,8 @@
 // hspmd-collectives: an nccl-tests style sweep of hspmd's collectives, with the same operation
 // called directly through MPI in the same run, so the library's overhead is visible side by side.
 //
-//   mpirun -np 3 build/release/bench/hspmd-collectives -b 1K -e 64M -f 4 -c 1 --algo all --ratios 4:2:1
+//   mpirun -np 3 build/release/bench/hspmd-collectives -b 1K -e 64M -f 4 -c 1 --algo all --ratios
+//   4:2:1
 //
 // Sizes follow nccl-tests: the buffer for all_reduce and broadcast, the gathered output for
 // all_gather_v, the reduced input for reduce_scatter_v, the bytes each rank sends for
@@ -143,9 +144,18 @@ struct row {
 template <class T>
 class sweep {
 public:
-  sweep(hspmd::mpi_communicator& comm, const options& opt, std::vector<double> ratios)
+  // Buffers are allocated once for the largest size: every row then runs on the same memory,
+  // so no row pays for fresh pages or for the MPI library registering new buffers.
+  sweep(hspmd::mpi_communicator& comm, const options& opt, std::vector<double> ratios,
+        std::size_t max_bytes)
       : comm_(comm), opt_(opt), ratios_(std::move(ratios)),
-        n_(static_cast<std::size_t>(comm.size())), me_(static_cast<std::size_t>(comm.rank())) {}
+        n_(static_cast<std::size_t>(comm.size())), me_(static_cast<std::size_t>(comm.rank())) {
+    const std::size_t elements = max_bytes / sizeof(T) + n_;
+    in_.reserve(elements);
+    out_.reserve(elements * n_); // all_to_all_v may receive up to n times a rank's share
+    in_.assign(in_.capacity(), T{});
+    out_.assign(out_.capacity(), T{});
+  }
 
   row run(hspmd::collective op, hspmd::uneven_algorithm alg, std::size_t bytes) {
     const std::size_t count = bytes / sizeof(T);
@@ -360,7 +370,8 @@ void print_header(const options& opt, int ranks, const std::string& ratios) {
               "(%d warm-up), check %s\n",
               ranks, opt.backend.c_str(), opt.dtype.c_str(), ratios.c_str(), opt.iterations,
               opt.warmup, opt.check != 0 ? "on" : "off");
-  std::printf("# times are per call, slowest rank; algbw = size / median; busbw as nccl-tests\n#\n");
+  std::printf(
+      "# times are per call, slowest rank; algbw = size / median; busbw as nccl-tests\n#\n");
   std::printf("# %11s %10s %4s %-16s %-18s %9s %9s %9s %7s %7s %6s | %9s %7s %8s\n", "size",
               "count", "type", "op", "algorithm", "median", "min", "max", "algbw", "busbw",
               "#wrong", "MPI med", "MPI bus", "overhead");
@@ -371,14 +382,13 @@ void print_header(const options& opt, int ranks, const std::string& ratios) {
 
 void print_row(const row& r) {
   const std::string wrong = r.wrong < 0 ? "n/a" : std::to_string(r.wrong);
-  std::printf("  %11zu %10zu %4s %-16s %-18s %9.2f %9.2f %9.2f %7.3f %7.3f %6s | %9.2f %7.3f "
-              "%+7.1f%%\n",
-              r.bytes, r.count, r.dtype.c_str(), r.op.c_str(), r.algorithm.c_str(),
-              1e6 * r.hspmd_time.median, 1e6 * r.hspmd_time.min, 1e6 * r.hspmd_time.max,
-              r.algbw / 1e9, r.busbw / 1e9, wrong.c_str(), 1e6 * r.mpi_time.median,
-              r.mpi_busbw / 1e9,
-              r.mpi_time.median > 0 ? 100.0 * (r.hspmd_time.median / r.mpi_time.median - 1.0)
-                                    : 0.0);
+  std::printf(
+      "  %11zu %10zu %4s %-16s %-18s %9.2f %9.2f %9.2f %7.3f %7.3f %6s | %9.2f %7.3f "
+      "%+7.1f%%\n",
+      r.bytes, r.count, r.dtype.c_str(), r.op.c_str(), r.algorithm.c_str(),
+      1e6 * r.hspmd_time.median, 1e6 * r.hspmd_time.min, 1e6 * r.hspmd_time.max, r.algbw / 1e9,
+      r.busbw / 1e9, wrong.c_str(), 1e6 * r.mpi_time.median, r.mpi_busbw / 1e9,
+      r.mpi_time.median > 0 ? 100.0 * (r.hspmd_time.median / r.mpi_time.median - 1.0) : 0.0);
 }
 
 nlohmann::json to_json(const row& r) {
@@ -387,15 +397,19 @@ nlohmann::json to_json(const row& r) {
           {"dtype", r.dtype},
           {"op", r.op},
           {"algorithm", r.algorithm},
-          {"time_us", {{"median", 1e6 * r.hspmd_time.median}, {"min", 1e6 * r.hspmd_time.min},
-                       {"max", 1e6 * r.hspmd_time.max}}},
+          {"time_us",
+           {{"median", 1e6 * r.hspmd_time.median},
+            {"min", 1e6 * r.hspmd_time.min},
+            {"max", 1e6 * r.hspmd_time.max}}},
           {"algbw_GBps", r.algbw / 1e9},
           {"busbw_GBps", r.busbw / 1e9},
           {"wrong", r.wrong},
-          {"mpi", {{"time_us", {{"median", 1e6 * r.mpi_time.median},
-                                {"min", 1e6 * r.mpi_time.min},
-                                {"max", 1e6 * r.mpi_time.max}}},
-                   {"busbw_GBps", r.mpi_busbw / 1e9}}}};
+          {"mpi",
+           {{"time_us",
+             {{"median", 1e6 * r.mpi_time.median},
+              {"min", 1e6 * r.mpi_time.min},
+              {"max", 1e6 * r.mpi_time.max}}},
+            {"busbw_GBps", r.mpi_busbw / 1e9}}}};
 }
 
 template <class T>
@@ -429,7 +443,7 @@ long long run_sweep(hspmd::mpi_communicator& comm, const options& opt,
   if (lo > hi || !(opt.factor > 1.0))
     throw hspmd::config_error("flags -b/-e/-f", "empty or endless size range",
                               "-b <= -e and -f > 1");
-  sweep<T> s(comm, opt, ratios);
+  sweep<T> s(comm, opt, ratios, hi);
   long long wrong = 0;
   for (collective op : ops)
     for (uneven_algorithm alg : algs) {
@@ -499,7 +513,16 @@ int run(int argc, char** argv) {
     comm.set_cost_model(c.cost_model());
   }
   if (opt.calibrate) {
-    comm.set_cost_model(hspmd::calibrate_collectives(comm));
+    // Calibrate over the sizes this sweep covers (factor 4 apart, at least 1 KiB).
+    hspmd::calibration_options cal;
+    cal.sizes_bytes.clear();
+    const std::size_t top = parse_bytes(opt.max_bytes, "-e");
+    for (std::size_t b = std::max<std::size_t>(parse_bytes(opt.min_bytes, "-b"), 1024); b <= top;
+         b *= 4)
+      cal.sizes_bytes.push_back(b);
+    if (cal.sizes_bytes.empty() || cal.sizes_bytes.back() != top)
+      cal.sizes_bytes.push_back(std::max<std::size_t>(top, 1024));
+    comm.set_cost_model(hspmd::calibrate_collectives(comm, cal));
     if (comm.rank() == 0)
       std::printf("# calibrated cost model (a cluster file's \"collectives\" section):\n# %s\n",
                   hspmd::collectives_to_json(comm.cost_model()).dump().c_str());

@@ -2,7 +2,8 @@
 // hspmd: SPMD training on clusters of mixed devices. The umbrella header.
 //
 // Hardware-free layers are always included. The MPI backend is included when the program
-// links `hspmd::mpi` (or `hspmd::hspmd`), which defines HSPMD_HAS_MPI.
+// links `hspmd::mpi` (or `hspmd::hspmd`), which defines HSPMD_HAS_MPI; the NCCL backend when it
+// links `hspmd::nccl`, which defines HSPMD_HAS_NCCL.
 
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/dtype.hpp>
@@ -30,6 +31,9 @@
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/comm/mpi/environment.hpp>
 #include <hspmd/comm/mpi/guard.hpp>
+#endif
+#if defined(HSPMD_HAS_NCCL)
+#include <hspmd/comm/nccl/communicator.hpp>
 #endif
 
 /// Library version, major * 10000 + minor * 100 + patch.

@@ -8,6 +8,7 @@
 // reduce-scatter take an algorithm tag (core/collectives.hpp); `automatic` asks the cost model,
 // which must be the same on every rank (it is unless set_cost_model is called unevenly).
 
+#include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/mpi/check.hpp>
 #include <hspmd/comm/reduce_op.hpp>
@@ -482,5 +483,8 @@ private:
   collective_cost_model model_;
   std::vector<std::byte> scratch_;
 };
+
+static_assert(communicator<mpi_communicator, float> &&
+              communicator<mpi_communicator, std::int32_t>);
 
 } // namespace hspmd

@@ -1,0 +1,595 @@
+#pragma once
+// The NCCL backend's communicator: device buffers, one CUDA stream, a non-blocking NCCL
+// communicator bootstrapped over MPI. Every call is enqueued on the stream and then waited for
+// while polling NCCL's asynchronous error state, so a failure on any rank aborts the
+// communicator and throws `comm_error` instead of hanging (HSPMD_TIMEOUT=<seconds> bounds the
+// wait as well).
+//
+// Buffers are spans over device memory of the current CUDA device. Collectives are collective
+// over the ranks of the bootstrap MPI communicator, in the same order on every rank.
+//
+// Uneven algorithms on NCCL (NCCL has no v-collectives):
+//   padded  : pad to the largest shard in a scratch buffer, ncclAllGather / ncclReduceScatter,
+//             trim with device copies
+//   grouped : one ncclBroadcast / ncclReduce per non-empty shard, in one NCCL group
+//   native  : grouped ncclSend/ncclRecv; reduce-scatter then sums the received segments on the
+//             device with cuBLAS axpy (floating-point types; for integer types `automatic`
+//             picks padded or grouped and an explicit `native` is refused)
+
+#include <hspmd/comm/communicator.hpp>
+#include <hspmd/comm/debug.hpp>
+#include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/comm/nccl/check.hpp>
+#include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/core/collectives.hpp>
+#include <hspmd/core/error.hpp>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace hspmd {
+
+/// Element types the NCCL backend moves.
+template <class T>
+concept nccl_element = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                       std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
+                       std::is_same_v<T, std::uint64_t>;
+
+namespace detail {
+template <nccl_element T>
+[[nodiscard]] constexpr ncclDataType_t nccl_datatype() noexcept {
+  if constexpr (std::is_same_v<T, float>)
+    return ncclFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return ncclFloat64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return ncclInt32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return ncclInt64;
+  else
+    return ncclUint64;
+}
+
+[[nodiscard]] inline ncclRedOp_t nccl_op(reduce_op op) noexcept {
+  switch (op) {
+  case reduce_op::max:
+    return ncclMax;
+  case reduce_op::min:
+    return ncclMin;
+  case reduce_op::sum:
+    break;
+  }
+  return ncclSum;
+}
+
+// Seconds from HSPMD_TIMEOUT (0: no limit).
+[[nodiscard]] inline double timeout_from_env() {
+  const char* v = std::getenv("HSPMD_TIMEOUT");
+  if (v == nullptr || *v == '\0')
+    return 0.0;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(s >= 0.0))
+    throw config_error("environment variable HSPMD_TIMEOUT", "\"" + std::string(v) +
+                                                                 "\" is not a number of seconds",
+                       "a number >= 0 (0 disables the limit)");
+  return s;
+}
+} // namespace detail
+
+/// A communicator over NCCL with device buffers. Satisfies `communicator`.
+class nccl_communicator {
+public:
+  /// Collective over `bootstrap`: rank 0 creates the NCCL id and broadcasts it over MPI; every
+  /// rank joins with its current CUDA device. `bootstrap` must outlive this communicator (debug
+  /// fingerprints travel over it).
+  explicit nccl_communicator(mpi_communicator& bootstrap)
+      : mpi_(&bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()),
+        debug_(bootstrap.debug()), timeout_(detail::timeout_from_env()),
+        model_(bootstrap.cost_model()) {
+    ncclUniqueId id{};
+    if (rank_ == 0)
+      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    bootstrap.broadcast(
+        std::span<char>(reinterpret_cast<char*>(&id), sizeof id), 0); // NOLINT: raw bytes
+    HSPMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
+    wait_ready("ncclCommInitRankConfig");
+  }
+  nccl_communicator(const nccl_communicator&) = delete;
+  nccl_communicator& operator=(const nccl_communicator&) = delete;
+  nccl_communicator(nccl_communicator&&) = delete;
+  nccl_communicator& operator=(nccl_communicator&&) = delete;
+  ~nccl_communicator() {
+    if (comm_ != nullptr) {
+      if (healthy_) {
+        ncclCommFinalize(comm_);
+        ncclResult_t state = ncclInProgress;
+        while (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclInProgress)
+          std::this_thread::yield();
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    if (blas_ != nullptr)
+      cublasDestroy(blas_);
+    if (scratch_ != nullptr)
+      cudaFree(scratch_);
+    if (stream_ != nullptr)
+      cudaStreamDestroy(stream_);
+  }
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  /// The stream every operation runs on; calls return after it has finished.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  [[nodiscard]] ncclComm_t native_handle() const noexcept { return comm_; }
+  [[nodiscard]] const collective_cost_model& cost_model() const noexcept { return model_; }
+  void set_cost_model(const collective_cost_model& m) { model_ = m; }
+  [[nodiscard]] uneven_algorithm choose(collective op, std::span<const std::size_t> counts,
+                                        std::size_t elem_bytes) const {
+    return model_.choose(op, counts, elem_bytes);
+  }
+
+  /// Collective: returns when every rank has called it (a one-element all-reduce).
+  void barrier() {
+    precheck<std::int32_t>(collective::barrier, 0, {}, -1, -1, uneven_algorithm::native);
+    auto* one = device_scratch<std::int32_t>(1);
+    HSPMD_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(std::int32_t), stream_), rank_);
+    check(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, comm_, stream_), "ncclAllReduce");
+    wait("barrier");
+  }
+
+  template <nccl_element T>
+  void broadcast(std::span<T> data, int root) {
+    precheck<T>(collective::broadcast, data.size(), {}, root, -1, uneven_algorithm::native);
+    check(ncclBroadcast(data.data(), data.data(), data.size(), detail::nccl_datatype<T>(), root,
+                        comm_, stream_),
+          "ncclBroadcast");
+    wait("broadcast");
+  }
+
+  template <nccl_element T>
+  void all_reduce(std::span<const T> in, std::span<T> out, reduce_op op) {
+    if (in.size() != out.size())
+      throw comm_error(rank_, "all_reduce", "in and out differ in size", "equal sizes");
+    precheck<T>(collective::all_reduce, out.size(), {}, -1, static_cast<int>(op),
+                uneven_algorithm::native);
+    check(ncclAllReduce(in.data(), out.data(), out.size(), detail::nccl_datatype<T>(),
+                        detail::nccl_op(op), comm_, stream_),
+          "ncclAllReduce");
+    wait("all_reduce");
+  }
+  template <nccl_element T>
+  void all_reduce(std::span<T> data, reduce_op op) {
+    all_reduce(std::span<const T>(data), data, op);
+  }
+
+  /// See mpi_communicator::all_gather_v; buffers are device memory.
+  template <nccl_element T>
+  void all_gather_v(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
+                    uneven_algorithm alg = uneven_algorithm::automatic) {
+    const auto offsets = check_counts(counts, in.size(), out.size(), "all_gather_v");
+    alg = resolve<T>(collective::all_gather_v, alg, counts, reduce_op::sum);
+    precheck<T>(collective::all_gather_v, out.size(), counts, -1, -1, alg);
+    gather(in.data(), out, counts, offsets, alg);
+  }
+  template <nccl_element T>
+  void all_gather_v(std::span<T> data, std::span<const std::size_t> counts,
+                    uneven_algorithm alg = uneven_algorithm::automatic) {
+    const auto offsets = offsets_of(counts, data.size(), "all_gather_v");
+    alg = resolve<T>(collective::all_gather_v, alg, counts, reduce_op::sum);
+    precheck<T>(collective::all_gather_v, data.size(), counts, -1, -1, alg);
+    gather(static_cast<const T*>(nullptr), data, counts, offsets, alg);
+  }
+
+  /// See mpi_communicator::reduce_scatter_v; buffers are device memory.
+  template <nccl_element T>
+  void reduce_scatter_v(std::span<const T> in, std::span<T> out,
+                        std::span<const std::size_t> counts, reduce_op op,
+                        uneven_algorithm alg = uneven_algorithm::automatic) {
+    const auto offsets = check_counts(counts, out.size(), in.size(), "reduce_scatter_v");
+    alg = resolve<T>(collective::reduce_scatter_v, alg, counts, op);
+    precheck<T>(collective::reduce_scatter_v, in.size(), counts, -1, static_cast<int>(op), alg);
+    scatter(in, out, counts, offsets, op, alg);
+  }
+
+  /// See mpi_communicator::all_to_all_v; grouped ncclSend/ncclRecv.
+  template <nccl_element T>
+  void all_to_all_v(std::span<const T> in, std::span<const std::size_t> send_counts,
+                    std::span<T> out, std::span<const std::size_t> recv_counts) {
+    const auto so = offsets_of(send_counts, in.size(), "all_to_all_v");
+    const auto ro = offsets_of(recv_counts, out.size(), "all_to_all_v");
+    precheck<T>(collective::all_to_all_v, 0, {}, -1, -1, uneven_algorithm::native);
+    group([&] {
+      for (std::size_t p = 0; p < me_count(); ++p) {
+        if (send_counts[p] > 0)
+          check(ncclSend(in.data() + so[p], send_counts[p], detail::nccl_datatype<T>(),
+                         static_cast<int>(p), comm_, stream_),
+                "ncclSend");
+        if (recv_counts[p] > 0)
+          check(ncclRecv(out.data() + ro[p], recv_counts[p], detail::nccl_datatype<T>(),
+                         static_cast<int>(p), comm_, stream_),
+                "ncclRecv");
+      }
+    });
+    wait("all_to_all_v");
+  }
+
+  /// Point to point (blocking until the transfer is done). `tag` must be 0: NCCL matches
+  /// messages by order, not by tag.
+  template <nccl_element T>
+  void send(std::span<const T> data, int dest, int tag) {
+    require_tag_zero(tag);
+    check(ncclSend(data.data(), data.size(), detail::nccl_datatype<T>(), dest, comm_, stream_),
+          "ncclSend");
+    wait("send");
+  }
+  template <nccl_element T>
+  void recv(std::span<T> data, int src, int tag) {
+    require_tag_zero(tag);
+    check(ncclRecv(data.data(), data.size(), detail::nccl_datatype<T>(), src, comm_, stream_),
+          "ncclRecv");
+    wait("recv");
+  }
+
+private:
+  [[nodiscard]] std::size_t me() const noexcept { return static_cast<std::size_t>(rank_); }
+  [[nodiscard]] std::size_t me_count() const noexcept { return static_cast<std::size_t>(size_); }
+
+  void require_tag_zero(int tag) const {
+    if (tag != 0)
+      throw comm_error(rank_, "send/recv", "tag " + std::to_string(tag) + " on NCCL",
+                       "tag 0: NCCL matches point-to-point messages in order");
+  }
+
+  // NCCL call results: ncclInProgress means "wait until the communicator is ready".
+  void check(ncclResult_t r, const char* call) {
+    if (r == ncclInProgress) {
+      wait_ready(call);
+      return;
+    }
+    if (r != ncclSuccess) {
+      healthy_ = false;
+      throw comm_error(rank_, call, detail::nccl_error_text(r, comm_));
+    }
+  }
+
+  template <class F>
+  void group(F&& enqueue) {
+    check(ncclGroupStart(), "ncclGroupStart");
+    enqueue();
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+  [[nodiscard]] bool timed_out(std::chrono::steady_clock::time_point start) const {
+    return timeout_ > 0.0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+               timeout_;
+  }
+
+  [[noreturn]] void fail(const char* call, const std::string& why, const std::string& fix) {
+    healthy_ = false;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    throw comm_error(rank_, call, why, fix);
+  }
+
+  // Waits until NCCL leaves ncclInProgress (non-blocking init, group end).
+  void wait_ready(const char* call) {
+    const auto start = std::chrono::steady_clock::now();
+    ncclResult_t state = ncclInProgress;
+    while (true) {
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r != ncclSuccess)
+        fail(call, detail::nccl_error_text(r, comm_), {});
+      if (state == ncclSuccess)
+        return;
+      if (state != ncclInProgress)
+        fail(call, detail::nccl_error_text(state, comm_), "another rank may have failed");
+      if (timed_out(start))
+        fail(call, "not ready after " + std::to_string(timeout_) + " s (HSPMD_TIMEOUT)",
+             "another rank may be stuck or gone");
+      std::this_thread::yield();
+    }
+  }
+
+  // Waits for the stream while polling NCCL's asynchronous error state.
+  void wait(const char* call) {
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess)
+        return;
+      if (q != cudaErrorNotReady)
+        detail::cuda_check(q, "cudaStreamQuery", rank_);
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess ||
+          (state != ncclSuccess && state != ncclInProgress))
+        fail(call, detail::nccl_error_text(state, comm_), "another rank may have failed");
+      if (timed_out(start))
+        fail(call, "did not finish within " + std::to_string(timeout_) + " s (HSPMD_TIMEOUT)",
+             "another rank may be stuck, gone, or calling a different collective");
+      std::this_thread::yield();
+    }
+  }
+
+  [[nodiscard]] std::vector<std::size_t> offsets_of(std::span<const std::size_t> counts,
+                                                    std::size_t whole, const char* call) const {
+    if (counts.size() != me_count())
+      throw comm_error(rank_, call,
+                       std::to_string(counts.size()) + " counts for " + std::to_string(size_) +
+                           " ranks",
+                       "pass one count per rank");
+    std::vector<std::size_t> offsets(counts.size());
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      offsets[r] = total;
+      total += counts[r];
+    }
+    if (whole != total)
+      throw comm_error(rank_, call,
+                       "buffer of " + std::to_string(whole) + " elements for counts summing to " +
+                           std::to_string(total),
+                       "size buffers by the counts");
+    return offsets;
+  }
+
+  [[nodiscard]] std::vector<std::size_t> check_counts(std::span<const std::size_t> counts,
+                                                      std::size_t part, std::size_t whole,
+                                                      const char* call) const {
+    auto offsets = offsets_of(counts, whole, call);
+    if (part != counts[me()])
+      throw comm_error(rank_, call,
+                       "this rank's part has " + std::to_string(part) + " elements, counts say " +
+                           std::to_string(counts[me()]),
+                       "the part has counts[rank] elements");
+    return offsets;
+  }
+
+  template <nccl_element T>
+  [[nodiscard]] uneven_algorithm resolve(collective op, uneven_algorithm alg,
+                                         std::span<const std::size_t> counts, reduce_op rop) {
+    const bool int_sum = op == collective::reduce_scatter_v && !std::is_floating_point_v<T>;
+    if (alg == uneven_algorithm::automatic) {
+      alg = model_.choose(op, counts, sizeof(T));
+      if (int_sum && alg == uneven_algorithm::native) // no integer axpy in cuBLAS
+        alg = model_.estimate(op, uneven_algorithm::padded, counts, sizeof(T)) <=
+                      model_.estimate(op, uneven_algorithm::grouped, counts, sizeof(T))
+                  ? uneven_algorithm::padded
+                  : uneven_algorithm::grouped;
+    }
+    if (op == collective::reduce_scatter_v && alg == uneven_algorithm::native &&
+        (int_sum || rop != reduce_op::sum))
+      throw comm_error(rank_, "reduce_scatter_v",
+                       "the native algorithm on NCCL sums received segments with cuBLAS axpy: "
+                       "floating-point sums only",
+                       "use padded, grouped or automatic for integer types and max/min");
+    return alg;
+  }
+
+  // Debug fingerprints travel over the bootstrap MPI communicator (host memory).
+  template <nccl_element T>
+  void precheck(collective op, std::size_t count, std::span<const std::size_t> counts, int root,
+                int reduction, uneven_algorithm alg) {
+    const std::uint64_t seq = sequence_++;
+    if (!debug_)
+      return;
+    call_fingerprint mine;
+    mine.sequence = seq;
+    mine.op = static_cast<std::uint64_t>(op);
+    mine.element = std::is_same_v<T, float>          ? 0
+                   : std::is_same_v<T, double>       ? 1
+                   : std::is_same_v<T, std::int32_t> ? 2
+                   : std::is_same_v<T, std::int64_t> ? 3
+                                                     : 4;
+    mine.count = count;
+    mine.counts_hash = counts.empty() ? 0 : hash_counts(counts);
+    mine.root = root < 0 ? 0 : static_cast<std::uint64_t>(root) + 1;
+    mine.reduction = reduction < 0 ? 0 : static_cast<std::uint64_t>(reduction) + 1;
+    mine.algorithm = static_cast<std::uint64_t>(alg);
+    const auto words = mine.words();
+    std::vector<std::uint64_t> all(words.size() * me_count());
+    mpi_->all_gather_v(std::span<const std::uint64_t>(words), std::span<std::uint64_t>(all),
+                       std::vector<std::size_t>(me_count(), words.size()),
+                       uneven_algorithm::native);
+    std::vector<call_fingerprint> prints;
+    for (std::size_t r = 0; r < me_count(); ++r)
+      prints.push_back(call_fingerprint::from_words(
+          std::span<const std::uint64_t, 8>(all.data() + r * words.size(), 8)));
+    check_fingerprints(prints, rank_);
+  }
+
+  template <class T>
+  [[nodiscard]] T* device_scratch(std::size_t elements) {
+    const std::size_t bytes = elements * sizeof(T);
+    if (bytes > scratch_bytes_) {
+      HSPMD_CUDA_CHECK(cudaStreamSynchronize(stream_), rank_);
+      if (scratch_ != nullptr)
+        HSPMD_CUDA_CHECK(cudaFree(scratch_), rank_);
+      scratch_ = nullptr;
+      HSPMD_CUDA_CHECK(cudaMalloc(&scratch_, bytes), rank_);
+      scratch_bytes_ = bytes;
+    }
+    return static_cast<T*>(scratch_);
+  }
+
+  template <class T>
+  void copy(T* to, const T* from, std::size_t n) {
+    if (n > 0 && to != from)
+      HSPMD_CUDA_CHECK(
+          cudaMemcpyAsync(to, from, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_), rank_);
+  }
+
+  template <nccl_element T>
+  void gather(const T* in, std::span<T> out, std::span<const std::size_t> counts,
+              const std::vector<std::size_t>& offsets, uneven_algorithm alg) {
+    const ncclDataType_t type = detail::nccl_datatype<T>();
+    const std::size_t mine = counts[me()];
+    const T* own = in != nullptr ? in : out.data() + offsets[me()];
+    std::size_t largest = 0;
+    for (std::size_t c : counts)
+      largest = std::max(largest, c);
+    switch (alg) {
+    case uneven_algorithm::padded: {
+      if (largest == 0)
+        return;
+      T* buf = device_scratch<T>(largest * (me_count() + 1)); // [n blocks | my block]
+      T* send = buf + largest * me_count();
+      copy(send, own, mine);
+      check(ncclAllGather(send, buf, largest, type, comm_, stream_), "ncclAllGather");
+      for (std::size_t r = 0; r < me_count(); ++r)
+        copy(out.data() + offsets[r], buf + r * largest, counts[r]);
+      break;
+    }
+    case uneven_algorithm::grouped:
+      copy(out.data() + offsets[me()], own, mine);
+      group([&] {
+        for (std::size_t r = 0; r < me_count(); ++r)
+          if (counts[r] > 0)
+            check(ncclBroadcast(out.data() + offsets[r], out.data() + offsets[r], counts[r], type,
+                                static_cast<int>(r), comm_, stream_),
+                  "ncclBroadcast");
+      });
+      break;
+    case uneven_algorithm::native:
+    case uneven_algorithm::automatic:
+      copy(out.data() + offsets[me()], own, mine);
+      group([&] {
+        for (std::size_t p = 0; p < me_count(); ++p) {
+          if (p == me())
+            continue;
+          if (mine > 0)
+            check(ncclSend(own, mine, type, static_cast<int>(p), comm_, stream_), "ncclSend");
+          if (counts[p] > 0)
+            check(ncclRecv(out.data() + offsets[p], counts[p], type, static_cast<int>(p), comm_,
+                           stream_),
+                  "ncclRecv");
+        }
+      });
+      break;
+    }
+    wait("all_gather_v");
+  }
+
+  template <nccl_element T>
+  void scatter(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
+               const std::vector<std::size_t>& offsets, reduce_op op, uneven_algorithm alg) {
+    const ncclDataType_t type = detail::nccl_datatype<T>();
+    const std::size_t mine = counts[me()];
+    std::size_t largest = 0;
+    for (std::size_t c : counts)
+      largest = std::max(largest, c);
+    switch (alg) {
+    case uneven_algorithm::padded: {
+      if (largest == 0)
+        return;
+      T* buf = device_scratch<T>(largest * (me_count() + 1)); // [n padded segments | result]
+      HSPMD_CUDA_CHECK(cudaMemsetAsync(buf, 0, largest * me_count() * sizeof(T), stream_), rank_);
+      for (std::size_t r = 0; r < me_count(); ++r)
+        copy(buf + r * largest, in.data() + offsets[r], counts[r]);
+      T* result = buf + largest * me_count();
+      check(ncclReduceScatter(buf, result, largest, type, detail::nccl_op(op), comm_, stream_),
+            "ncclReduceScatter");
+      copy(out.data(), static_cast<const T*>(result), mine);
+      break;
+    }
+    case uneven_algorithm::grouped: {
+      T* sink = device_scratch<T>(1); // non-roots' receive buffer is ignored by NCCL
+      group([&] {
+        for (std::size_t r = 0; r < me_count(); ++r)
+          if (counts[r] > 0)
+            check(ncclReduce(in.data() + offsets[r], r == me() ? out.data() : sink, counts[r],
+                             type, detail::nccl_op(op), static_cast<int>(r), comm_, stream_),
+                  "ncclReduce");
+      });
+      break;
+    }
+    case uneven_algorithm::native:
+    case uneven_algorithm::automatic: {
+      if constexpr (std::is_floating_point_v<T>) {
+        // Receive every other rank's copy of my segment, then sum them into `out` on the device.
+        T* staging = device_scratch<T>(mine * me_count());
+        copy(out.data(), in.data() + offsets[me()], mine);
+        group([&] {
+          for (std::size_t p = 0; p < me_count(); ++p) {
+            if (p == me())
+              continue;
+            if (counts[p] > 0)
+              check(ncclSend(in.data() + offsets[p], counts[p], type, static_cast<int>(p), comm_,
+                             stream_),
+                    "ncclSend");
+            if (mine > 0)
+              check(ncclRecv(staging + p * mine, mine, type, static_cast<int>(p), comm_, stream_),
+                    "ncclRecv");
+          }
+        });
+        if (mine > static_cast<std::size_t>(INT_MAX))
+          throw comm_error(rank_, "reduce_scatter_v", "segment too large for cuBLAS",
+                           "use the padded or grouped algorithm");
+        const T one = 1;
+        for (std::size_t p = 0; p < me_count() && mine > 0; ++p) {
+          if (p == me())
+            continue;
+          cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+          if constexpr (std::is_same_v<T, float>)
+            s = cublasSaxpy(blas(), static_cast<int>(mine), &one, staging + p * mine, 1,
+                            out.data(), 1);
+          else
+            s = cublasDaxpy(blas(), static_cast<int>(mine), &one, staging + p * mine, 1,
+                            out.data(), 1);
+          if (s != CUBLAS_STATUS_SUCCESS)
+            throw comm_error(rank_, "cublasAxpy", "cuBLAS status " + std::to_string(s));
+        }
+      }
+      break;
+    }
+    }
+    wait("reduce_scatter_v");
+  }
+
+  [[nodiscard]] cublasHandle_t blas() {
+    if (blas_ == nullptr) {
+      if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
+        throw comm_error(rank_, "cublasCreate", "cannot create a cuBLAS handle");
+      cublasSetStream(blas_, stream_);
+      cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST);
+    }
+    return blas_;
+  }
+
+  mpi_communicator* mpi_;
+  int rank_;
+  int size_;
+  bool debug_;
+  double timeout_;
+  collective_cost_model model_;
+  std::uint64_t sequence_ = 0;
+  bool healthy_ = true;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
+};
+
+static_assert(communicator<nccl_communicator, float> && communicator<nccl_communicator, std::int32_t>);
+
+} // namespace hspmd
