@@ -501,9 +501,8 @@ int run(int argc, char** argv) {
   hspmd::mpi_communicator comm;
   if (opt.backend == "nccl")
     throw hspmd::config_error("flag --backend nccl",
-                              "the NCCL sweep runs on GPUs; this tool's NCCL path is not built "
-                              "into this host-side binary",
-                              "use --backend mpi, or the GPU build of the tool");
+                              "the NCCL sweep is not implemented in hspmd-collectives yet",
+                              "use --backend mpi");
   if (opt.backend != "mpi")
     throw hspmd::config_error("flag --backend " + opt.backend, "unknown backend", "mpi or nccl");
   const auto ratios = parse_ratios(opt.ratios, comm.size());
