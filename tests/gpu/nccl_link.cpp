@@ -12,7 +12,7 @@
 namespace nccl_link {
 template <class T>
 void instantiate(hspmd::nccl_communicator& c, std::span<T> a, std::span<T> b,
-                                  std::span<const std::size_t> counts) {
+                 std::span<const std::size_t> counts) {
   c.barrier();
   c.broadcast(a, 0);
   c.all_reduce(std::span<const T>(a), b, hspmd::reduce_op::sum);
@@ -27,12 +27,13 @@ void instantiate(hspmd::nccl_communicator& c, std::span<T> a, std::span<T> b,
 }
 } // namespace nccl_link
 
-template void nccl_link::instantiate<float>(hspmd::nccl_communicator&, std::span<float>, std::span<float>,
-                                 std::span<const std::size_t>);
+template void nccl_link::instantiate<float>(hspmd::nccl_communicator&, std::span<float>,
+                                            std::span<float>, std::span<const std::size_t>);
 template void nccl_link::instantiate<double>(hspmd::nccl_communicator&, std::span<double>,
-                                  std::span<double>, std::span<const std::size_t>);
-template void nccl_link::instantiate<std::int32_t>(hspmd::nccl_communicator&, std::span<std::int32_t>,
-                                        std::span<std::int32_t>, std::span<const std::size_t>);
+                                             std::span<double>, std::span<const std::size_t>);
+template void nccl_link::instantiate<std::int32_t>(hspmd::nccl_communicator&,
+                                                   std::span<std::int32_t>, std::span<std::int32_t>,
+                                                   std::span<const std::size_t>);
 
 int main() {
   int nccl = 0;

@@ -45,9 +45,9 @@ namespace hspmd {
 
 /// Element types the NCCL backend moves.
 template <class T>
-concept nccl_element = std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                       std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
-                       std::is_same_v<T, std::uint64_t>;
+concept nccl_element =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
+    std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>;
 
 namespace detail {
 template <nccl_element T>
@@ -84,8 +84,8 @@ template <nccl_element T>
   char* end = nullptr;
   const double s = std::strtod(v, &end);
   if (end == v || *end != '\0' || !(s >= 0.0))
-    throw config_error("environment variable HSPMD_TIMEOUT", "\"" + std::string(v) +
-                                                                 "\" is not a number of seconds",
+    throw config_error("environment variable HSPMD_TIMEOUT",
+                       "\"" + std::string(v) + "\" is not a number of seconds",
                        "a number >= 0 (0 disables the limit)");
   return s;
 }
@@ -104,8 +104,8 @@ public:
     ncclUniqueId id{};
     if (rank_ == 0)
       check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    bootstrap.broadcast(
-        std::span<char>(reinterpret_cast<char*>(&id), sizeof id), 0); // NOLINT: raw bytes
+    bootstrap.broadcast(std::span<char>(reinterpret_cast<char*>(&id), sizeof id),
+                        0); // NOLINT: raw bytes
     HSPMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -434,8 +434,8 @@ private:
   template <class T>
   void copy(T* to, const T* from, std::size_t n) {
     if (n > 0 && to != from)
-      HSPMD_CUDA_CHECK(
-          cudaMemcpyAsync(to, from, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_), rank_);
+      HSPMD_CUDA_CHECK(cudaMemcpyAsync(to, from, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+                       rank_);
   }
 
   template <nccl_element T>
@@ -516,8 +516,8 @@ private:
       group([&] {
         for (std::size_t r = 0; r < me_count(); ++r)
           if (counts[r] > 0)
-            check(ncclReduce(in.data() + offsets[r], r == me() ? out.data() : sink, counts[r],
-                             type, detail::nccl_op(op), static_cast<int>(r), comm_, stream_),
+            check(ncclReduce(in.data() + offsets[r], r == me() ? out.data() : sink, counts[r], type,
+                             detail::nccl_op(op), static_cast<int>(r), comm_, stream_),
                   "ncclReduce");
       });
       break;
@@ -550,11 +550,11 @@ private:
             continue;
           cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
           if constexpr (std::is_same_v<T, float>)
-            s = cublasSaxpy(blas(), static_cast<int>(mine), &one, staging + p * mine, 1,
-                            out.data(), 1);
+            s = cublasSaxpy(blas(), static_cast<int>(mine), &one, staging + p * mine, 1, out.data(),
+                            1);
           else
-            s = cublasDaxpy(blas(), static_cast<int>(mine), &one, staging + p * mine, 1,
-                            out.data(), 1);
+            s = cublasDaxpy(blas(), static_cast<int>(mine), &one, staging + p * mine, 1, out.data(),
+                            1);
           if (s != CUBLAS_STATUS_SUCCESS)
             throw comm_error(rank_, "cublasAxpy", "cuBLAS status " + std::to_string(s));
         }
@@ -590,6 +590,7 @@ private:
   std::size_t scratch_bytes_ = 0;
 };
 
-static_assert(communicator<nccl_communicator, float> && communicator<nccl_communicator, std::int32_t>);
+static_assert(communicator<nccl_communicator, float> &&
+              communicator<nccl_communicator, std::int32_t>);
 
 } // namespace hspmd
