@@ -18,6 +18,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 namespace hspmd {
 
@@ -61,6 +63,16 @@ struct call_fingerprint {
   return code < names.size() ? names.at(code) : "?";
 }
 
+/// The fingerprint code of element type `T` (see element_name).
+template <class T>
+inline constexpr std::uint64_t element_code = std::is_same_v<T, float>           ? 0
+                                              : std::is_same_v<T, double>        ? 1
+                                              : std::is_same_v<T, std::int32_t>  ? 2
+                                              : std::is_same_v<T, std::int64_t>  ? 3
+                                              : std::is_same_v<T, std::uint64_t> ? 4
+                                              : std::is_same_v<T, std::byte>     ? 5
+                                                                                 : 6;
+
 /// FNV-1a of a counts vector, for fingerprints.
 [[nodiscard]] inline std::uint64_t hash_counts(std::span<const std::size_t> counts) noexcept {
   std::uint64_t h = fnv1a64({});
@@ -72,6 +84,33 @@ struct call_fingerprint {
     h = fnv1a64(std::string_view(bytes.data(), bytes.size()), h);
   }
   return h;
+}
+
+/// The fingerprint of a call of `sequence`-th collective `op` on elements of type `T`:
+/// `root` and `reduction` are -1 when the call has none.
+template <class T>
+[[nodiscard]] call_fingerprint
+fingerprint_of(std::uint64_t sequence, collective op, std::size_t count,
+               std::span<const std::size_t> counts, int root, int reduction, uneven_algorithm alg) {
+  call_fingerprint f;
+  f.sequence = sequence;
+  f.op = static_cast<std::uint64_t>(op);
+  f.element = element_code<T>;
+  f.count = count;
+  f.counts_hash = counts.empty() ? 0 : hash_counts(counts);
+  f.root = root < 0 ? 0 : static_cast<std::uint64_t>(root) + 1;
+  f.reduction = reduction < 0 ? 0 : static_cast<std::uint64_t>(reduction) + 1;
+  f.algorithm = static_cast<std::uint64_t>(alg);
+  return f;
+}
+
+/// Every rank's fingerprint from the concatenated words of all ranks (8 per rank).
+[[nodiscard]] inline std::vector<call_fingerprint>
+unpack_fingerprints(std::span<const std::uint64_t> words) {
+  std::vector<call_fingerprint> all;
+  for (std::size_t at = 0; at + 8 <= words.size(); at += 8)
+    all.push_back(call_fingerprint::from_words(words.subspan(at).first<8>()));
+  return all;
 }
 
 /// "all_reduce #3 (f32, 10 elements, sum)" and the like.

@@ -54,16 +54,6 @@ template <mpi_element T>
     return MPI_BYTE;
 }
 
-// Element codes of call fingerprints (see element_name in comm/debug.hpp).
-template <mpi_element T>
-inline constexpr std::uint64_t element_code = std::is_same_v<T, float>           ? 0
-                                              : std::is_same_v<T, double>        ? 1
-                                              : std::is_same_v<T, std::int32_t>  ? 2
-                                              : std::is_same_v<T, std::int64_t>  ? 3
-                                              : std::is_same_v<T, std::uint64_t> ? 4
-                                              : std::is_same_v<T, std::byte>     ? 5
-                                                                                 : 6;
-
 [[nodiscard]] inline MPI_Op mpi_op(reduce_op op) noexcept {
   switch (op) {
   case reduce_op::max:
@@ -321,25 +311,12 @@ private:
     const std::uint64_t seq = sequence_++;
     if (!debug_)
       return;
-    call_fingerprint mine;
-    mine.sequence = seq;
-    mine.op = static_cast<std::uint64_t>(op);
-    mine.element = detail::element_code<T>;
-    mine.count = count;
-    mine.counts_hash = counts.empty() ? 0 : hash_counts(counts);
-    mine.root = root < 0 ? 0 : static_cast<std::uint64_t>(root) + 1;
-    mine.reduction = reduction < 0 ? 0 : static_cast<std::uint64_t>(reduction) + 1;
-    mine.algorithm = static_cast<std::uint64_t>(alg);
-    const auto words = mine.words();
+    const auto words = fingerprint_of<T>(seq, op, count, counts, root, reduction, alg).words();
     std::vector<std::uint64_t> all(words.size() * me_count());
     HSPMD_MPI_CHECK(MPI_Allgather(words.data(), static_cast<int>(words.size()), MPI_UINT64_T,
                                   all.data(), static_cast<int>(words.size()), MPI_UINT64_T, comm_),
                     rank_);
-    std::vector<call_fingerprint> prints;
-    for (std::size_t r = 0; r < me_count(); ++r)
-      prints.push_back(call_fingerprint::from_words(
-          std::span<const std::uint64_t, 8>(all.data() + r * words.size(), 8)));
-    check_fingerprints(prints, rank_);
+    check_fingerprints(unpack_fingerprints(all), rank_);
   }
   [[nodiscard]] std::size_t me_count() const noexcept { return static_cast<std::size_t>(size_); }
 
@@ -358,6 +335,12 @@ private:
                              std::to_string(rank_) + ", which expects " +
                              std::to_string(recv_counts[s]),
                          "rank r's send_counts[s] must equal rank s's recv_counts[r]");
+  }
+
+  void wait_all(std::vector<MPI_Request>& requests) {
+    HSPMD_MPI_CHECK(
+        MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+        rank_);
   }
 
   // Scratch memory for the padded algorithm, reused across calls.
@@ -404,9 +387,7 @@ private:
                                    comm_, &requests.back()),
                         rank_);
       }
-      HSPMD_MPI_CHECK(
-          MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-          rank_);
+      wait_all(requests);
       return;
     }
     case uneven_algorithm::native:
@@ -454,9 +435,7 @@ private:
                                     static_cast<int>(r), comm_, &requests.back()),
                         rank_);
       }
-      HSPMD_MPI_CHECK(
-          MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-          rank_);
+      wait_all(requests);
       return;
     }
     case uneven_algorithm::native:

@@ -392,29 +392,12 @@ private:
     const std::uint64_t seq = sequence_++;
     if (!debug_)
       return;
-    call_fingerprint mine;
-    mine.sequence = seq;
-    mine.op = static_cast<std::uint64_t>(op);
-    mine.element = std::is_same_v<T, float>          ? 0
-                   : std::is_same_v<T, double>       ? 1
-                   : std::is_same_v<T, std::int32_t> ? 2
-                   : std::is_same_v<T, std::int64_t> ? 3
-                                                     : 4;
-    mine.count = count;
-    mine.counts_hash = counts.empty() ? 0 : hash_counts(counts);
-    mine.root = root < 0 ? 0 : static_cast<std::uint64_t>(root) + 1;
-    mine.reduction = reduction < 0 ? 0 : static_cast<std::uint64_t>(reduction) + 1;
-    mine.algorithm = static_cast<std::uint64_t>(alg);
-    const auto words = mine.words();
+    const auto words = fingerprint_of<T>(seq, op, count, counts, root, reduction, alg).words();
     std::vector<std::uint64_t> all(words.size() * me_count());
     mpi_->all_gather_v(std::span<const std::uint64_t>(words), std::span<std::uint64_t>(all),
                        std::vector<std::size_t>(me_count(), words.size()),
                        uneven_algorithm::native);
-    std::vector<call_fingerprint> prints;
-    for (std::size_t r = 0; r < me_count(); ++r)
-      prints.push_back(call_fingerprint::from_words(
-          std::span<const std::uint64_t, 8>(all.data() + r * words.size(), 8)));
-    check_fingerprints(prints, rank_);
+    check_fingerprints(unpack_fingerprints(all), rank_);
   }
 
   template <class T>
