@@ -21,6 +21,7 @@ void instantiate(hspmd::nccl_communicator& c, std::span<T> a, std::span<T> b,
   c.all_gather_v(b, counts, hspmd::uneven_algorithm::grouped);
   c.reduce_scatter_v(std::span<const T>(a), b, counts, hspmd::reduce_op::sum,
                      hspmd::uneven_algorithm::native);
+  c.reduce_scatter_v(a, counts, hspmd::reduce_op::max, hspmd::uneven_algorithm::padded);
   c.all_to_all_v(std::span<const T>(a), counts, b, counts);
   c.send(std::span<const T>(a), 0, 0);
   c.recv(b, 0, 0);

@@ -30,6 +30,7 @@ concept communicator = requires(C& c, std::span<T> buf, std::span<const T> cbuf,
   c.all_gather_v(cbuf, buf, counts, alg);
   c.all_gather_v(buf, counts, alg);
   c.reduce_scatter_v(cbuf, buf, counts, op, alg);
+  c.reduce_scatter_v(buf, counts, op, alg);
   c.all_to_all_v(cbuf, counts, buf, counts);
   c.send(cbuf, peer, peer);
   c.recv(buf, peer, peer);

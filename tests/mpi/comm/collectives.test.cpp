@@ -130,8 +130,9 @@ TEMPLATE_TEST_CASE("all_gather_v: every algorithm and split, out of place and in
       }
 }
 
-TEMPLATE_TEST_CASE("reduce_scatter_v: every algorithm, split and reduction", "", float, double,
-                   std::int32_t) {
+TEMPLATE_TEST_CASE(
+    "reduce_scatter_v: every algorithm, split and reduction, out of place and in place", "", float,
+    double, std::int32_t) {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
   const auto me = static_cast<std::size_t>(comm.rank());
@@ -147,10 +148,19 @@ TEMPLATE_TEST_CASE("reduce_scatter_v: every algorithm, split and reduction", "",
           std::vector<TestType> out(counts[me], TestType{-7});
           comm.reduce_scatter_v(std::span<const TestType>(in), std::span<TestType>(out), counts, op,
                                 alg);
+          std::vector<TestType> inplace = in;
+          comm.reduce_scatter_v(std::span<TestType>(inplace), counts, op, alg);
           bool ok = true;
           for (std::size_t i = 0; i < out.size(); ++i) {
             const auto [want, magnitude] = reference<TestType>(n, offsets[me] + i, op);
-            ok = ok && close(out[i], want, magnitude);
+            ok = ok && close(out[i], want, magnitude) &&
+                 close(inplace[offsets[me] + i], want, magnitude);
+          }
+          // In-place reduce-scatter then in-place all-gather is an all-reduce.
+          comm.all_gather_v(std::span<TestType>(inplace), counts, alg);
+          for (std::size_t i = 0; i < total; ++i) {
+            const auto [want, magnitude] = reference<TestType>(n, i, op);
+            ok = ok && close(inplace[i], want, magnitude);
           }
           CAPTURE(p.name, total, name(alg), name(op));
           CHECK(ok);

@@ -199,7 +199,20 @@ public:
     check_sizes("reduce_scatter_v", out.size(), counts[me()], in.size(), l.total);
     alg = resolve(collective::reduce_scatter_v, alg, counts, sizeof(T));
     precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg);
-    scatter(in, out, l, op, alg);
+    scatter(in, out, l, op, alg, false);
+  }
+  /// In-place `reduce_scatter_v`: reduces the whole of `data` and leaves this rank's segment at
+  /// its own place in `data` (the rest of `data` is unspecified afterwards). Followed by an
+  /// in-place `all_gather_v` with the same counts, it is an all-reduce.
+  template <mpi_element T>
+  void reduce_scatter_v(std::span<T> data, std::span<const std::size_t> counts, reduce_op op,
+                        uneven_algorithm alg = uneven_algorithm::automatic) {
+    const layout l = layout_of(counts, "reduce_scatter_v");
+    check_sizes("reduce_scatter_v", counts[me()], counts[me()], data.size(), l.total);
+    alg = resolve(collective::reduce_scatter_v, alg, counts, sizeof(T));
+    precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg);
+    scatter(std::span<const T>(data),
+            data.subspan(static_cast<std::size_t>(l.displs[me()]), counts[me()]), l, op, alg, true);
   }
 
   /// Collective: sends send_counts[r] consecutive elements of `in` to rank r and receives
@@ -401,8 +414,9 @@ private:
   }
 
   template <mpi_element T>
+  // reduce_scatter_v body; `in_place`: `out` is this rank's segment inside `in`.
   void scatter(std::span<const T> in, std::span<T> out, const layout& l, reduce_op op,
-               uneven_algorithm alg) {
+               uneven_algorithm alg, bool in_place) {
     const MPI_Datatype type = detail::mpi_datatype<T>();
     const MPI_Op mop = detail::mpi_op(op);
     switch (alg) {
@@ -431,8 +445,11 @@ private:
           continue;
         requests.emplace_back();
         T* recv = r == me() ? out.data() : nullptr;
-        HSPMD_MPI_CHECK(MPI_Ireduce(in.data() + l.displs[r], recv, l.counts[r], type, mop,
-                                    static_cast<int>(r), comm_, &requests.back()),
+        const void* send = in_place && r == me()
+                               ? MPI_IN_PLACE
+                               : static_cast<const void*>(in.data() + l.displs[r]);
+        HSPMD_MPI_CHECK(MPI_Ireduce(send, recv, l.counts[r], type, mop, static_cast<int>(r), comm_,
+                                    &requests.back()),
                         rank_);
       }
       wait_all(requests);
@@ -442,8 +459,16 @@ private:
     case uneven_algorithm::automatic:
       break;
     }
-    HSPMD_MPI_CHECK(MPI_Reduce_scatter(in.data(), out.data(), l.counts.data(), type, mop, comm_),
+    if (!in_place) {
+      HSPMD_MPI_CHECK(MPI_Reduce_scatter(in.data(), out.data(), l.counts.data(), type, mop, comm_),
+                      rank_);
+      return;
+    }
+    // MPI's in-place form leaves the result at the start of the buffer: move it to its place.
+    T* whole = const_cast<T*>(in.data()); // NOLINT: `in` is the caller's mutable `data`
+    HSPMD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, whole, l.counts.data(), type, mop, comm_),
                     rank_);
+    std::copy_backward(whole, whole + out.size(), out.data() + out.size());
   }
 
   void release() noexcept {

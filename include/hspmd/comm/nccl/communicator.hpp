@@ -211,6 +211,24 @@ public:
     scatter(in, out, counts, offsets, op, alg);
   }
 
+  /// In-place form (see mpi_communicator): this rank's segment stays at its place in `data`.
+  template <nccl_element T>
+  void reduce_scatter_v(std::span<T> data, std::span<const std::size_t> counts, reduce_op op,
+                        uneven_algorithm alg = uneven_algorithm::automatic) {
+    const auto offsets = offsets_of(counts, data.size(), "reduce_scatter_v");
+    alg = resolve<T>(collective::reduce_scatter_v, alg, counts, op);
+    precheck<T>(collective::reduce_scatter_v, data.size(), counts, -1, static_cast<int>(op), alg);
+    // Reduce into a separate buffer, then copy back: NCCL's own in-place layouts differ.
+    T* result = nullptr;
+    HSPMD_CUDA_CHECK(
+        cudaMallocAsync(&result, std::max<std::size_t>(counts[me()], 1) * sizeof(T), stream_),
+        rank_);
+    scatter(std::span<const T>(data), std::span<T>(result, counts[me()]), counts, offsets, op, alg);
+    copy(data.data() + offsets[me()], static_cast<const T*>(result), counts[me()]);
+    HSPMD_CUDA_CHECK(cudaFreeAsync(result, stream_), rank_);
+    wait("reduce_scatter_v");
+  }
+
   /// See mpi_communicator::all_to_all_v; grouped ncclSend/ncclRecv.
   template <nccl_element T>
   void all_to_all_v(std::span<const T> in, std::span<const std::size_t> send_counts,
