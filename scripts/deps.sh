@@ -12,6 +12,7 @@ packages=(
   libcli11-dev                      # command-line flags of examples and tools
   catch2                            # unit and MPI tests (Catch2 2.13)
   libbenchmark-dev                  # micro-benchmarks under bench/
+  libglpk-dev                       # test-only reference for the LP solver
 )
 
 missing=()

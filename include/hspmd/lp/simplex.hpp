@@ -1,0 +1,735 @@
+#pragma once
+// A dense two-phase primal simplex with bounded variables.
+//
+// The problem is brought to the standard form  min c x  s.t.  A x = b (b >= 0), 0 <= x <= u:
+// a variable with a finite lower bound is shifted (x = l + x'), one with only an upper bound is
+// mirrored (x = u - x'), a free one is split (x = x+ - x-); a <= row gets a slack (+1), a >= row a
+// surplus (-1), and rows with a negative right-hand side are negated. Rows and columns are then
+// scaled (geometric means, then equilibration) so that tolerances mean the same on every problem.
+//
+// Phase 1 starts from the identity: a row's slack where it has coefficient +1, an artificial
+// variable otherwise, and minimizes the sum of the artificials (no big-M). Artificials still basic
+// at zero afterwards are pivoted out where the row allows; a row that allows no pivot is redundant
+// and keeps its artificial fixed at zero. Phase 2 minimizes the real objective.
+//
+// Pricing is Dantzig's (most negative reduced cost); after a run of degenerate pivots it switches
+// to Bland's rule (lowest index), which cannot cycle, until a pivot makes progress. The ratio test
+// takes the smallest step within a tolerance and breaks ties by the lowest variable index;
+// entering variables may also just move to their other bound ("bound flip"). The basis is
+// re-inverted from the original data every 50 pivots and before the answer is read, and the
+// answer is re-checked against the original rows and bounds.
+//
+// Nothing here throws for an infeasible or unbounded problem: the status says so. The same input
+// gives bit-identical output on every rank and every run.
+
+#include <hspmd/lp/dense_lu.hpp>
+#include <hspmd/lp/problem.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hspmd::lp {
+
+/// Outcome of a solve.
+enum class status : unsigned char {
+  optimal,
+  infeasible,
+  unbounded,
+  iteration_limit,
+  numerical_trouble
+};
+
+[[nodiscard]] constexpr std::string_view name(status s) noexcept {
+  switch (s) {
+  case status::optimal:
+    return "optimal";
+  case status::infeasible:
+    return "infeasible";
+  case status::unbounded:
+    return "unbounded";
+  case status::iteration_limit:
+    return "iteration_limit";
+  case status::numerical_trouble:
+    break;
+  }
+  return "numerical_trouble";
+}
+
+/// Where a variable or a row's activity sits in a basis (GLPK's convention for rows: a <= row
+/// that binds is `at_upper`, a >= row that binds `at_lower`, an equality row `fixed`).
+enum class basis_status : unsigned char { basic, at_lower, at_upper, free_zero, fixed };
+
+/// A basis: one status per variable and per row. Feed it back to `solve` to warm-start.
+struct basis {
+  std::vector<basis_status> variables;
+  std::vector<basis_status> rows;
+  friend bool operator==(const basis&, const basis&) = default;
+};
+
+/// Tolerances and limits. Tolerances apply to the scaled problem.
+struct options {
+  double pivot_tolerance = 1e-9;       ///< smallest |entry| accepted as a pivot
+  double feasibility_tolerance = 1e-7; ///< primal infeasibility accepted
+  double optimality_tolerance = 1e-7;  ///< reduced cost accepted as non-improving
+  std::size_t iteration_limit = 0;     ///< pivots + bound flips; 0: 50 * (rows + columns) + 1000
+  std::size_t degenerate_run = 20;     ///< degenerate pivots in a row before Bland's rule
+  bool scale = true;                   ///< scale rows and columns
+};
+
+/// What `solve` found. For statuses other than optimal, `x` holds the last point the simplex
+/// visited (feasible for the original problem only when the status is iteration_limit after
+/// phase 1) and `message` says what happened.
+struct result {
+  lp::status status = lp::status::numerical_trouble;
+  double objective = 0.0;             ///< in the problem's own sense
+  std::vector<double> x;              ///< one value per variable
+  std::vector<double> row_activity;   ///< a . x per row
+  std::vector<double> duals;          ///< per row: d objective / d rhs (shadow price)
+  std::vector<double> reduced_costs;  ///< per variable: d objective / d x at the bound it sits on
+  std::size_t iterations = 0;         ///< pivots and bound flips, both phases
+  std::size_t phase1_iterations = 0;  ///< of which in phase 1
+  lp::basis final_basis;              ///< feed back to `solve` to warm-start
+  bool warm_started = false;          ///< the given basis was used (it was valid and feasible)
+  std::string message;                ///< human-readable account of a non-optimal status
+};
+
+namespace detail {
+
+class dense_simplex {
+public:
+  dense_simplex(const problem& p, const options& opt) : p_(p), opt_(opt) { build(); }
+
+  result run(const lp::basis* warm) {
+    result res;
+    limit_ = opt_.iteration_limit != 0 ? opt_.iteration_limit : 50 * (m_ + n_) + 1000;
+    bool phase2_direct = false;
+    if (warm != nullptr && try_warm_start(*warm)) {
+      phase2_direct = true;
+      res.warm_started = true;
+    } else {
+      cold_start();
+    }
+    if (!phase2_direct) {
+      const lp::status s1 = phase(1);
+      res.phase1_iterations = iterations_;
+      if (s1 == status::iteration_limit)
+        return finish(res, status::iteration_limit, "iteration limit reached in phase 1");
+      if (s1 == status::numerical_trouble)
+        return finish(res, s1, "the basis became singular in phase 1");
+      if (phase1_infeasibility() > feasibility_scale())
+        return finish(res, status::infeasible,
+                      "phase 1 ended with artificial variables summing to " +
+                          std::to_string(phase1_infeasibility()));
+      drive_out_artificials();
+    }
+    lp::status s2 = phase(2);
+    // Re-invert from the original data and confirm; a drifted tableau gets a few more tries.
+    for (int attempt = 0; s2 == status::optimal && attempt < 3; ++attempt) {
+      if (!refactor())
+        return finish(res, status::numerical_trouble, "the optimal basis is singular");
+      compute_reduced_costs(costs_);
+      if (primal_feasible() && dual_feasible())
+        break;
+      s2 = phase(2);
+    }
+    if (s2 == status::unbounded)
+      return finish(res, status::unbounded, "the objective decreases without bound");
+    if (s2 != status::optimal)
+      return finish(res, s2, s2 == status::iteration_limit ? "iteration limit reached in phase 2"
+                                                           : "numerical trouble in phase 2");
+    return finish(res, status::optimal, {});
+  }
+
+private:
+  enum class kind : unsigned char { shifted, mirrored, split };
+  struct var_map {
+    kind k = kind::shifted;
+    std::size_t col = 0;  // std column (x' or x+)
+    std::size_t col2 = 0; // x- for split
+    double offset = 0.0;  // l for shifted, u for mirrored
+  };
+
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+
+  // ---- standard form ----------------------------------------------------------------------------
+  void build() {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    m_ = rows.size();
+    // Columns: structural (split free variables count twice), then one slack per inequality row,
+    // then one artificial per row.
+    std::size_t cols = 0;
+    vars_.resize(vars.size());
+    for (std::size_t j = 0; j < vars.size(); ++j) {
+      const auto& v = vars[j];
+      var_map& vm = vars_[j];
+      vm.col = cols++;
+      if (std::isfinite(v.lower)) {
+        vm.k = kind::shifted;
+        vm.offset = v.lower;
+      } else if (std::isfinite(v.upper)) {
+        vm.k = kind::mirrored;
+        vm.offset = v.upper;
+      } else {
+        vm.k = kind::split;
+        vm.col2 = cols++;
+      }
+    }
+    slack_.assign(m_, none);
+    for (std::size_t i = 0; i < m_; ++i)
+      if (rows[i].rel != relation::equal)
+        slack_[i] = cols++;
+    n_ = cols; // without artificials
+    width_ = n_ + m_;
+    a_.assign(m_ * width_, 0.0);
+    b_.assign(m_, 0.0);
+    cost_.assign(width_, 0.0);
+    upper_.assign(width_, inf);
+    flip_.assign(m_, 1.0);
+    const double obj_sign = p_.sense() == sense::maximize ? -1.0 : 1.0;
+    for (std::size_t j = 0; j < vars.size(); ++j) {
+      const auto& v = vars[j];
+      const var_map& vm = vars_[j];
+      switch (vm.k) {
+      case kind::shifted:
+        cost_[vm.col] = obj_sign * v.cost;
+        upper_[vm.col] = v.upper - v.lower;
+        break;
+      case kind::mirrored:
+        cost_[vm.col] = -obj_sign * v.cost;
+        break;
+      case kind::split:
+        cost_[vm.col] = obj_sign * v.cost;
+        cost_[vm.col2] = -obj_sign * v.cost;
+        break;
+      }
+    }
+    for (std::size_t i = 0; i < m_; ++i) {
+      double rhs = rows[i].rhs;
+      for (const term& t : rows[i].terms) {
+        const var_map& vm = vars_[t.variable];
+        switch (vm.k) {
+        case kind::shifted:
+          at(i, vm.col) += t.coefficient;
+          rhs -= t.coefficient * vm.offset;
+          break;
+        case kind::mirrored:
+          at(i, vm.col) -= t.coefficient;
+          rhs -= t.coefficient * vm.offset;
+          break;
+        case kind::split:
+          at(i, vm.col) += t.coefficient;
+          at(i, vm.col2) -= t.coefficient;
+          break;
+        }
+      }
+      if (slack_[i] != none)
+        at(i, slack_[i]) = rows[i].rel == relation::less_equal ? 1.0 : -1.0;
+      if (rhs < 0.0) {
+        flip_[i] = -1.0;
+        rhs = -rhs;
+        for (std::size_t j = 0; j < n_; ++j)
+          at(i, j) = -at(i, j);
+      }
+      b_[i] = rhs;
+    }
+    scale();
+    for (std::size_t i = 0; i < m_; ++i)
+      at(i, n_ + i) = 1.0; // artificials, added after scaling: exactly the identity
+  }
+
+  // Geometric-mean scaling of rows and columns (a few passes), then each column's largest
+  // entry to 1; the objective is scaled so that its largest coefficient is 1.
+  void scale() {
+    row_scale_.assign(m_, 1.0);
+    col_scale_.assign(n_, 1.0);
+    cost_scale_ = 1.0;
+    if (!opt_.scale)
+      return;
+    for (int pass = 0; pass < 4; ++pass) {
+      for (std::size_t i = 0; i < m_; ++i) {
+        double lo = inf;
+        double hi = 0.0;
+        for (std::size_t j = 0; j < n_; ++j)
+          if (const double v = std::abs(at(i, j)); v > 0.0) {
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+          }
+        if (hi > 0.0)
+          scale_row(i, 1.0 / std::sqrt(lo * hi));
+      }
+      for (std::size_t j = 0; j < n_; ++j) {
+        double lo = inf;
+        double hi = 0.0;
+        for (std::size_t i = 0; i < m_; ++i)
+          if (const double v = std::abs(at(i, j)); v > 0.0) {
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+          }
+        if (hi > 0.0)
+          scale_col(j, 1.0 / std::sqrt(lo * hi));
+      }
+    }
+    for (std::size_t j = 0; j < n_; ++j) {
+      double hi = 0.0;
+      for (std::size_t i = 0; i < m_; ++i)
+        hi = std::max(hi, std::abs(at(i, j)));
+      if (hi > 0.0)
+        scale_col(j, 1.0 / hi);
+    }
+    double cmax = 0.0;
+    for (std::size_t j = 0; j < n_; ++j)
+      cmax = std::max(cmax, std::abs(cost_[j]));
+    if (cmax > 0.0) {
+      cost_scale_ = 1.0 / cmax;
+      for (std::size_t j = 0; j < n_; ++j)
+        cost_[j] *= cost_scale_;
+    }
+  }
+  void scale_row(std::size_t i, double f) {
+    // Powers of two keep the scaled data exactly representable from the original.
+    f = std::exp2(std::round(std::log2(f)));
+    row_scale_[i] *= f;
+    b_[i] *= f;
+    for (std::size_t j = 0; j < n_; ++j)
+      at(i, j) *= f;
+  }
+  void scale_col(std::size_t j, double f) {
+    f = std::exp2(std::round(std::log2(f)));
+    col_scale_[j] *= f;
+    cost_[j] *= f;
+    upper_[j] /= f;
+    for (std::size_t i = 0; i < m_; ++i)
+      at(i, j) *= f;
+  }
+
+  double& at(std::size_t i, std::size_t j) { return a_[i * width_ + j]; }
+  [[nodiscard]] double at(std::size_t i, std::size_t j) const { return a_[i * width_ + j]; }
+  double& tab(std::size_t i, std::size_t j) { return t_[i * width_ + j]; }
+  [[nodiscard]] bool is_artificial(std::size_t j) const noexcept { return j >= n_; }
+
+  // ---- starting bases ---------------------------------------------------------------------------
+  void cold_start() {
+    basic_.assign(m_, none);
+    is_basic_.assign(width_, false);
+    at_upper_.assign(width_, false);
+    for (std::size_t i = 0; i < m_; ++i) {
+      // A slack with coefficient +1 after scaling and negation is a unit column: use it.
+      const std::size_t s = slack_[i];
+      const bool unit = s != none && at(i, s) > 0.0 && std::abs(at(i, s) - 1.0) < 1e-12;
+      basic_[i] = unit ? s : n_ + i;
+      is_basic_[basic_[i]] = true;
+    }
+    for (std::size_t i = 0; i < m_; ++i)
+      upper_[n_ + i] = basic_[i] == n_ + i ? inf : 0.0; // unused artificials stay at zero
+    t_ = a_; // the starting basis is the identity
+    beta_ = b_;
+    phase1_costs_.assign(width_, 0.0);
+    for (std::size_t i = 0; i < m_; ++i)
+      phase1_costs_[n_ + i] = 1.0;
+  }
+
+  bool try_warm_start(const lp::basis& w) {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    if (w.variables.size() != vars.size() || w.rows.size() != rows.size())
+      return false;
+    basic_.clear();
+    is_basic_.assign(width_, false);
+    at_upper_.assign(width_, false);
+    for (std::size_t j = 0; j < vars.size(); ++j) {
+      const var_map& vm = vars_[j];
+      const basis_status s = w.variables[j];
+      if (s == basis_status::basic) {
+        basic_.push_back(vm.col);
+      } else if (s == basis_status::at_upper) {
+        if (vm.k != kind::shifted || !std::isfinite(upper_[vm.col]))
+          return false;
+        at_upper_[vm.col] = true;
+      } else if (s == basis_status::at_lower && vm.k == kind::mirrored) {
+        return false; // no finite lower bound to sit on
+      }
+    }
+    for (std::size_t i = 0; i < m_; ++i) {
+      if (w.rows[i] == basis_status::basic)
+        basic_.push_back(slack_[i] != none ? slack_[i] : n_ + i);
+    }
+    if (basic_.size() != m_)
+      return false;
+    for (std::size_t c : basic_)
+      is_basic_[c] = true;
+    for (std::size_t i = 0; i < m_; ++i)
+      upper_[n_ + i] = 0.0; // artificials only ever sit at zero here
+    if (!refactor() || !primal_feasible())
+      return false;
+    return true;
+  }
+
+  // ---- linear algebra ---------------------------------------------------------------------------
+  // Rebuilds the tableau B^-1 [A | I] and the basic values from the original (scaled) data.
+  bool refactor() {
+    std::vector<double> bm(m_ * m_);
+    for (std::size_t i = 0; i < m_; ++i)
+      for (std::size_t k = 0; k < m_; ++k)
+        bm[i * m_ + k] = at(i, basic_[k]);
+    dense_lu lu;
+    if (!lu.factor(std::move(bm), m_))
+      return false;
+    t_.assign(m_ * width_, 0.0);
+    std::vector<double> col(m_);
+    for (std::size_t j = 0; j < width_; ++j) {
+      bool zero = true;
+      for (std::size_t i = 0; i < m_; ++i) {
+        col[i] = at(i, j);
+        zero = zero && col[i] == 0.0;
+      }
+      if (zero)
+        continue;
+      lu.solve(col);
+      for (std::size_t i = 0; i < m_; ++i)
+        tab(i, j) = col[i];
+    }
+    std::vector<double> rhs = b_;
+    for (std::size_t j = 0; j < width_; ++j)
+      if (!is_basic_[j] && at_upper_[j])
+        for (std::size_t i = 0; i < m_; ++i)
+          rhs[i] -= at(i, j) * upper_[j];
+    lu.solve(rhs);
+    beta_ = rhs;
+    since_refactor_ = 0;
+    return true;
+  }
+
+  void compute_reduced_costs(const std::vector<double>& c) {
+    d_.assign(width_, 0.0);
+    for (std::size_t j = 0; j < width_; ++j) {
+      double v = c[j];
+      for (std::size_t i = 0; i < m_; ++i)
+        v -= c[basic_[i]] * t_[i * width_ + j];
+      d_[j] = is_basic_[j] ? 0.0 : v;
+    }
+  }
+
+  [[nodiscard]] double feasibility_scale() const {
+    double bmax = 1.0;
+    for (double v : b_)
+      bmax = std::max(bmax, std::abs(v));
+    return opt_.feasibility_tolerance * bmax;
+  }
+
+  [[nodiscard]] bool primal_feasible() const {
+    const double tol = feasibility_scale();
+    for (std::size_t i = 0; i < m_; ++i) {
+      const double u = upper_[basic_[i]];
+      if (beta_[i] < -tol || (std::isfinite(u) && beta_[i] > u + tol * std::max(1.0, u)))
+        return false;
+    }
+    return true;
+  }
+
+  [[nodiscard]] bool dual_feasible() const {
+    for (std::size_t j = 0; j < width_; ++j)
+      if (!is_basic_[j] && !is_artificial(j) && improving(j))
+        return false;
+    return true;
+  }
+
+  // A nonbasic column whose move improves the objective beyond the tolerance.
+  [[nodiscard]] bool improving(std::size_t j) const {
+    if (upper_[j] == 0.0)
+      return false; // fixed at zero
+    return at_upper_[j] ? d_[j] > opt_.optimality_tolerance : d_[j] < -opt_.optimality_tolerance;
+  }
+
+  [[nodiscard]] double phase1_infeasibility() const {
+    double w = 0.0;
+    for (std::size_t i = 0; i < m_; ++i)
+      if (is_artificial(basic_[i]))
+        w += std::max(0.0, beta_[i]);
+    return w;
+  }
+
+  // ---- iterations ---------------------------------------------------------------------------------
+  lp::status phase(int which) {
+    costs_ = which == 1 ? phase1_costs_ : cost_;
+    compute_reduced_costs(costs_);
+    std::size_t degenerate = 0;
+    while (true) {
+      if (iterations_ >= limit_)
+        return status::iteration_limit;
+      const bool bland = degenerate >= opt_.degenerate_run;
+      // Pricing: Dantzig (largest |d|) or Bland (lowest index).
+      std::size_t enter = none;
+      double best = 0.0;
+      for (std::size_t j = 0; j < width_; ++j) {
+        if (is_basic_[j] || is_artificial(j) || !improving(j))
+          continue;
+        if (bland) {
+          enter = j;
+          break;
+        }
+        if (std::abs(d_[j]) > best) {
+          best = std::abs(d_[j]);
+          enter = j;
+        }
+      }
+      if (enter == none)
+        return status::optimal;
+      const double dir = at_upper_[enter] ? -1.0 : 1.0;
+
+      // Ratio test: smallest step; ties within tolerance go to the lowest variable index.
+      double theta = upper_[enter]; // a bound flip if nothing else limits the step
+      std::size_t leave = none;
+      bool leave_at_upper = false;
+      for (std::size_t i = 0; i < m_; ++i) {
+        const double g = dir * tab(i, enter);
+        double step = inf;
+        bool to_upper = false;
+        if (g > opt_.pivot_tolerance) {
+          step = std::max(beta_[i], 0.0) / g;
+        } else if (g < -opt_.pivot_tolerance && std::isfinite(upper_[basic_[i]])) {
+          step = std::max(upper_[basic_[i]] - beta_[i], 0.0) / -g;
+          to_upper = true;
+        } else {
+          continue;
+        }
+        const double tie = 1e-12 * std::max(1.0, step);
+        if (step < theta - tie ||
+            (step <= theta + tie && leave != none && basic_[i] < basic_[leave])) {
+          theta = step;
+          leave = i;
+          leave_at_upper = to_upper;
+        }
+      }
+      if (!std::isfinite(theta))
+        return status::unbounded;
+      ++iterations_;
+      degenerate = theta <= 1e-12 ? degenerate + 1 : 0;
+
+      for (std::size_t i = 0; i < m_; ++i)
+        beta_[i] -= theta * dir * tab(i, enter);
+      if (leave == none) { // bound flip: no basis change
+        at_upper_[enter] = !at_upper_[enter];
+        continue;
+      }
+      const double entering_value = dir > 0.0 ? theta : upper_[enter] - theta;
+      pivot(leave, enter, leave_at_upper);
+      beta_[leave] = entering_value;
+      if (++since_refactor_ >= 50) {
+        if (!refactor())
+          return status::numerical_trouble;
+        compute_reduced_costs(costs_);
+      }
+    }
+  }
+
+  // Makes column `enter` basic in row `r`; the leaving variable becomes nonbasic at its upper
+  // bound when `leaves_at_upper`, else at zero. The caller sets the entering variable's value.
+  void pivot(std::size_t r, std::size_t enter, bool leaves_at_upper) {
+    const std::size_t leaving = basic_[r];
+    const double p = tab(r, enter);
+    double* row_r = &t_[r * width_];
+    for (std::size_t j = 0; j < width_; ++j)
+      row_r[j] /= p;
+    for (std::size_t i = 0; i < m_; ++i) {
+      if (i == r)
+        continue;
+      const double f = tab(i, enter);
+      if (f == 0.0)
+        continue;
+      double* row_i = &t_[i * width_];
+      for (std::size_t j = 0; j < width_; ++j)
+        row_i[j] -= f * row_r[j];
+      row_i[enter] = 0.0;
+    }
+    const double fd = d_[enter];
+    if (fd != 0.0)
+      for (std::size_t j = 0; j < width_; ++j)
+        d_[j] -= fd * row_r[j];
+    d_[enter] = 0.0;
+    is_basic_[leaving] = false;
+    at_upper_[leaving] = leaves_at_upper;
+    is_basic_[enter] = true;
+    at_upper_[enter] = false;
+    basic_[r] = enter;
+  }
+
+  void drive_out_artificials() {
+    for (std::size_t r = 0; r < m_; ++r) {
+      if (!is_artificial(basic_[r]))
+        continue;
+      std::size_t best = none;
+      double big = 1e-7;
+      for (std::size_t j = 0; j < n_; ++j) {
+        if (is_basic_[j])
+          continue;
+        if (std::abs(tab(r, j)) > big) {
+          big = std::abs(tab(r, j));
+          best = j;
+        }
+      }
+      if (best == none)
+        continue; // a redundant row: its artificial stays basic, fixed at zero
+      pivot(r, best, false); // degenerate: the artificial leaves at zero
+    }
+    for (std::size_t i = 0; i < m_; ++i)
+      upper_[n_ + i] = 0.0;
+    refactor(); // the entering columns kept their bound values: recompute the basic ones
+  }
+
+  // ---- answer -------------------------------------------------------------------------------------
+  [[nodiscard]] std::vector<double> std_values() const {
+    std::vector<double> v(width_, 0.0);
+    for (std::size_t j = 0; j < width_; ++j)
+      if (!is_basic_[j] && at_upper_[j])
+        v[j] = upper_[j];
+    for (std::size_t i = 0; i < m_; ++i)
+      v[basic_[i]] = beta_[i];
+    return v;
+  }
+
+  result& finish(result& res, lp::status s, std::string message) {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    const double obj_sign = p_.sense() == sense::maximize ? -1.0 : 1.0;
+    if (d_.size() != width_)
+      compute_reduced_costs(costs_.empty() ? cost_ : costs_);
+    const std::vector<double> v = std_values();
+    const auto unscaled = [&](std::size_t col) { return v[col] * col_scale_[col]; };
+    res.x.assign(vars.size(), 0.0);
+    res.reduced_costs.assign(vars.size(), 0.0);
+    res.final_basis.variables.assign(vars.size(), basis_status::at_lower);
+    for (std::size_t j = 0; j < vars.size(); ++j) {
+      const var_map& vm = vars_[j];
+      const auto rc = [&](std::size_t col) {
+        return d_[col] / (col_scale_[col] * cost_scale_) * obj_sign;
+      };
+      basis_status& bs = res.final_basis.variables[j];
+      switch (vm.k) {
+      case kind::shifted:
+        res.x[j] = vm.offset + unscaled(vm.col);
+        res.reduced_costs[j] = rc(vm.col);
+        bs = is_basic_[vm.col] ? basis_status::basic
+             : vars[j].lower == vars[j].upper ? basis_status::fixed
+             : at_upper_[vm.col]              ? basis_status::at_upper
+                                              : basis_status::at_lower;
+        break;
+      case kind::mirrored:
+        res.x[j] = vm.offset - unscaled(vm.col);
+        res.reduced_costs[j] = -rc(vm.col);
+        bs = is_basic_[vm.col] ? basis_status::basic : basis_status::at_upper;
+        break;
+      case kind::split:
+        res.x[j] = unscaled(vm.col) - unscaled(vm.col2);
+        res.reduced_costs[j] = rc(vm.col);
+        bs = is_basic_[vm.col] || is_basic_[vm.col2] ? basis_status::basic
+                                                     : basis_status::free_zero;
+        break;
+      }
+    }
+    res.row_activity.assign(m_, 0.0);
+    res.duals.assign(m_, 0.0);
+    res.final_basis.rows.assign(m_, basis_status::basic);
+    for (std::size_t i = 0; i < m_; ++i) {
+      double act = 0.0;
+      for (const term& t : rows[i].terms)
+        act += t.coefficient * res.x[t.variable];
+      res.row_activity[i] = act;
+      // The row's starting column is a unit column e_i with zero cost: y_i = -d of that column.
+      const std::size_t unit =
+          slack_[i] != none && at(i, slack_[i]) > 0.0 && std::abs(at(i, slack_[i]) - 1.0) < 1e-12
+              ? slack_[i]
+              : n_ + i;
+      const double y_scaled = is_basic_[unit] ? 0.0 : -d_[unit];
+      res.duals[i] = y_scaled * row_scale_[i] * flip_[i] / cost_scale_ * obj_sign;
+      if (rows[i].rel == relation::equal)
+        res.final_basis.rows[i] = is_basic_[n_ + i] ? basis_status::basic : basis_status::fixed;
+      else if (!is_basic_[slack_[i]])
+        res.final_basis.rows[i] = rows[i].rel == relation::less_equal ? basis_status::at_upper
+                                                                      : basis_status::at_lower;
+    }
+    double obj = 0.0;
+    for (std::size_t j = 0; j < vars.size(); ++j)
+      obj += vars[j].cost * res.x[j];
+    res.objective = obj + 0.0;
+    for (auto* answer : {&res.x, &res.duals, &res.reduced_costs, &res.row_activity})
+      for (double& e : *answer)
+        e += 0.0; // no negative zeros in answers
+    res.iterations = iterations_;
+    res.status = s;
+    res.message = std::move(message);
+    if (s == status::optimal)
+      verify(res);
+    return res;
+  }
+
+  // The answer must satisfy the original rows and bounds, not just the scaled tableau.
+  void verify(result& res) const {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    const double tol = opt_.feasibility_tolerance;
+    for (std::size_t j = 0; j < vars.size(); ++j) {
+      const double x = res.x[j];
+      if (x < vars[j].lower - tol * std::max(1.0, std::abs(vars[j].lower)) ||
+          x > vars[j].upper + tol * std::max(1.0, std::abs(vars[j].upper))) {
+        res.status = status::numerical_trouble;
+        res.message = "variable \"" + vars[j].name + "\" = " + std::to_string(x) +
+                      " is outside its bounds after re-checking";
+        return;
+      }
+    }
+    for (std::size_t i = 0; i < m_; ++i) {
+      double size = std::abs(rows[i].rhs);
+      for (const term& t : rows[i].terms)
+        size = std::max(size, std::abs(t.coefficient * res.x[t.variable]));
+      const double slack = rows[i].rhs - res.row_activity[i];
+      const double allowed = tol * std::max(1.0, size);
+      const bool ok = rows[i].rel == relation::less_equal      ? slack >= -allowed
+                      : rows[i].rel == relation::greater_equal ? slack <= allowed
+                                                               : std::abs(slack) <= allowed;
+      if (!ok) {
+        res.status = status::numerical_trouble;
+        res.message = "row \"" + rows[i].name + "\" is violated by " +
+                      std::to_string(std::abs(slack)) + " after re-checking";
+        return;
+      }
+    }
+  }
+
+  const problem& p_;
+  const options& opt_;
+  std::size_t m_ = 0;     // rows
+  std::size_t n_ = 0;     // structural + slack columns
+  std::size_t width_ = 0; // n_ + m_ artificials
+  std::vector<var_map> vars_;
+  std::vector<std::size_t> slack_;
+  std::vector<double> a_, b_, cost_, upper_, flip_, row_scale_, col_scale_;
+  double cost_scale_ = 1.0;
+  std::vector<double> t_, beta_, d_, costs_, phase1_costs_;
+  std::vector<std::size_t> basic_;
+  std::vector<bool> is_basic_, at_upper_;
+  std::size_t iterations_ = 0;
+  std::size_t limit_ = 0;
+  std::size_t since_refactor_ = 0;
+};
+
+} // namespace detail
+
+/// Solves `p`. Returns the status with the answer; throws only for invalid options. `warm` is a
+/// basis from an earlier solve of the same variables and rows (costs, bounds and right-hand
+/// sides may differ): when it is valid and primal feasible, phase 1 is skipped.
+[[nodiscard]] inline result solve(const problem& p, const options& opt = {},
+                                  const basis* warm = nullptr) {
+  detail::dense_simplex s(p, opt);
+  return s.run(warm);
+}
+
+} // namespace hspmd::lp
