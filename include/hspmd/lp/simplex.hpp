@@ -82,6 +82,10 @@ struct options {
   std::size_t iteration_limit = 0;     ///< pivots + bound flips; 0: 50 * (rows + columns) + 1000
   std::size_t degenerate_run = 20;     ///< degenerate pivots in a row before Bland's rule
   bool scale = true;                   ///< scale rows and columns
+  /// Which LP the simplex runs on. `automatic` solves the dual when the problem is tall (rows
+  /// more than twice the columns, and more than 40 of them): the dual of a tall LP is wide and
+  /// short, and the dense tableau's cost grows with the square of its row count.
+  enum class formulation : unsigned char { automatic, primal, dual } form = formulation::automatic;
 };
 
 /// What `solve` found. For statuses other than optimal, `x` holds the last point the simplex
@@ -89,17 +93,21 @@ struct options {
 /// phase 1) and `message` says what happened.
 struct result {
   lp::status status = lp::status::numerical_trouble;
-  double objective = 0.0;             ///< in the problem's own sense
-  std::vector<double> x;              ///< one value per variable
-  std::vector<double> row_activity;   ///< a . x per row
-  std::vector<double> duals;          ///< per row: d objective / d rhs (shadow price)
-  std::vector<double> reduced_costs;  ///< per variable: d objective / d x at the bound it sits on
-  std::size_t iterations = 0;         ///< pivots and bound flips, both phases
-  std::size_t phase1_iterations = 0;  ///< of which in phase 1
-  lp::basis final_basis;              ///< feed back to `solve` to warm-start
-  bool warm_started = false;          ///< the given basis was used (it was valid and feasible)
-  std::string message;                ///< human-readable account of a non-optimal status
+  double objective = 0.0;            ///< in the problem's own sense
+  std::vector<double> x;             ///< one value per variable
+  std::vector<double> row_activity;  ///< a . x per row
+  std::vector<double> duals;         ///< per row: d objective / d rhs (shadow price)
+  std::vector<double> reduced_costs; ///< per variable: d objective / d x at the bound it sits on
+  std::size_t iterations = 0;        ///< pivots and bound flips, both phases
+  std::size_t phase1_iterations = 0; ///< of which in phase 1
+  lp::basis final_basis;             ///< feed back to `solve` to warm-start
+  bool warm_started = false;         ///< the given basis was used (it was valid and feasible)
+  bool solved_dual = false;          ///< the simplex ran on the dual LP (see options::form)
+  std::string message;               ///< human-readable account of a non-optimal status
 };
+
+/// Solves `p` (defined at the end of this file).
+[[nodiscard]] result solve(const problem& p, const options& opt = {}, const basis* warm = nullptr);
 
 namespace detail {
 
@@ -143,8 +151,9 @@ public:
     if (s2 == status::unbounded)
       return finish(res, status::unbounded, "the objective decreases without bound");
     if (s2 != status::optimal)
-      return finish(res, s2, s2 == status::iteration_limit ? "iteration limit reached in phase 2"
-                                                           : "numerical trouble in phase 2");
+      return finish(res, s2,
+                    s2 == status::iteration_limit ? "iteration limit reached in phase 2"
+                                                  : "numerical trouble in phase 2");
     return finish(res, status::optimal, {});
   }
 
@@ -330,7 +339,7 @@ private:
     }
     for (std::size_t i = 0; i < m_; ++i)
       upper_[n_ + i] = basic_[i] == n_ + i ? inf : 0.0; // unused artificials stay at zero
-    t_ = a_; // the starting basis is the identity
+    t_ = a_;                                            // the starting basis is the identity
     beta_ = b_;
     phase1_costs_.assign(width_, 0.0);
     for (std::size_t i = 0; i < m_; ++i)
@@ -351,11 +360,14 @@ private:
       if (s == basis_status::basic) {
         basic_.push_back(vm.col);
       } else if (s == basis_status::at_upper) {
-        if (vm.k != kind::shifted || !std::isfinite(upper_[vm.col]))
+        // A mirrored variable at its upper bound is its standard column at zero.
+        if (vm.k == kind::shifted && std::isfinite(upper_[vm.col]))
+          at_upper_[vm.col] = true;
+        else if (vm.k != kind::mirrored)
           return false;
-        at_upper_[vm.col] = true;
-      } else if (s == basis_status::at_lower && vm.k == kind::mirrored) {
-        return false; // no finite lower bound to sit on
+      } else if ((s == basis_status::at_lower && vm.k != kind::shifted) ||
+                 (s == basis_status::free_zero && vm.k != kind::split)) {
+        return false; // no such bound to sit on
       }
     }
     for (std::size_t i = 0; i < m_; ++i) {
@@ -457,7 +469,8 @@ private:
     return w;
   }
 
-  // ---- iterations ---------------------------------------------------------------------------------
+  // ---- iterations
+  // ---------------------------------------------------------------------------------
   lp::status phase(int which) {
     costs_ = which == 1 ? phase1_costs_ : cost_;
     compute_reduced_costs(costs_);
@@ -577,7 +590,7 @@ private:
         }
       }
       if (best == none)
-        continue; // a redundant row: its artificial stays basic, fixed at zero
+        continue;            // a redundant row: its artificial stays basic, fixed at zero
       pivot(r, best, false); // degenerate: the artificial leaves at zero
     }
     for (std::size_t i = 0; i < m_; ++i)
@@ -585,7 +598,8 @@ private:
     refactor(); // the entering columns kept their bound values: recompute the basic ones
   }
 
-  // ---- answer -------------------------------------------------------------------------------------
+  // ---- answer
+  // -------------------------------------------------------------------------------------
   [[nodiscard]] std::vector<double> std_values() const {
     std::vector<double> v(width_, 0.0);
     for (std::size_t j = 0; j < width_; ++j)
@@ -617,7 +631,7 @@ private:
       case kind::shifted:
         res.x[j] = vm.offset + unscaled(vm.col);
         res.reduced_costs[j] = rc(vm.col);
-        bs = is_basic_[vm.col] ? basis_status::basic
+        bs = is_basic_[vm.col]                ? basis_status::basic
              : vars[j].lower == vars[j].upper ? basis_status::fixed
              : at_upper_[vm.col]              ? basis_status::at_upper
                                               : basis_status::at_lower;
@@ -630,8 +644,8 @@ private:
       case kind::split:
         res.x[j] = unscaled(vm.col) - unscaled(vm.col2);
         res.reduced_costs[j] = rc(vm.col);
-        bs = is_basic_[vm.col] || is_basic_[vm.col2] ? basis_status::basic
-                                                     : basis_status::free_zero;
+        bs =
+            is_basic_[vm.col] || is_basic_[vm.col2] ? basis_status::basic : basis_status::free_zero;
         break;
       }
     }
@@ -653,8 +667,8 @@ private:
       if (rows[i].rel == relation::equal)
         res.final_basis.rows[i] = is_basic_[n_ + i] ? basis_status::basic : basis_status::fixed;
       else if (!is_basic_[slack_[i]])
-        res.final_basis.rows[i] = rows[i].rel == relation::less_equal ? basis_status::at_upper
-                                                                      : basis_status::at_lower;
+        res.final_basis.rows[i] =
+            rows[i].rel == relation::less_equal ? basis_status::at_upper : basis_status::at_lower;
     }
     double obj = 0.0;
     for (std::size_t j = 0; j < vars.size(); ++j)
@@ -723,11 +737,239 @@ private:
 
 } // namespace detail
 
+namespace detail {
+
+// The dual of a tall LP, solved with the primal simplex and mapped back.
+//
+// The primal is first written as  min c x  s.t.  A x (rel) b,  x >= 0  in shifted variables (the
+// same shift/mirror/split as the simplex uses), with finite upper bounds as extra <= rows. Its dual
+// is  max b y  s.t.  A^T y <= c,  y >= 0 on >= rows, y <= 0 on <= rows, y free on = rows: as many
+// rows as the primal has columns. At the optimum the dual's row duals are the primal x, its
+// variables are the primal row duals, and its row slacks are the primal reduced costs.
+class dual_route {
+public:
+  dual_route(const problem& p, const options& opt) : p_(p), opt_(opt) { build(); }
+
+  result run(const basis* warm) {
+    options inner = opt_;
+    inner.form = options::formulation::primal;
+    std::optional<basis> dual_warm;
+    if (warm != nullptr)
+      dual_warm = to_dual_basis(*warm);
+    const result d = solve_dual(inner, dual_warm ? &*dual_warm : nullptr);
+    result r;
+    r.solved_dual = true;
+    r.iterations = d.iterations;
+    r.phase1_iterations = d.phase1_iterations;
+    r.warm_started = d.warm_started;
+    switch (d.status) {
+    case status::optimal:
+      return answer(r, d);
+    case status::unbounded:
+      return fail(r, status::infeasible,
+                  "the dual is unbounded: the problem has no feasible point");
+    case status::infeasible: {
+      // Infeasible dual: the primal is unbounded if it has a feasible point at all. With zero
+      // costs the dual is feasible (y = 0) and is bounded exactly when the primal is feasible.
+      problem zero = dual_;
+      for (std::size_t k = 0; k < zero.row_count(); ++k)
+        zero.set_rhs(k, 0.0);
+      const result z = solve(zero, inner);
+      r.iterations += z.iterations;
+      if (z.status == status::optimal)
+        return fail(r, status::unbounded, "the objective decreases without bound");
+      if (z.status == status::unbounded)
+        return fail(r, status::infeasible, "the problem has no feasible point");
+      return fail(r, z.status, "deciding between infeasible and unbounded: " + z.message);
+    }
+    default:
+      return fail(r, d.status, "solving the dual: " + d.message);
+    }
+  }
+
+private:
+  struct column {
+    std::size_t var = 0;
+    double sign = 1.0; // x_var = offset + sign * x_col
+  };
+
+  void build() {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    const double obj_sign = p_.sense() == sense::maximize ? -1.0 : 1.0;
+    offset_.assign(vars.size(), 0.0);
+    first_col_.assign(vars.size(), 0);
+    for (std::size_t j = 0; j < vars.size(); ++j) {
+      const auto& v = vars[j];
+      first_col_[j] = cols_.size();
+      if (std::isfinite(v.lower)) {
+        offset_[j] = v.lower;
+        cols_.push_back({j, 1.0});
+      } else if (std::isfinite(v.upper)) {
+        offset_[j] = v.upper;
+        cols_.push_back({j, -1.0});
+      } else {
+        cols_.push_back({j, 1.0});
+        cols_.push_back({j, -1.0});
+      }
+    }
+    // Dual variables: one per primal row, then one per finite upper bound (a <= row x_col <= u-l).
+    dual_ = problem(sense::maximize);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      double rhs = rows[i].rhs;
+      for (const term& t : rows[i].terms)
+        rhs -= t.coefficient * offset_[t.variable];
+      const relation rel = rows[i].rel;
+      dual_.add_variable(rows[i].name, rel == relation::greater_equal ? 0.0 : -inf,
+                         rel == relation::less_equal ? 0.0 : inf, rhs);
+    }
+    for (std::size_t k = 0; k < cols_.size(); ++k) {
+      const auto& v = vars[cols_[k].var];
+      if (cols_[k].sign > 0.0 && std::isfinite(v.lower) && std::isfinite(v.upper)) {
+        bound_var_.push_back(dual_.add_variable(v.name + "<=upper", -inf, 0.0, v.upper - v.lower));
+        bound_col_.push_back(k);
+      }
+    }
+    // Dual rows: one per primal column k:  sum_i a_ik y_i (+ w_k) <= c_k.
+    std::vector<std::vector<term>> terms(cols_.size());
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      for (const term& t : rows[i].terms)
+        for (std::size_t k = first_col_[t.variable]; k < cols_.size() && cols_[k].var == t.variable;
+             ++k)
+          terms[k].push_back({i, t.coefficient * cols_[k].sign});
+    for (std::size_t b = 0; b < bound_col_.size(); ++b)
+      terms[bound_col_[b]].push_back({bound_var_[b], 1.0});
+    for (std::size_t k = 0; k < cols_.size(); ++k)
+      dual_.add_row(vars[cols_[k].var].name, std::move(terms[k]), relation::less_equal,
+                    obj_sign * vars[cols_[k].var].cost * cols_[k].sign);
+  }
+
+  result solve_dual(const options& inner, const basis* warm) const {
+    return solve(dual_, inner, warm);
+  }
+
+  result answer(result& r, const result& d) const {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    const double obj_sign = p_.sense() == sense::maximize ? -1.0 : 1.0;
+    r.x = offset_;
+    r.reduced_costs.assign(vars.size(), 0.0);
+    for (std::size_t k = 0; k < cols_.size(); ++k)
+      r.x[cols_[k].var] += cols_[k].sign * std::max(0.0, d.duals[k]);
+    // Reduced cost of a column = its dual row's slack (plus the upper bound's multiplier, which
+    // the caller's variable carries itself); in the caller's sense and orientation.
+    std::vector<double> slack(cols_.size());
+    for (std::size_t k = 0; k < cols_.size(); ++k)
+      slack[k] = dual_.rows()[k].rhs - d.row_activity[k];
+    for (std::size_t b = 0; b < bound_col_.size(); ++b)
+      slack[bound_col_[b]] += d.x[bound_var_[b]];
+    for (std::size_t j = 0; j < vars.size(); ++j)
+      r.reduced_costs[j] = obj_sign * cols_[first_col_[j]].sign * slack[first_col_[j]] + 0.0;
+    r.duals.assign(rows.size(), 0.0);
+    r.row_activity.assign(rows.size(), 0.0);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      r.duals[i] = obj_sign * d.x[i] + 0.0;
+      for (const term& t : rows[i].terms)
+        r.row_activity[i] += t.coefficient * r.x[t.variable];
+    }
+    r.objective = 0.0;
+    for (std::size_t j = 0; j < vars.size(); ++j)
+      r.objective += vars[j].cost * r.x[j];
+    r.final_basis = from_dual_basis(d.final_basis, r.x);
+    r.status = status::optimal;
+    return r;
+  }
+
+  result& fail(result& r, status s, std::string message) const {
+    r.status = s;
+    r.message = std::move(message);
+    r.x = offset_;
+    for (double& v : r.x)
+      if (!std::isfinite(v))
+        v = 0.0;
+    r.duals.assign(p_.row_count(), 0.0);
+    r.row_activity.assign(p_.row_count(), 0.0);
+    r.reduced_costs.assign(p_.variable_count(), 0.0);
+    return r;
+  }
+
+  // Complementary bases: a primal row is basic (inactive) exactly when its dual variable is
+  // nonbasic, and a primal column is basic exactly when its dual row is.
+  basis from_dual_basis(const basis& d, const std::vector<double>& x) const {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    basis b;
+    b.variables.assign(vars.size(), basis_status::at_lower);
+    for (std::size_t j = 0; j < vars.size(); ++j) {
+      const auto& v = vars[j];
+      bool basic = false;
+      for (std::size_t k = first_col_[j]; k < cols_.size() && cols_[k].var == j; ++k)
+        basic = basic || d.rows[k] == basis_status::basic;
+      const double tol = opt_.feasibility_tolerance * std::max(1.0, std::abs(x[j]));
+      b.variables[j] = basic                                             ? basis_status::basic
+                       : v.lower == v.upper                              ? basis_status::fixed
+                       : std::isfinite(v.upper) && x[j] >= v.upper - tol ? basis_status::at_upper
+                       : std::isfinite(v.lower)                          ? basis_status::at_lower
+                       : std::isfinite(v.upper)                          ? basis_status::at_upper
+                                                                         : basis_status::free_zero;
+    }
+    b.rows.assign(rows.size(), basis_status::basic);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (d.variables[i] == basis_status::basic)
+        b.rows[i] = rows[i].rel == relation::less_equal      ? basis_status::at_upper
+                    : rows[i].rel == relation::greater_equal ? basis_status::at_lower
+                                                             : basis_status::fixed;
+    return b;
+  }
+
+  std::optional<basis> to_dual_basis(const basis& w) const {
+    const auto& vars = p_.variables();
+    const auto& rows = p_.rows();
+    if (w.variables.size() != vars.size() || w.rows.size() != rows.size())
+      return std::nullopt;
+    basis d;
+    d.variables.assign(dual_.variable_count(), basis_status::basic);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (w.rows[i] == basis_status::basic) // inactive row: its dual sits at zero
+        d.variables[i] = rows[i].rel == relation::less_equal      ? basis_status::at_upper
+                         : rows[i].rel == relation::greater_equal ? basis_status::at_lower
+                                                                  : basis_status::free_zero;
+    for (std::size_t b = 0; b < bound_col_.size(); ++b)
+      if (w.variables[cols_[bound_col_[b]].var] != basis_status::at_upper)
+        d.variables[bound_var_[b]] = basis_status::at_upper; // bound inactive: w = 0
+    d.rows.assign(cols_.size(), basis_status::at_upper);
+    for (std::size_t j = 0; j < vars.size(); ++j)
+      if (w.variables[j] == basis_status::basic)
+        d.rows[first_col_[j]] = basis_status::basic;
+    return d;
+  }
+
+  const problem& p_;
+  const options& opt_;
+  problem dual_;
+  std::vector<column> cols_;
+  std::vector<std::size_t> first_col_;
+  std::vector<double> offset_;
+  std::vector<std::size_t> bound_var_, bound_col_;
+};
+
+[[nodiscard]] inline bool is_tall(const problem& p) {
+  std::size_t columns = 0;
+  for (const auto& v : p.variables())
+    columns += std::isfinite(v.lower) || std::isfinite(v.upper) ? 1U : 2U;
+  return p.row_count() > 40 && p.row_count() > 2 * columns;
+}
+
+} // namespace detail
+
 /// Solves `p`. Returns the status with the answer; throws only for invalid options. `warm` is a
 /// basis from an earlier solve of the same variables and rows (costs, bounds and right-hand
 /// sides may differ): when it is valid and primal feasible, phase 1 is skipped.
-[[nodiscard]] inline result solve(const problem& p, const options& opt = {},
-                                  const basis* warm = nullptr) {
+[[nodiscard]] inline result solve(const problem& p, const options& opt, const basis* warm) {
+  const bool dual = opt.form == options::formulation::dual ||
+                    (opt.form == options::formulation::automatic && detail::is_tall(p));
+  if (dual)
+    return detail::dual_route(p, opt).run(warm);
   detail::dense_simplex s(p, opt);
   return s.run(warm);
 }

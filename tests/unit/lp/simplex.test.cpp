@@ -178,14 +178,15 @@ TEST_CASE("1200 seeded random LPs agree with GLPK: status, objective, feasibilit
     CHECK(name(ours.status) == name(ref.status));
     ++by_status[static_cast<int>(ours.status)];
     if (ours.status == status::optimal && ref.status == status::optimal) {
-      CHECK(std::abs(ours.objective - ref.objective) <= 1e-6 * std::max(1.0, std::abs(ref.objective)));
+      CHECK(std::abs(ours.objective - ref.objective) <=
+            1e-6 * std::max(1.0, std::abs(ref.objective)));
       check_certificate(p, ours);
       ++solved;
     }
   }
   WARN("1200 LPs: " << by_status[0] << " optimal, " << by_status[1] << " infeasible, "
-                     << by_status[2] << " unbounded, " << by_status[3] << " iteration limit, "
-                     << by_status[4] << " numerical trouble");
+                    << by_status[2] << " unbounded, " << by_status[3] << " iteration limit, "
+                    << by_status[4] << " numerical trouble");
   CHECK(by_status[0] >= 600); // every family is represented
   CHECK(by_status[1] >= 150);
   CHECK(by_status[2] >= 150);
@@ -274,8 +275,8 @@ TEST_CASE("warm start: a small change re-solves in a few pivots to the cold answ
   for (std::size_t d = 0; d < work.size(); ++d) {
     r.push_back(p.add_variable("r" + std::to_string(d)));
     sum.push_back({r.back(), 1.0});
-    p.add_row("dev" + std::to_string(d), {{t, 1}, {r.back(), -work[d]}},
-              relation::greater_equal, 0);
+    p.add_row("dev" + std::to_string(d), {{t, 1}, {r.back(), -work[d]}}, relation::greater_equal,
+              0);
   }
   p.add_row("sum", sum, relation::equal, 1);
   const result cold = solve(p);
@@ -333,4 +334,81 @@ TEST_CASE("bad builder input is refused with the name; limits are statuses") {
   const result r = solve(big, tight);
   CHECK(r.status == status::iteration_limit);
   CHECK(r.iterations == 3);
+}
+
+TEST_CASE("the dual formulation agrees with GLPK on every family, statuses included") {
+  std::mt19937_64 rng(424242);
+  std::uniform_int_distribution<std::size_t> size(2, 40);
+  options via_dual;
+  via_dual.form = options::formulation::dual;
+  for (int k = 0; k < 300; ++k) {
+    const family f = families[k % 6];
+    const problem p = random_lp(rng, f, size(rng), size(rng));
+    const result ours = solve(p, via_dual);
+    const auto ref = lp_test::solve_with_glpk(p);
+    CAPTURE(k, family_name(f), p.row_count(), p.variable_count(), ours.message);
+    CHECK(ours.solved_dual);
+    CHECK(name(ours.status) == name(ref.status));
+    if (ours.status == status::optimal && ref.status == status::optimal) {
+      CHECK(std::abs(ours.objective - ref.objective) <=
+            1e-6 * std::max(1.0, std::abs(ref.objective)));
+      check_certificate(p, ours);
+    }
+  }
+}
+
+namespace {
+// A HAP-shaped LP: per step and device, t_s >= compute + communication as a linear function of
+// the device's ratio; ratios sum to 1; minimize the sum of step times. Rows >> columns.
+problem sharding_shaped(std::mt19937_64& rng, std::size_t steps, std::size_t devices) {
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  problem p;
+  std::vector<std::size_t> r;
+  std::vector<term> sum;
+  for (std::size_t d = 0; d < devices; ++d) {
+    r.push_back(p.add_variable("r" + std::to_string(d)));
+    sum.push_back({r.back(), 1.0});
+  }
+  p.add_row("ratios", sum, relation::equal, 1.0);
+  for (std::size_t s = 0; s < steps; ++s) {
+    const auto t = p.add_variable("t" + std::to_string(s), 0, inf, 1.0);
+    for (std::size_t d = 0; d < devices; ++d)
+      p.add_row("s" + std::to_string(s) + "d" + std::to_string(d),
+                {{t, 1.0}, {r[d], -u(rng) * 1e-3}}, relation::greater_equal, u(rng) * 1e-5);
+  }
+  return p;
+}
+} // namespace
+
+TEST_CASE("tall LPs go through the dual and agree with GLPK and with the primal route") {
+  std::mt19937_64 rng(99);
+  for (const auto& [steps, devices] : {std::pair<std::size_t, std::size_t>{30, 8}, {60, 16}}) {
+    const problem p = sharding_shaped(rng, steps, devices); // e.g. 960 rows, 76 columns
+    const result fast = solve(p);
+    CAPTURE(p.row_count(), p.variable_count(), fast.message);
+    REQUIRE(fast.status == status::optimal);
+    CHECK(fast.solved_dual);
+    const auto ref = lp_test::solve_with_glpk(p);
+    CHECK(fast.objective == Approx(ref.objective).epsilon(1e-9));
+    check_certificate(p, fast);
+    if (steps == 30) { // the primal route on the same problem (slow for the larger one)
+      options primal;
+      primal.form = options::formulation::primal;
+      const result slow = solve(p, primal);
+      REQUIRE(slow.status == status::optimal);
+      CHECK(slow.objective == Approx(fast.objective).epsilon(1e-9));
+    }
+    // Warm start through the dual: device 0's constant costs grow by 50%.
+    problem q = p;
+    for (std::size_t i = 1; i < q.row_count(); i += devices)
+      q.set_rhs(i, q.rows()[i].rhs * 1.5);
+    const result cold_q = solve(q);
+    const result warm = solve(q, {}, &fast.final_basis);
+    REQUIRE(warm.status == status::optimal);
+    CHECK(warm.warm_started);
+    CHECK(warm.iterations <= cold_q.iterations);
+    CHECK(warm.objective == Approx(cold_q.objective).epsilon(1e-12));
+    WARN("tall LP " << p.row_count() << "x" << p.variable_count() << ": cold " << fast.iterations
+                    << " iterations, warm re-solve after a change " << warm.iterations);
+  }
 }
