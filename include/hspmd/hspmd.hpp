@@ -21,6 +21,11 @@
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 
+#include <hspmd/lp/problem.hpp>
+#include <hspmd/lp/simplex.hpp>
+
+#include <hspmd/synth/ratio_lp.hpp>
+
 #include <hspmd/comm/calibrate.hpp>
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/debug.hpp>

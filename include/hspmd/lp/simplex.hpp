@@ -22,7 +22,6 @@
 // Nothing here throws for an infeasible or unbounded problem: the status says so. The same input
 // gives bit-identical output on every rank and every run.
 
-#include <hspmd/lp/dense_lu.hpp>
 #include <hspmd/lp/problem.hpp>
 
 #include <algorithm>
@@ -119,12 +118,11 @@ public:
     result res;
     limit_ = opt_.iteration_limit != 0 ? opt_.iteration_limit : 50 * (m_ + n_) + 1000;
     bool phase2_direct = false;
-    if (warm != nullptr && try_warm_start(*warm)) {
-      phase2_direct = true;
-      res.warm_started = true;
-    } else {
+    const warm_outcome w = warm != nullptr ? try_warm_start(*warm) : warm_outcome::rejected;
+    if (w == warm_outcome::rejected)
       cold_start();
-    }
+    res.warm_started = w != warm_outcome::rejected;
+    phase2_direct = w == warm_outcome::feasible;
     if (!phase2_direct) {
       const lp::status s1 = phase(1);
       res.phase1_iterations = iterations_;
@@ -197,7 +195,8 @@ private:
       if (rows[i].rel != relation::equal)
         slack_[i] = cols++;
     n_ = cols; // without artificials
-    width_ = n_ + m_;
+    warm_col_ = n_ + m_;
+    width_ = n_ + m_ + 1; // one artificial per row, and one for warm starts
     a_.assign(m_ * width_, 0.0);
     b_.assign(m_, 0.0);
     cost_.assign(width_, 0.0);
@@ -253,6 +252,7 @@ private:
     scale();
     for (std::size_t i = 0; i < m_; ++i)
       at(i, n_ + i) = 1.0; // artificials, added after scaling: exactly the identity
+    upper_[warm_col_] = 0.0;
   }
 
   // Geometric-mean scaling of rows and columns (a few passes), then each column's largest
@@ -346,11 +346,17 @@ private:
       phase1_costs_[n_ + i] = 1.0;
   }
 
-  bool try_warm_start(const lp::basis& w) {
+  enum class warm_outcome : unsigned char { rejected, feasible, needs_phase1 };
+
+  // Starts from a caller's basis. When it is primal infeasible for this problem, one artificial
+  // column  q = -B w  (w: how far each basic variable is outside its bounds) enters at value 1,
+  // which puts every basic variable on its bound: a feasible start whose phase 1 only has to drive
+  // that one artificial to zero, usually in a few pivots when the basis is close.
+  warm_outcome try_warm_start(const lp::basis& w) {
     const auto& vars = p_.variables();
     const auto& rows = p_.rows();
     if (w.variables.size() != vars.size() || w.rows.size() != rows.size())
-      return false;
+      return warm_outcome::rejected;
     basic_.clear();
     is_basic_.assign(width_, false);
     at_upper_.assign(width_, false);
@@ -364,10 +370,10 @@ private:
         if (vm.k == kind::shifted && std::isfinite(upper_[vm.col]))
           at_upper_[vm.col] = true;
         else if (vm.k != kind::mirrored)
-          return false;
+          return warm_outcome::rejected;
       } else if ((s == basis_status::at_lower && vm.k != kind::shifted) ||
                  (s == basis_status::free_zero && vm.k != kind::split)) {
-        return false; // no such bound to sit on
+        return warm_outcome::rejected; // no such bound to sit on
       }
     }
     for (std::size_t i = 0; i < m_; ++i) {
@@ -375,47 +381,99 @@ private:
         basic_.push_back(slack_[i] != none ? slack_[i] : n_ + i);
     }
     if (basic_.size() != m_)
-      return false;
+      return warm_outcome::rejected;
     for (std::size_t c : basic_)
       is_basic_[c] = true;
     for (std::size_t i = 0; i < m_; ++i)
-      upper_[n_ + i] = 0.0; // artificials only ever sit at zero here
-    if (!refactor() || !primal_feasible())
-      return false;
-    return true;
+      upper_[n_ + i] = 0.0; // the row artificials only ever sit at zero here
+    phase1_costs_.assign(width_, 0.0);
+    if (!refactor())
+      return warm_outcome::rejected;
+    if (primal_feasible())
+      return warm_outcome::feasible;
+    const double tol = feasibility_scale();
+    std::vector<double> shift(m_, 0.0);
+    std::size_t worst = 0;
+    for (std::size_t i = 0; i < m_; ++i) {
+      const double u = upper_[basic_[i]];
+      if (beta_[i] < -tol)
+        shift[i] = -beta_[i];
+      else if (std::isfinite(u) && beta_[i] > u + tol * std::max(1.0, u))
+        shift[i] = u - beta_[i];
+      if (std::abs(shift[i]) > std::abs(shift[worst]))
+        worst = i;
+    }
+    for (std::size_t r = 0; r < m_; ++r) { // q = -B w in the original (scaled) data
+      double q = 0.0;
+      for (std::size_t i = 0; i < m_; ++i)
+        q -= at(r, basic_[i]) * shift[i];
+      at(r, warm_col_) = q;
+    }
+    for (std::size_t i = 0; i < m_; ++i)
+      tab(i, warm_col_) = -shift[i];
+    upper_[warm_col_] = inf;
+    phase1_costs_[warm_col_] = 1.0;
+    costs_ = phase1_costs_;
+    compute_reduced_costs(costs_);
+    for (std::size_t i = 0; i < m_; ++i)
+      beta_[i] += shift[i]; // the artificial at 1 moves every infeasible variable to its bound
+    pivot(worst, warm_col_, shift[worst] < 0.0);
+    beta_[worst] = 1.0;
+    return warm_outcome::needs_phase1;
   }
 
   // ---- linear algebra ---------------------------------------------------------------------------
-  // Rebuilds the tableau B^-1 [A | I] and the basic values from the original (scaled) data.
+  // Rebuilds the tableau B^-1 [A | I] and the basic values from the original (scaled) data by
+  // Gauss-Jordan elimination on the basic columns with partial pivoting: whole-row operations, so
+  // the work (rows^2 x columns) runs over contiguous memory.
   bool refactor() {
-    std::vector<double> bm(m_ * m_);
-    for (std::size_t i = 0; i < m_; ++i)
-      for (std::size_t k = 0; k < m_; ++k)
-        bm[i * m_ + k] = at(i, basic_[k]);
-    dense_lu lu;
-    if (!lu.factor(std::move(bm), m_))
-      return false;
-    t_.assign(m_ * width_, 0.0);
-    std::vector<double> col(m_);
-    for (std::size_t j = 0; j < width_; ++j) {
-      bool zero = true;
-      for (std::size_t i = 0; i < m_; ++i) {
-        col[i] = at(i, j);
-        zero = zero && col[i] == 0.0;
-      }
-      if (zero)
-        continue;
-      lu.solve(col);
-      for (std::size_t i = 0; i < m_; ++i)
-        tab(i, j) = col[i];
-    }
+    t_ = a_;
     std::vector<double> rhs = b_;
     for (std::size_t j = 0; j < width_; ++j)
       if (!is_basic_[j] && at_upper_[j])
         for (std::size_t i = 0; i < m_; ++i)
           rhs[i] -= at(i, j) * upper_[j];
-    lu.solve(rhs);
-    beta_ = rhs;
+    for (std::size_t k = 0; k < m_; ++k) {
+      const std::size_t col = basic_[k];
+      std::size_t p = k;
+      double best = 0.0;
+      double column_max = 0.0;
+      for (std::size_t i = 0; i < m_; ++i) {
+        const double v = std::abs(tab(i, col));
+        if (i < k) // rows already pivoted hold zeros here up to rounding
+          continue;
+        column_max = std::max(column_max, v);
+        if (v > best) {
+          best = v;
+          p = i;
+        }
+      }
+      if (!(best > 1e-11 * std::max(1.0, column_max)))
+        return false;
+      if (p != k) {
+        std::swap_ranges(t_.begin() + static_cast<std::ptrdiff_t>(k * width_),
+                         t_.begin() + static_cast<std::ptrdiff_t>((k + 1) * width_),
+                         t_.begin() + static_cast<std::ptrdiff_t>(p * width_));
+        std::swap(rhs[k], rhs[p]);
+      }
+      double* row_k = &t_[k * width_];
+      const double inv = 1.0 / row_k[col];
+      for (std::size_t j = 0; j < width_; ++j)
+        row_k[j] *= inv;
+      rhs[k] *= inv;
+      for (std::size_t i = 0; i < m_; ++i) {
+        if (i == k)
+          continue;
+        const double f = tab(i, col);
+        if (f == 0.0)
+          continue;
+        double* row_i = &t_[i * width_];
+        for (std::size_t j = 0; j < width_; ++j)
+          row_i[j] -= f * row_k[j];
+        rhs[i] -= f * rhs[k];
+      }
+    }
+    beta_ = std::move(rhs);
     since_refactor_ = 0;
     return true;
   }
@@ -536,7 +594,7 @@ private:
       const double entering_value = dir > 0.0 ? theta : upper_[enter] - theta;
       pivot(leave, enter, leave_at_upper);
       beta_[leave] = entering_value;
-      if (++since_refactor_ >= 50) {
+      if (++since_refactor_ >= std::max<std::size_t>(50, m_)) {
         if (!refactor())
           return status::numerical_trouble;
         compute_reduced_costs(costs_);
@@ -595,6 +653,7 @@ private:
     }
     for (std::size_t i = 0; i < m_; ++i)
       upper_[n_ + i] = 0.0;
+    upper_[warm_col_] = 0.0;
     refactor(); // the entering columns kept their bound values: recompute the basic ones
   }
 
@@ -722,7 +781,8 @@ private:
   const options& opt_;
   std::size_t m_ = 0;     // rows
   std::size_t n_ = 0;     // structural + slack columns
-  std::size_t width_ = 0; // n_ + m_ artificials
+  std::size_t width_ = 0; // n_ + m_ row artificials + 1 warm-start artificial
+  std::size_t warm_col_ = 0;
   std::vector<var_map> vars_;
   std::vector<std::size_t> slack_;
   std::vector<double> a_, b_, cost_, upper_, flip_, row_scale_, col_scale_;
@@ -963,8 +1023,9 @@ private:
 } // namespace detail
 
 /// Solves `p`. Returns the status with the answer; throws only for invalid options. `warm` is a
-/// basis from an earlier solve of the same variables and rows (costs, bounds and right-hand
-/// sides may differ): when it is valid and primal feasible, phase 1 is skipped.
+/// basis from an earlier solve of the same variables and rows (costs, coefficients, bounds and
+/// right-hand sides may differ): when it is feasible, phase 1 is skipped; when it is not, phase 1
+/// starts from it with a single artificial variable (see try_warm_start).
 [[nodiscard]] inline result solve(const problem& p, const options& opt, const basis* warm) {
   const bool dual = opt.form == options::formulation::dual ||
                     (opt.form == options::formulation::automatic && detail::is_tall(p));

@@ -412,3 +412,29 @@ TEST_CASE("tall LPs go through the dual and agree with GLPK and with the primal 
                     << " iterations, warm re-solve after a change " << warm.iterations);
   }
 }
+
+TEST_CASE("warm starts from a basis made infeasible by the change reach the cold answer") {
+  std::mt19937_64 rng(77);
+  std::uniform_real_distribution<double> jitter(-0.5, 0.5);
+  int infeasible_starts = 0;
+  for (int k = 0; k < 150; ++k) {
+    const problem p = random_lp(rng, k % 2 == 0 ? family::feasible : family::degenerate, 25, 20);
+    const result before = solve(p);
+    if (before.status != status::optimal)
+      continue;
+    problem q = p; // move every right-hand side a little
+    for (std::size_t i = 0; i < q.row_count(); ++i)
+      q.set_rhs(i, q.rows()[i].rhs + jitter(rng));
+    const result cold = solve(q);
+    const result warm = solve(q, {}, &before.final_basis);
+    CAPTURE(k, cold.message, warm.message);
+    CHECK(warm.warm_started);
+    CHECK(name(warm.status) == name(cold.status));
+    if (cold.status == status::optimal && warm.status == status::optimal) {
+      CHECK(warm.objective == Approx(cold.objective).epsilon(1e-9).margin(1e-9));
+      check_certificate(q, warm);
+    }
+    infeasible_starts += warm.phase1_iterations > 0 ? 1 : 0;
+  }
+  CHECK(infeasible_starts > 20); // the single-artificial path was exercised
+}
