@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hspmd::lp {
@@ -263,34 +264,27 @@ private:
     cost_scale_ = 1.0;
     if (!opt_.scale)
       return;
+    // Smallest and largest nonzero magnitude of row i (by_row) or column i.
+    const auto range = [this](std::size_t i, bool by_row) {
+      double lo = inf;
+      double hi = 0.0;
+      for (std::size_t k = 0; k < (by_row ? n_ : m_); ++k)
+        if (const double v = std::abs(by_row ? at(i, k) : at(k, i)); v > 0.0) {
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+        }
+      return std::pair{lo, hi};
+    };
     for (int pass = 0; pass < 4; ++pass) {
-      for (std::size_t i = 0; i < m_; ++i) {
-        double lo = inf;
-        double hi = 0.0;
-        for (std::size_t j = 0; j < n_; ++j)
-          if (const double v = std::abs(at(i, j)); v > 0.0) {
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
-          }
-        if (hi > 0.0)
+      for (std::size_t i = 0; i < m_; ++i)
+        if (const auto [lo, hi] = range(i, true); hi > 0.0)
           scale_row(i, 1.0 / std::sqrt(lo * hi));
-      }
-      for (std::size_t j = 0; j < n_; ++j) {
-        double lo = inf;
-        double hi = 0.0;
-        for (std::size_t i = 0; i < m_; ++i)
-          if (const double v = std::abs(at(i, j)); v > 0.0) {
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
-          }
-        if (hi > 0.0)
+      for (std::size_t j = 0; j < n_; ++j)
+        if (const auto [lo, hi] = range(j, false); hi > 0.0)
           scale_col(j, 1.0 / std::sqrt(lo * hi));
-      }
     }
     for (std::size_t j = 0; j < n_; ++j) {
-      double hi = 0.0;
-      for (std::size_t i = 0; i < m_; ++i)
-        hi = std::max(hi, std::abs(at(i, j)));
+      const double hi = range(j, false).second;
       if (hi > 0.0)
         scale_col(j, 1.0 / hi);
     }

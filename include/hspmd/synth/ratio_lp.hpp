@@ -49,21 +49,21 @@ struct ratio_step {
 
 /// The input of the ratio LP. Units: seconds and bytes.
 struct ratio_problem {
-  std::vector<std::string> segments;  ///< names, e.g. "batch"
-  std::vector<std::string> devices;   ///< names, one per rank
+  std::vector<std::string> segments; ///< names, e.g. "batch"
+  std::vector<std::string> devices;  ///< names, one per rank
   std::vector<ratio_step> steps;
-  std::vector<linear_cost> memory;    ///< per device, bytes (empty: no memory model)
-  std::vector<double> capacity;       ///< per device, bytes
+  std::vector<linear_cost> memory; ///< per device, bytes (empty: no memory model)
+  std::vector<double> capacity;    ///< per device, bytes
 };
 
 /// Why a row binds: device `device`'s compute or communication in step `step`, or its memory.
 struct bottleneck {
   enum class kind : unsigned char { compute, communication, memory } what = kind::compute;
-  std::size_t step = 0; ///< meaningless for memory
-  std::size_t device = 0;      ///< the device (a representative when `identical` > 1)
-  std::size_t identical = 1;   ///< devices that share this row in the collapsed form
-  double dual = 0.0;    ///< seconds of step time per unit of the row (memory: per byte)
-  std::string text;     ///< "device gpu1's compute in step attn is the bottleneck (share 0.70)"
+  std::size_t step = 0;      ///< meaningless for memory
+  std::size_t device = 0;    ///< the device (a representative when `identical` > 1)
+  std::size_t identical = 1; ///< devices that share this row in the collapsed form
+  double dual = 0.0;         ///< seconds of step time per unit of the row (memory: per byte)
+  std::string text; ///< "device gpu1's compute in step attn is the bottleneck (share 0.70)"
 };
 
 /// What the ratio LP found.
@@ -86,10 +86,9 @@ inline void check_cost(const linear_cost& c, std::size_t segments, const std::st
                      "costs are seconds or bytes >= 0");
   for (const auto& [s, a] : c.terms)
     if (s >= segments || !(a >= 0.0) || !std::isfinite(a))
-      throw plan_error(where,
-                       "term (segment " + std::to_string(s) + ", coefficient " +
-                           std::to_string(a) + ")",
-                       "a known segment and a coefficient >= 0");
+      throw plan_error(
+          where, "term (segment " + std::to_string(s) + ", coefficient " + std::to_string(a) + ")",
+          "a known segment and a coefficient >= 0");
 }
 
 inline void validate(const ratio_problem& p) {
@@ -97,13 +96,17 @@ inline void validate(const ratio_problem& p) {
   if (p.segments.empty() || n == 0)
     throw plan_error("ratio LP", "no segments or no devices", "at least one of each");
   for (const auto& st : p.steps) {
-    if ((!st.compute.empty() && st.compute.size() != n) || (!st.comm.empty() && st.comm.size() != n))
-      throw plan_error("ratio LP step \"" + st.name + "\"", "cost lists do not have one entry per device",
+    if ((!st.compute.empty() && st.compute.size() != n) ||
+        (!st.comm.empty() && st.comm.size() != n))
+      throw plan_error("ratio LP step \"" + st.name + "\"",
+                       "cost lists do not have one entry per device",
                        std::to_string(n) + " devices");
     for (std::size_t d = 0; d < st.compute.size(); ++d)
-      check_cost(st.compute[d], p.segments.size(), "ratio LP step \"" + st.name + "\" compute on " + p.devices[d]);
+      check_cost(st.compute[d], p.segments.size(),
+                 "ratio LP step \"" + st.name + "\" compute on " + p.devices[d]);
     for (std::size_t d = 0; d < st.comm.size(); ++d)
-      check_cost(st.comm[d], p.segments.size(), "ratio LP step \"" + st.name + "\" comm on " + p.devices[d]);
+      check_cost(st.comm[d], p.segments.size(),
+                 "ratio LP step \"" + st.name + "\" comm on " + p.devices[d]);
   }
   if (!p.memory.empty() && (p.memory.size() != n || p.capacity.size() != n))
     throw plan_error("ratio LP memory", "memory and capacity need one entry per device",
@@ -223,8 +226,8 @@ inline std::string memory_infeasibility(const ratio_problem& p) {
       const double room = p.capacity[d] - p.memory[d].constant;
       const double most = per_unit > 0.0 ? std::min(1.0, room / per_unit) : 1.0;
       total += most;
-      detail_text += (d == 0 ? "" : "; ") + p.devices[d] + " at most " + percent(most) +
-                     " (" + bytes_text(room) + " free of " + bytes_text(p.capacity[d]) + ", " +
+      detail_text += (d == 0 ? "" : "; ") + p.devices[d] + " at most " + percent(most) + " (" +
+                     bytes_text(room) + " free of " + bytes_text(p.capacity[d]) + ", " +
                      bytes_text(per_unit) + " for the whole segment)";
     }
     if (total < 1.0)
@@ -238,8 +241,8 @@ inline std::string memory_infeasibility(const ratio_problem& p) {
 
 /// How to solve the ratio LP.
 struct ratio_options {
-  lp::options lp;        ///< the simplex's tolerances and formulation
-  bool collapse = true;  ///< use the collapsed form where it is exact
+  lp::options lp;       ///< the simplex's tolerances and formulation
+  bool collapse = true; ///< use the collapsed form where it is exact
 };
 
 /// Solves the ratio LP (collapsed form where it is exact, else the full form). Throws
@@ -260,7 +263,7 @@ struct ratio_options {
   for (std::size_t k = 0; k < p.steps.size(); ++k)
     seg_of[k] = detail::step_segment(p.steps[k], several);
   struct segment_factors {
-    std::vector<double> g, h;   // per device: compute and comm slopes
+    std::vector<double> g, h; // per device: compute and comm slopes
     double f_sum = 0.0, h_sum = 0.0;
   };
   std::vector<segment_factors> sf(segs);
@@ -303,7 +306,7 @@ struct ratio_options {
   };
   std::vector<row_meaning> meaning; // per LP row (sum rows get an unused entry)
   std::vector<std::size_t> class_of(devs);
-  std::vector<std::size_t> class_rep;  // representative device per class
+  std::vector<std::size_t> class_rep; // representative device per class
   std::vector<double> class_size;
 
   if (collapsible) {
@@ -320,8 +323,8 @@ struct ratio_options {
           same = same && p.capacity[d] == p.capacity[e] &&
                  p.memory[d].constant == p.memory[e].constant;
           for (std::size_t s = 0; s < segs; ++s)
-            same = same && detail::coefficient(p.memory[d], s) ==
-                               detail::coefficient(p.memory[e], s);
+            same =
+                same && detail::coefficient(p.memory[d], s) == detail::coefficient(p.memory[e], s);
         }
         if (same)
           break;
@@ -336,7 +339,8 @@ struct ratio_options {
     for (std::size_t s = 0; s < segs; ++s) {
       std::vector<lp::term> sum;
       for (std::size_t c = 0; c < class_rep.size(); ++c) {
-        rvar[s].push_back(q.add_variable("r[" + p.segments[s] + "][" + p.devices[class_rep[c]] + "]"));
+        rvar[s].push_back(
+            q.add_variable("r[" + p.segments[s] + "][" + p.devices[class_rep[c]] + "]"));
         sum.push_back({rvar[s].back(), class_size[c]});
       }
       q.add_row("sum " + p.segments[s], sum, lp::relation::equal, 1.0);
@@ -382,15 +386,13 @@ struct ratio_options {
     }
     for (std::size_t k = 0; k < p.steps.size(); ++k) {
       const auto& st = p.steps[k];
-      for (const auto& [list, what] :
-           {std::pair{&st.compute, bottleneck::kind::compute},
-            std::pair{&st.comm, bottleneck::kind::communication}}) {
+      for (const auto& [list, what] : {std::pair{&st.compute, bottleneck::kind::compute},
+                                       std::pair{&st.comm, bottleneck::kind::communication}}) {
         if (list->empty())
           continue;
-        const auto t = q.add_variable(std::string(what == bottleneck::kind::compute ? "compute "
-                                                                                    : "comm ") +
-                                          st.name,
-                                      0, lp::inf, 1.0);
+        const auto t = q.add_variable(
+            std::string(what == bottleneck::kind::compute ? "compute " : "comm ") + st.name, 0,
+            lp::inf, 1.0);
         for (std::size_t d = 0; d < devs; ++d) {
           std::vector<lp::term> terms{{t, 1.0}};
           for (const auto& [s, a] : (*list)[d].terms)
@@ -445,10 +447,10 @@ struct ratio_options {
     // Duals of step rows are shares of blame (they sum to 1 per step); memory duals are
     // seconds per byte, so they count when a capacity's worth of them matters.
     const double y = r.duals[i];
-    const double weight = meaning[i].what == bottleneck::kind::memory
-                              ? std::abs(y) * p.capacity[meaning[i].device] /
-                                    std::max(out.step_time, 1e-300)
-                              : std::abs(y);
+    const double weight =
+        meaning[i].what == bottleneck::kind::memory
+            ? std::abs(y) * p.capacity[meaning[i].device] / std::max(out.step_time, 1e-300)
+            : std::abs(y);
     if (meaning[i].ratio_sum || weight <= 1e-9)
       continue;
     const row_meaning& mn = meaning[i];
@@ -483,17 +485,16 @@ struct ratio_options {
       const std::size_t s = mn.step;
       const double total = mn.what == bottleneck::kind::compute ? sf[s].f_sum : sf[s].h_sum;
       for (std::size_t k = 0; k < p.steps.size(); ++k) {
-        const auto& list = mn.what == bottleneck::kind::compute ? p.steps[k].compute
-                                                                : p.steps[k].comm;
+        const auto& list =
+            mn.what == bottleneck::kind::compute ? p.steps[k].compute : p.steps[k].comm;
         if (seg_of[k] == s && !list.empty() && detail::coefficient(list[mn.device], s) != 0.0)
           add(k, y / total);
       }
     }
   }
-  std::stable_sort(out.bottlenecks.begin(), out.bottlenecks.end(),
-                   [](const bottleneck& a, const bottleneck& b) {
-                     return std::abs(a.dual) > std::abs(b.dual);
-                   });
+  std::stable_sort(
+      out.bottlenecks.begin(), out.bottlenecks.end(),
+      [](const bottleneck& a, const bottleneck& b) { return std::abs(a.dual) > std::abs(b.dual); });
   return out;
 }
 

@@ -90,13 +90,14 @@ TEST_CASE("a device two times faster gets 2/3 (compute-bound), in both forms") {
 TEST_CASE("a binding memory cap limits that device, and the duals name it") {
   auto p = proportional({2.8e13, 1.4e13}, 3);
   p.memory = {{2e9, {{0, 1e10}}}, {2e9, {{0, 1e10}}}}; // 2 GB fixed + 10 GB for the whole batch
-  p.capacity = {6e9, 32e9};                             // the fast device has only 6 GB
+  p.capacity = {6e9, 32e9};                            // the fast device has only 6 GB
   const auto s = solve_ratios(p);
   REQUIRE(s.status == lp::status::optimal);
   CHECK(s.ratios[0][0] == Approx(0.4)); // (6 - 2) / 10
   CHECK(s.ratios[0][1] == Approx(0.6));
-  const auto mem = std::find_if(s.bottlenecks.begin(), s.bottlenecks.end(),
-                                [](const bottleneck& b) { return b.what == bottleneck::kind::memory; });
+  const auto mem =
+      std::find_if(s.bottlenecks.begin(), s.bottlenecks.end(),
+                   [](const bottleneck& b) { return b.what == bottleneck::kind::memory; });
   REQUIRE(mem != s.bottlenecks.end());
   CHECK(mem->device == 0);
   CHECK_THAT(mem->text, Catch::Contains("device gpu0: memory binds"));
@@ -199,7 +200,7 @@ TEST_CASE("full-form LPs solve, and re-solve warm after a device slows down") {
   CHECK(warm.ratios[0][3] < s.ratios[0][3]);
   CHECK(warm.iterations * 4 < cold.iterations);
   WARN("ratio LP 40 steps x 8 devices: cold " << cold.iterations << " iterations, warm "
-                                             << warm.iterations);
+                                              << warm.iterations);
 }
 
 TEST_CASE("malformed ratio problems are refused with the step and device") {
