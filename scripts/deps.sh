@@ -13,6 +13,7 @@ packages=(
   catch2                            # unit and MPI tests (Catch2 2.13)
   libbenchmark-dev                  # micro-benchmarks under bench/
   libglpk-dev                       # test-only reference for the LP solver
+  libopenblas-dev                   # host GEMM (cblas) for the kernels
 )
 
 missing=()

@@ -26,6 +26,10 @@
 
 #include <hspmd/synth/ratio_lp.hpp>
 
+#if defined(HSPMD_HAS_BLAS)
+#include <hspmd/exec/kernels.hpp>
+#endif
+
 #include <hspmd/comm/calibrate.hpp>
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/debug.hpp>
