@@ -21,12 +21,18 @@ struct shape {
 
 // tokens = 16 * 128 = 2048
 constexpr shape shapes[] = {
-    {"qkv x.W", 2048, 768, 256, false, false},     {"qkv dX=dY.W^T", 2048, 256, 768, false, true},
-    {"qkv dW=X^T.dY", 256, 768, 2048, true, false}, {"scores q.k^T (x64)", 128, 128, 64, false, true},
-    {"context p.v (x64)", 128, 64, 128, false, false}, {"out x.W", 2048, 256, 256, false, false},
-    {"ffn1 x.W", 2048, 1024, 256, false, false},    {"ffn1 dW=X^T.dY", 256, 1024, 2048, true, false},
-    {"ffn2 x.W", 2048, 256, 1024, false, false},    {"ffn2 dX=dY.W^T", 2048, 1024, 256, false, true},
-    {"lm head x.W", 2048, 8192, 256, false, false}, {"lm head dW=X^T.dY", 256, 8192, 2048, true, false},
+    {"qkv x.W", 2048, 768, 256, false, false},
+    {"qkv dX=dY.W^T", 2048, 256, 768, false, true},
+    {"qkv dW=X^T.dY", 256, 768, 2048, true, false},
+    {"scores q.k^T (x64)", 128, 128, 64, false, true},
+    {"context p.v (x64)", 128, 64, 128, false, false},
+    {"out x.W", 2048, 256, 256, false, false},
+    {"ffn1 x.W", 2048, 1024, 256, false, false},
+    {"ffn1 dW=X^T.dY", 256, 1024, 2048, true, false},
+    {"ffn2 x.W", 2048, 256, 1024, false, false},
+    {"ffn2 dX=dY.W^T", 2048, 1024, 256, false, true},
+    {"lm head x.W", 2048, 8192, 256, false, false},
+    {"lm head dW=X^T.dY", 256, 8192, 2048, true, false},
 };
 
 template <bool through_hspmd>
@@ -52,9 +58,9 @@ void gemm(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s.m * s.n * s.k * state.iterations(),
-                                                 benchmark::Counter::kIsRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * s.m * s.n * s.k * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
   state.SetLabel(s.name);
 }
 // Registered in pairs (hspmd, then cblas, shape by shape) so both see the same machine state.

@@ -36,8 +36,8 @@ inline void init_blas_threads() {
 namespace detail {
 [[nodiscard]] inline int blas_int(std::size_t v, const char* what) {
   if (v > static_cast<std::size_t>(INT_MAX))
-    throw shape_error("gemm", std::string(what) + " " + std::to_string(v) +
-                                  " exceeds the BLAS int range",
+    throw shape_error("gemm",
+                      std::string(what) + " " + std::to_string(v) + " exceeds the BLAS int range",
                       "split the product into smaller blocks");
   return static_cast<int>(v);
 }
@@ -46,10 +46,9 @@ namespace detail {
 /// C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n, row-major,
 /// leading dimensions lda, ldb, ldc. float or double.
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+requires std::is_same_v<T, float> || std::is_same_v<T, double>
 void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, T alpha,
-          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
-          std::size_t ldc) {
+          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
   if (m == 0 || n == 0)
     return;
   init_blas_threads();

@@ -12,8 +12,11 @@ TEMPLATE_TEST_CASE("gemm matches the definition for every transpose and leading 
                    float, double) {
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<double> u(-1, 1);
-  for (const auto& [m, n, k] : {std::tuple{1UL, 1UL, 1UL}, {3UL, 5UL, 7UL}, {17UL, 4UL, 33UL},
-                               {0UL, 3UL, 2UL}, {2UL, 3UL, 0UL}})
+  for (const auto& [m, n, k] : {std::tuple{1UL, 1UL, 1UL},
+                                {3UL, 5UL, 7UL},
+                                {17UL, 4UL, 33UL},
+                                {0UL, 3UL, 2UL},
+                                {2UL, 3UL, 0UL}})
     for (const auto ta : {exec::transpose::no, exec::transpose::yes})
       for (const auto tb : {exec::transpose::no, exec::transpose::yes}) {
         // Stored shapes (with 2 extra columns of padding to exercise leading dimensions).
@@ -35,10 +38,10 @@ TEMPLATE_TEST_CASE("gemm matches the definition for every transpose and leading 
           for (std::size_t j = 0; j < n; ++j) {
             double s = 0;
             for (std::size_t p = 0; p < k; ++p) {
-              const auto av = static_cast<double>(ta == exec::transpose::yes ? a[p * lda + i]
-                                                                           : a[i * lda + p]);
-              const auto bv = static_cast<double>(tb == exec::transpose::yes ? b[j * ldb + p]
-                                                                           : b[p * ldb + j]);
+              const auto av =
+                  static_cast<double>(ta == exec::transpose::yes ? a[p * lda + i] : a[i * lda + p]);
+              const auto bv =
+                  static_cast<double>(tb == exec::transpose::yes ? b[j * ldb + p] : b[p * ldb + j]);
               s += av * bv;
             }
             want[i * ldc + j] = static_cast<TestType>(static_cast<double>(alpha) * s +

@@ -1,0 +1,638 @@
+#pragma once
+// Runs a traced graph on one process: forward through the kernels, reverse-mode autodiff back
+// (gradients of nodes used more than once accumulate), parameters materialized from the seeded
+// counter-based RNG by their global element index.
+//
+//     exec::executor<float> ex(g, /*seed=*/42);
+//     ex.set_input("x", features);  ex.set_input("labels", labels);
+//     const float loss = ex.forward();
+//     ex.backward();                       // ex.grad(id) for every node
+//
+// Kernels: GEMM through exec/kernels.hpp, everything else straightforward loops.
+
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/core/rng.hpp>
+#include <hspmd/exec/kernels.hpp>
+#include <hspmd/graph/ir.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <numbers>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hspmd::exec {
+
+namespace detail {
+
+// Row-major strides of dims.
+[[nodiscard]] inline std::vector<std::size_t> strides_of(const std::vector<std::size_t>& dims) {
+  std::vector<std::size_t> s(dims.size(), 1);
+  for (std::size_t i = dims.size(); i-- > 1;)
+    s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+// For a broadcast of `in` onto `out` (trailing alignment): per output dimension, the stride into
+// `in` (0 where `in` is broadcast).
+[[nodiscard]] inline std::vector<std::size_t> broadcast_strides(const hspmd::shape& in,
+                                                                const hspmd::shape& out) {
+  const auto s = strides_of(in.dims);
+  std::vector<std::size_t> b(out.rank(), 0);
+  const std::size_t off = out.rank() - in.rank();
+  for (std::size_t i = 0; i < in.rank(); ++i)
+    b[off + i] = in.dims[i] == 1 ? 0 : s[i];
+  return b;
+}
+
+// Calls f(out_index, a_index, b_index) over all output elements.
+template <class F>
+void for_each_broadcast(const hspmd::shape& out, const std::vector<std::size_t>& sa,
+                        const std::vector<std::size_t>& sb, F&& f) {
+  const std::size_t r = out.rank();
+  const std::size_t total = out.size();
+  if (r == 0) {
+    f(std::size_t{0}, std::size_t{0}, std::size_t{0});
+    return;
+  }
+  std::vector<std::size_t> idx(r, 0);
+  std::size_t ia = 0;
+  std::size_t ib = 0;
+  for (std::size_t o = 0; o < total; ++o) {
+    f(o, ia, ib);
+    for (std::size_t d = r; d-- > 0;) { // odometer increment
+      ++idx[d];
+      ia += sa[d];
+      ib += sb[d];
+      if (idx[d] < out.dims[d])
+        break;
+      ia -= sa[d] * out.dims[d];
+      ib -= sb[d] * out.dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+} // namespace detail
+
+/// Executes a graph in one process with element type T (float or double).
+template <std::floating_point T>
+class executor {
+public:
+  /// Allocates every node's value and gradient and materializes the parameters from `seed`:
+  /// element i of parameter P is N(0, stddev^2) drawn at (seed, fnv1a64(P's name), i), so any
+  /// rank can materialize any slice of any parameter identically.
+  explicit executor(const graph::graph& g, std::uint64_t seed = 0) : g_(g), seed_(seed) {
+    if (!g.loss())
+      throw plan_error("executor", "the graph has no loss", "mark one with tracer::set_loss");
+    val_.resize(g.size());
+    grad_.resize(g.size());
+    ids_.resize(g.size());
+    aux_.resize(g.size());
+    for (graph::node_id i = 0; i < g.size(); ++i) {
+      const graph::node& n = g[i];
+      if (n.type == dtype::i64)
+        ids_[i].assign(n.out.size(), 0);
+      else
+        val_[i].assign(n.out.size(), T{});
+      grad_[i].assign(n.type == dtype::i64 ? 0 : n.out.size(), T{});
+      if (n.kind == graph::op::parameter)
+        initialize(i);
+    }
+  }
+
+  [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
+
+  /// Feeds a floating-point input node by name.
+  void set_input(std::string_view name, std::span<const T> data) {
+    const graph::node_id id = input(name, false);
+    if (data.size() != val_[id].size())
+      throw shape_error("input \"" + std::string(name) + "\"",
+                        std::to_string(data.size()) + " values for shape " +
+                            g_[id].out.to_string(),
+                        "one value per element");
+    std::copy(data.begin(), data.end(), val_[id].begin());
+  }
+  /// Feeds an integer input node (token ids, labels) by name.
+  void set_input(std::string_view name, std::span<const std::int64_t> data) {
+    const graph::node_id id = input(name, true);
+    if (data.size() != ids_[id].size())
+      throw shape_error("input \"" + std::string(name) + "\"",
+                        std::to_string(data.size()) + " ids for shape " + g_[id].out.to_string(),
+                        "one id per element");
+    std::copy(data.begin(), data.end(), ids_[id].begin());
+  }
+
+  /// Runs every node; returns the loss.
+  T forward() {
+    for (graph::node_id i = 0; i < g_.size(); ++i)
+      run_forward(i);
+    return val_[*g_.loss()][0];
+  }
+
+  /// d loss / d every node (inputs included). Gradients are recomputed from zero each call.
+  void backward() {
+    for (auto& gr : grad_)
+      std::fill(gr.begin(), gr.end(), T{});
+    grad_[*g_.loss()][0] = T{1};
+    for (graph::node_id i = static_cast<graph::node_id>(g_.size()); i-- > 0;)
+      run_backward(i);
+  }
+
+  [[nodiscard]] std::span<T> value(graph::node_id id) { return val_.at(id); }
+  [[nodiscard]] std::span<const T> value(graph::node_id id) const { return val_.at(id); }
+  [[nodiscard]] std::span<T> grad(graph::node_id id) { return grad_.at(id); }
+  [[nodiscard]] std::span<const T> grad(graph::node_id id) const { return grad_.at(id); }
+
+  /// The parameter node named `name`; throws `plan_error` when there is none.
+  [[nodiscard]] graph::node_id parameter(std::string_view name) const {
+    const auto id = g_.find(name);
+    if (!id || g_[*id].kind != graph::op::parameter)
+      throw plan_error("executor", "no parameter named \"" + std::string(name) + "\"",
+                       "use the qualified name, e.g. layers.0.fc1.weight");
+    return *id;
+  }
+
+private:
+  using op = graph::op;
+
+  graph::node_id input(std::string_view name, bool integral) const {
+    const auto id = g_.find(name);
+    if (!id || g_[*id].kind != op::input)
+      throw plan_error("executor", "no input named \"" + std::string(name) + "\"",
+                       "feed the inputs the model declared");
+    if ((g_[*id].type == dtype::i64) != integral)
+      throw plan_error("input \"" + std::string(name) + "\"",
+                       integral ? "is not an integer input" : "is an integer input",
+                       "feed ids as int64 and features as floating point");
+    return *id;
+  }
+
+  void initialize(graph::node_id id) {
+    const graph::node& n = g_[id];
+    auto& v = val_[id];
+    if (n.init.how == graph::initializer::kind::constant) {
+      std::fill(v.begin(), v.end(), static_cast<T>(n.init.value));
+      return;
+    }
+    const rng_key key{seed_, fnv1a64(n.name)};
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<T>(n.init.value * normal01(key, i));
+  }
+
+  [[nodiscard]] const graph::node& in_node(const graph::node& n, std::size_t k) const {
+    return g_[n.inputs[k]];
+  }
+  std::vector<T>& in(const graph::node& n, std::size_t k) { return val_[n.inputs[k]]; }
+  std::vector<T>& din(const graph::node& n, std::size_t k) { return grad_[n.inputs[k]]; }
+
+  // Rows of a tensor viewed as (rows, last dimension).
+  static std::size_t rows(const hspmd::shape& s) {
+    if (s.rank() == 0)
+      return 1;
+    return s.dims.back() == 0 ? 0 : s.size() / s.dims.back();
+  }
+
+  // ---- forward ------------------------------------------------------------------------------------
+  void run_forward(graph::node_id id) {
+    const graph::node& n = g_[id];
+    auto& out = val_[id];
+    switch (n.kind) {
+    case op::input:
+    case op::parameter:
+      return;
+    case op::matmul:
+    case op::linear: {
+      const auto& w = in_node(n, 1).out;
+      const std::size_t m = rows(in_node(n, 0).out);
+      const std::size_t k = w.dims[0];
+      const std::size_t nn = w.dims[1];
+      gemm(transpose::no, transpose::no, m, nn, k, T{1}, in(n, 0).data(), k, in(n, 1).data(), nn,
+           T{0}, out.data(), nn);
+      if (n.kind == op::linear) {
+        const auto& b = in(n, 2);
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < nn; ++j)
+            out[i * nn + j] += b[j];
+      }
+      return;
+    }
+    case op::batched_matmul: {
+      const auto& a = in_node(n, 0).out;
+      const std::size_t r = a.rank();
+      const std::size_t m = a.dims[r - 2];
+      const std::size_t k = a.dims[r - 1];
+      const std::size_t nn = n.out.dims[r - 1];
+      const std::size_t batches = a.size() / (m * k);
+      const bool bt = n.attrs.flag;
+      for (std::size_t b = 0; b < batches; ++b)
+        gemm(transpose::no, bt ? transpose::yes : transpose::no, m, nn, k, T{1},
+             in(n, 0).data() + b * m * k, k, in(n, 1).data() + b * k * nn, bt ? k : nn, T{0},
+             out.data() + b * m * nn, nn);
+      return;
+    }
+    case op::add:
+    case op::sub:
+    case op::mul: {
+      const auto sa = detail::broadcast_strides(in_node(n, 0).out, n.out);
+      const auto sb = detail::broadcast_strides(in_node(n, 1).out, n.out);
+      const T* a = in(n, 0).data();
+      const T* b = in(n, 1).data();
+      if (n.kind == op::add)
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) { out[o] = a[i] + b[j]; });
+      else if (n.kind == op::sub)
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) { out[o] = a[i] - b[j]; });
+      else
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) { out[o] = a[i] * b[j]; });
+      return;
+    }
+    case op::scale: {
+      const auto& x = in(n, 0);
+      const auto c = static_cast<T>(n.attrs.scalar);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = c * x[i];
+      return;
+    }
+    case op::relu: {
+      const auto& x = in(n, 0);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = x[i] > T{0} ? x[i] : T{0};
+      return;
+    }
+    case op::gelu: {
+      const auto& x = in(n, 0);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = x[i] * phi(x[i]);
+      return;
+    }
+    case op::tanh: {
+      const auto& x = in(n, 0);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = std::tanh(x[i]);
+      return;
+    }
+    case op::sigmoid: {
+      const auto& x = in(n, 0);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = T{1} / (T{1} + std::exp(-x[i]));
+      return;
+    }
+    case op::softmax:
+    case op::log_softmax: {
+      const auto& x = in(n, 0);
+      const std::size_t l = n.out.dims.back();
+      for (std::size_t r = 0; r < rows(n.out); ++r) {
+        const T* xr = x.data() + r * l;
+        T* yr = out.data() + r * l;
+        const T mx = *std::max_element(xr, xr + l);
+        T s{0};
+        for (std::size_t j = 0; j < l; ++j)
+          s += std::exp(xr[j] - mx);
+        const T log_s = std::log(s);
+        for (std::size_t j = 0; j < l; ++j)
+          yr[j] = n.kind == op::softmax ? std::exp(xr[j] - mx) / s : xr[j] - mx - log_s;
+      }
+      return;
+    }
+    case op::layer_norm: {
+      const auto& x = in(n, 0);
+      const auto& gamma = in(n, 1);
+      const auto& beta = in(n, 2);
+      const std::size_t l = n.out.dims.back();
+      const std::size_t rr = rows(n.out);
+      auto& saved = aux_[id]; // per row: mean, 1/std
+      saved.resize(2 * rr);
+      for (std::size_t r = 0; r < rr; ++r) {
+        const T* xr = x.data() + r * l;
+        T mu{0};
+        for (std::size_t j = 0; j < l; ++j)
+          mu += xr[j];
+        mu /= static_cast<T>(l);
+        T var{0};
+        for (std::size_t j = 0; j < l; ++j)
+          var += (xr[j] - mu) * (xr[j] - mu);
+        var /= static_cast<T>(l);
+        const T rstd = T{1} / std::sqrt(var + static_cast<T>(n.attrs.scalar));
+        saved[2 * r] = mu;
+        saved[2 * r + 1] = rstd;
+        for (std::size_t j = 0; j < l; ++j)
+          out[r * l + j] = gamma[j] * (xr[j] - mu) * rstd + beta[j];
+      }
+      return;
+    }
+    case op::embedding: {
+      const auto& table = in(n, 0);
+      const auto& ids = ids_[n.inputs[1]];
+      const std::size_t v = in_node(n, 0).out.dims[0];
+      const std::size_t h = in_node(n, 0).out.dims[1];
+      for (std::size_t t = 0; t < ids.size(); ++t) {
+        const auto row = checked_id(n, ids[t], v, "token id");
+        std::copy_n(table.data() + row * h, h, out.data() + t * h);
+      }
+      return;
+    }
+    case op::cross_entropy: {
+      const auto& logits = in(n, 0);
+      const auto& targets = ids_[n.inputs[1]];
+      const std::size_t v = in_node(n, 0).out.dims[1];
+      T total{0};
+      for (std::size_t r = 0; r < targets.size(); ++r) {
+        const T* lr = logits.data() + r * v;
+        const auto t = checked_id(n, targets[r], v, "target");
+        const T mx = *std::max_element(lr, lr + v);
+        T s{0};
+        for (std::size_t j = 0; j < v; ++j)
+          s += std::exp(lr[j] - mx);
+        total += mx + std::log(s) - lr[t];
+      }
+      out[0] = total;
+      return;
+    }
+    case op::sum:
+    case op::mean: {
+      const auto& x = in(n, 0);
+      T s{0};
+      for (T v : x)
+        s += v;
+      out[0] = n.kind == op::sum ? s : s / static_cast<T>(std::max<std::size_t>(x.size(), 1));
+      return;
+    }
+    case op::reshape:
+      std::copy(in(n, 0).begin(), in(n, 0).end(), out.begin());
+      return;
+    case op::permute:
+      permute(in_node(n, 0).out, n.attrs.dims, in(n, 0).data(), out.data(), false);
+      return;
+    }
+  }
+
+  // ---- backward -----------------------------------------------------------------------------------
+  void run_backward(graph::node_id id) {
+    const graph::node& n = g_[id];
+    if (n.type == dtype::i64)
+      return;
+    const auto& g = grad_[id];
+    const auto& y = val_[id];
+    switch (n.kind) {
+    case op::input:
+    case op::parameter:
+      return;
+    case op::matmul:
+    case op::linear: {
+      const auto& w = in_node(n, 1).out;
+      const std::size_t m = rows(in_node(n, 0).out);
+      const std::size_t k = w.dims[0];
+      const std::size_t nn = w.dims[1];
+      // dX += dY W^T ; dW += X^T dY
+      gemm(transpose::no, transpose::yes, m, k, nn, T{1}, g.data(), nn, in(n, 1).data(), nn, T{1},
+           din(n, 0).data(), k);
+      gemm(transpose::yes, transpose::no, k, nn, m, T{1}, in(n, 0).data(), k, g.data(), nn, T{1},
+           din(n, 1).data(), nn);
+      if (n.kind == op::linear) {
+        auto& db = din(n, 2);
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < nn; ++j)
+            db[j] += g[i * nn + j];
+      }
+      return;
+    }
+    case op::batched_matmul: {
+      const auto& a = in_node(n, 0).out;
+      const std::size_t r = a.rank();
+      const std::size_t m = a.dims[r - 2];
+      const std::size_t k = a.dims[r - 1];
+      const std::size_t nn = n.out.dims[r - 1];
+      const std::size_t batches = a.size() / (m * k);
+      const bool bt = n.attrs.flag;
+      for (std::size_t b = 0; b < batches; ++b) {
+        const T* gb = g.data() + b * m * nn;
+        const T* ab = in(n, 0).data() + b * m * k;
+        const T* bb = in(n, 1).data() + b * k * nn;
+        T* dab = din(n, 0).data() + b * m * k;
+        T* dbb = din(n, 1).data() + b * k * nn;
+        if (!bt) { // C = A B: dA += dC B^T (m x k), dB += A^T dC (k x n)
+          gemm(transpose::no, transpose::yes, m, k, nn, T{1}, gb, nn, bb, nn, T{1}, dab, k);
+          gemm(transpose::yes, transpose::no, k, nn, m, T{1}, ab, k, gb, nn, T{1}, dbb, nn);
+        } else { // C = A B^T, B is n x k: dA += dC B (m x k), dB += dC^T A (n x k)
+          gemm(transpose::no, transpose::no, m, k, nn, T{1}, gb, nn, bb, k, T{1}, dab, k);
+          gemm(transpose::yes, transpose::no, nn, k, m, T{1}, gb, nn, ab, k, T{1}, dbb, k);
+        }
+      }
+      return;
+    }
+    case op::add:
+    case op::sub:
+    case op::mul: {
+      const auto sa = detail::broadcast_strides(in_node(n, 0).out, n.out);
+      const auto sb = detail::broadcast_strides(in_node(n, 1).out, n.out);
+      auto& da = din(n, 0);
+      auto& db = din(n, 1);
+      const T* a = in(n, 0).data();
+      const T* b = in(n, 1).data();
+      if (n.kind == op::add)
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) {
+          da[i] += g[o];
+          db[j] += g[o];
+        });
+      else if (n.kind == op::sub)
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) {
+          da[i] += g[o];
+          db[j] -= g[o];
+        });
+      else
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) {
+          da[i] += g[o] * b[j];
+          db[j] += g[o] * a[i];
+        });
+      return;
+    }
+    case op::scale: {
+      auto& dx = din(n, 0);
+      const auto c = static_cast<T>(n.attrs.scalar);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        dx[i] += c * g[i];
+      return;
+    }
+    case op::relu: {
+      auto& dx = din(n, 0);
+      const auto& x = in(n, 0);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        dx[i] += x[i] > T{0} ? g[i] : T{0};
+      return;
+    }
+    case op::gelu: {
+      auto& dx = din(n, 0);
+      const auto& x = in(n, 0);
+      const T inv_sqrt_2pi = static_cast<T>(1.0 / std::sqrt(2.0 * std::numbers::pi));
+      for (std::size_t i = 0; i < g.size(); ++i) // d/dx x Phi(x) = Phi(x) + x phi(x)
+        dx[i] += g[i] * (phi(x[i]) + x[i] * inv_sqrt_2pi * std::exp(-x[i] * x[i] / T{2}));
+      return;
+    }
+    case op::tanh: {
+      auto& dx = din(n, 0);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        dx[i] += g[i] * (T{1} - y[i] * y[i]);
+      return;
+    }
+    case op::sigmoid: {
+      auto& dx = din(n, 0);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        dx[i] += g[i] * y[i] * (T{1} - y[i]);
+      return;
+    }
+    case op::softmax:
+    case op::log_softmax: {
+      auto& dx = din(n, 0);
+      const std::size_t l = n.out.dims.back();
+      for (std::size_t r = 0; r < rows(n.out); ++r) {
+        const T* gr = g.data() + r * l;
+        const T* yr = y.data() + r * l;
+        T* dr = dx.data() + r * l;
+        T s{0};
+        if (n.kind == op::softmax) { // dx = y (g - sum g y)
+          for (std::size_t j = 0; j < l; ++j)
+            s += gr[j] * yr[j];
+          for (std::size_t j = 0; j < l; ++j)
+            dr[j] += yr[j] * (gr[j] - s);
+        } else { // dx = g - softmax * sum g
+          for (std::size_t j = 0; j < l; ++j)
+            s += gr[j];
+          for (std::size_t j = 0; j < l; ++j)
+            dr[j] += gr[j] - std::exp(yr[j]) * s;
+        }
+      }
+      return;
+    }
+    case op::layer_norm: {
+      const auto& x = in(n, 0);
+      const auto& gamma = in(n, 1);
+      auto& dx = din(n, 0);
+      auto& dgamma = din(n, 1);
+      auto& dbeta = din(n, 2);
+      const auto& saved = aux_[id];
+      const std::size_t l = n.out.dims.back();
+      const auto lt = static_cast<T>(l);
+      for (std::size_t r = 0; r < rows(n.out); ++r) {
+        const T mu = saved[2 * r];
+        const T rstd = saved[2 * r + 1];
+        const T* xr = x.data() + r * l;
+        const T* gr = g.data() + r * l;
+        T sum_dxhat{0};
+        T sum_dxhat_xhat{0};
+        for (std::size_t j = 0; j < l; ++j) {
+          const T xhat = (xr[j] - mu) * rstd;
+          const T dxhat = gr[j] * gamma[j];
+          sum_dxhat += dxhat;
+          sum_dxhat_xhat += dxhat * xhat;
+          dgamma[j] += gr[j] * xhat;
+          dbeta[j] += gr[j];
+        }
+        for (std::size_t j = 0; j < l; ++j) {
+          const T xhat = (xr[j] - mu) * rstd;
+          const T dxhat = gr[j] * gamma[j];
+          dx[r * l + j] += rstd / lt * (lt * dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
+        }
+      }
+      return;
+    }
+    case op::embedding: {
+      auto& dtable = din(n, 0);
+      const auto& ids = ids_[n.inputs[1]];
+      const std::size_t h = in_node(n, 0).out.dims[1];
+      for (std::size_t t = 0; t < ids.size(); ++t) {
+        const auto row = static_cast<std::size_t>(ids[t]);
+        for (std::size_t j = 0; j < h; ++j)
+          dtable[row * h + j] += g[t * h + j];
+      }
+      return;
+    }
+    case op::cross_entropy: {
+      const auto& logits = in(n, 0);
+      auto& dl = din(n, 0);
+      const auto& targets = ids_[n.inputs[1]];
+      const std::size_t v = in_node(n, 0).out.dims[1];
+      for (std::size_t r = 0; r < targets.size(); ++r) {
+        const T* lr = logits.data() + r * v;
+        const T mx = *std::max_element(lr, lr + v);
+        T s{0};
+        for (std::size_t j = 0; j < v; ++j)
+          s += std::exp(lr[j] - mx);
+        for (std::size_t j = 0; j < v; ++j)
+          dl[r * v + j] += g[0] * std::exp(lr[j] - mx) / s;
+        dl[r * v + static_cast<std::size_t>(targets[r])] -= g[0];
+      }
+      return;
+    }
+    case op::sum:
+    case op::mean: {
+      auto& dx = din(n, 0);
+      const T each = n.kind == op::sum ? g[0] : g[0] / static_cast<T>(std::max<std::size_t>(dx.size(), 1));
+      for (T& d : dx)
+        d += each;
+      return;
+    }
+    case op::reshape: {
+      auto& dx = din(n, 0);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        dx[i] += g[i];
+      return;
+    }
+    case op::permute:
+      permute(in_node(n, 0).out, n.attrs.dims, g.data(), din(n, 0).data(), true);
+      return;
+    }
+  }
+
+  static T phi(T x) { // standard normal CDF
+    return static_cast<T>(0.5) * (T{1} + std::erf(x / std::numbers::sqrt2_v<T>));
+  }
+
+  std::size_t checked_id(const graph::node& n, std::int64_t id, std::size_t limit,
+                         const char* what) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= limit)
+      throw shape_error("graph node \"" + n.name + "\"",
+                        std::string(what) + " " + std::to_string(id) + " is out of range [0, " +
+                            std::to_string(limit) + ")",
+                        "check the data against the model's vocabulary or class count");
+    return static_cast<std::size_t>(id);
+  }
+
+  // out[permuted index] = in[index] (forward), or accumulate in the reverse direction.
+  static void permute(const hspmd::shape& in_shape, const std::vector<std::size_t>& perm,
+                      const T* src, T* dst, bool reverse) {
+    const std::size_t r = in_shape.rank();
+    const auto in_strides = detail::strides_of(in_shape.dims);
+    std::vector<std::size_t> out_dims(r);
+    for (std::size_t i = 0; i < r; ++i)
+      out_dims[i] = in_shape.dims[perm[i]];
+    std::vector<std::size_t> idx(r, 0);
+    const std::size_t total = in_shape.size();
+    for (std::size_t o = 0; o < total; ++o) {
+      std::size_t from = 0;
+      for (std::size_t i = 0; i < r; ++i)
+        from += idx[i] * in_strides[perm[i]];
+      if (reverse)
+        dst[from] += src[o];
+      else
+        dst[o] = src[from];
+      for (std::size_t d = r; d-- > 0;) {
+        if (++idx[d] < out_dims[d])
+          break;
+        idx[d] = 0;
+      }
+    }
+  }
+
+  const graph::graph& g_;
+  std::uint64_t seed_;
+  std::vector<std::vector<T>> val_, grad_, aux_;
+  std::vector<std::vector<std::int64_t>> ids_;
+};
+
+} // namespace hspmd::exec

@@ -1,0 +1,181 @@
+#pragma once
+// Tracing a model's forward pass into a graph.
+//
+// Model code works on `value<T, E>`: a node of the tracer's graph with typed extents, so the
+// static shape rules of core/ (matmul inner sizes, elementwise shapes) fail at compile time,
+// while the runtime sizes (the bound batch, configured sizes) are checked as the node is added.
+//
+//     nn::tracer t(dtype::f32, /*batch=*/32);
+//     auto x = t.input<float, extents<batch, 784>>("x");          // (batch=32, 784)
+//     auto y = model.forward(t, x);                                 // records nodes
+//     t.set_loss(nn::cross_entropy(t, logits, labels));
+//     graph::graph g = t.take();
+//
+// Parameters are named by the scopes they are created in (`layers.3.attn.wq`) and created once:
+// asking for an existing name returns the same node, so modules can be called again (weight
+// sharing) without duplicating weights.
+
+#include <hspmd/core/dtype.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/extents.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/graph/ops.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace hspmd::nn {
+
+class tracer;
+
+/// A traced tensor: a node of a tracer's graph with typed extents.
+template <class T, extents_type E>
+class value {
+public:
+  using element_type = T;
+  using extents_type = E;
+  value(tracer& t, graph::node_id id, const E& e) : tracer_(&t), id_(id), extents_(e) {}
+
+  [[nodiscard]] graph::node_id id() const noexcept { return id_; }
+  [[nodiscard]] const E& extents() const noexcept { return extents_; }
+  [[nodiscard]] std::size_t extent(std::size_t i) const noexcept { return extents_.extent(i); }
+  [[nodiscard]] tracer& owner() const noexcept { return *tracer_; }
+
+private:
+  tracer* tracer_;
+  graph::node_id id_;
+  E extents_;
+};
+
+/// Records nodes; binds the batch size; names parameters by scope.
+class tracer {
+public:
+  explicit tracer(dtype type = dtype::f32, std::size_t batch_size = 1)
+      : type_(type), batch_(batch_size) {
+    if (!is_floating(type) || size_of(type) < 4)
+      throw plan_error("nn::tracer", "element type " + std::string(name(type)),
+                       "f32 or f64 for traced models");
+  }
+
+  /// The bound batch size.
+  [[nodiscard]] std::size_t batch() const noexcept { return batch_; }
+  [[nodiscard]] dtype type() const noexcept { return type_; }
+  [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
+
+  /// Names created while the returned guard lives are prefixed with `name` and a dot.
+  class scope_guard {
+  public:
+    explicit scope_guard(tracer& t) : t_(&t) {}
+    scope_guard(const scope_guard&) = delete;
+    scope_guard& operator=(const scope_guard&) = delete;
+    ~scope_guard() { t_->scopes_.pop_back(); }
+
+  private:
+    tracer* t_;
+  };
+  [[nodiscard]] scope_guard scope(std::string name) {
+    scopes_.push_back(std::move(name));
+    return scope_guard(*this);
+  }
+  /// `leaf` with the current scopes: "layers.3.attn" + "wq" -> "layers.3.attn.wq".
+  [[nodiscard]] std::string qualified(std::string_view leaf) const {
+    std::string s;
+    for (const auto& p : scopes_)
+      s += p + ".";
+    return s + std::string(leaf);
+  }
+
+  /// A data input with extents E: `batch` dimensions take the bound batch size, other runtime
+  /// dimensions are given in order. `type` defaults to the tracer's element type (token ids and
+  /// labels are i64).
+  template <class T, extents_type E, std::integral... Ds>
+  value<T, E> input(std::string name, Ds... runtime_dims) {
+    const E e = bind<E>(runtime_dims...);
+    graph::node n;
+    n.kind = graph::op::input;
+    n.name = std::move(name);
+    n.out = e.shape();
+    n.type = std::is_integral_v<T> ? dtype::i64 : type_;
+    return {*this, add(std::move(n)), e};
+  }
+
+  /// The parameter named qualified(leaf), created with `init` on first use.
+  template <class T, extents_type E>
+  value<T, E> parameter(std::string_view leaf, const E& e, graph::initializer init) {
+    const std::string full = qualified(leaf);
+    if (const auto id = g_.find(full)) {
+      if (g_[*id].kind != graph::op::parameter || g_[*id].out != e.shape())
+        throw plan_error("parameter \"" + full + "\"",
+                         "exists with shape " + g_[*id].out.to_string() + ", asked for " +
+                             e.shape().to_string(),
+                         "give distinct modules distinct names");
+      return {*this, *id, e};
+    }
+    graph::node n;
+    n.kind = graph::op::parameter;
+    n.name = full;
+    n.out = e.shape();
+    n.type = type_;
+    n.init = init;
+    return {*this, add(std::move(n)), e};
+  }
+
+  /// Appends an op node; infers and checks its shape (throws `shape_error` naming the node).
+  graph::node_id op(graph::op kind, std::vector<graph::node_id> inputs,
+                    graph::attributes attrs = {}) {
+    graph::node n;
+    n.kind = kind;
+    n.inputs = std::move(inputs);
+    n.attrs = std::move(attrs);
+    n.type = type_;
+    n.name = qualified(std::string(graph::name(kind)) + std::to_string(g_.size()));
+    n.out = graph::infer_shape(g_, n);
+    return add(std::move(n));
+  }
+
+  /// Marks the scalar loss.
+  template <class T, extents_type E>
+  void set_loss(const value<T, E>& loss) {
+    g_.set_loss(loss.id());
+  }
+
+  /// Hands over the recorded graph (the tracer is empty afterwards).
+  [[nodiscard]] graph::graph take() { return std::exchange(g_, graph::graph{}); }
+
+  /// Extents E with `batch` bound and the runtime dimensions given in order.
+  template <extents_type E, std::integral... Ds>
+  [[nodiscard]] E bind(Ds... runtime_dims) const {
+    constexpr std::size_t given = sizeof...(Ds);
+    static_assert(given + (E::has_batch ? 1U : 0U) == E::rank_dynamic(),
+                  "nn::tracer: give one size per runtime dimension other than batch");
+    std::array<std::size_t, E::rank_dynamic()> ds{};
+    const std::array<std::size_t, given> vals{static_cast<std::size_t>(runtime_dims)...};
+    std::size_t next = 0;
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < E::rank(); ++i) {
+      if (is_static_extent(E::static_extent(i)))
+        continue;
+      ds[k++] = E::static_extent(i) == hspmd::batch ? batch_ : vals[next++];
+    }
+    if constexpr (E::rank_dynamic() == 0)
+      return E{};
+    else
+      return E{ds};
+  }
+
+private:
+  graph::node_id add(graph::node n) { return g_.add(std::move(n)); }
+
+  dtype type_;
+  std::size_t batch_;
+  graph::graph g_;
+  std::vector<std::string> scopes_;
+};
+
+} // namespace hspmd::nn
