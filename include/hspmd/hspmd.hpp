@@ -24,10 +24,21 @@
 #include <hspmd/lp/problem.hpp>
 #include <hspmd/lp/simplex.hpp>
 
+#include <hspmd/graph/io.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/graph/ops.hpp>
+
+#include <hspmd/nn/layers.hpp>
+#include <hspmd/nn/ops.hpp>
+#include <hspmd/nn/tracer.hpp>
+
 #include <hspmd/synth/ratio_lp.hpp>
 
 #if defined(HSPMD_HAS_BLAS)
+#include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/kernels.hpp>
+#include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/trainer.hpp>
 #endif
 
 #include <hspmd/comm/calibrate.hpp>

@@ -114,8 +114,7 @@ public:
     const graph::node_id id = input(name, false);
     if (data.size() != val_[id].size())
       throw shape_error("input \"" + std::string(name) + "\"",
-                        std::to_string(data.size()) + " values for shape " +
-                            g_[id].out.to_string(),
+                        std::to_string(data.size()) + " values for shape " + g_[id].out.to_string(),
                         "one value per element");
     std::copy(data.begin(), data.end(), val_[id].begin());
   }
@@ -199,7 +198,8 @@ private:
     return s.dims.back() == 0 ? 0 : s.size() / s.dims.back();
   }
 
-  // ---- forward ------------------------------------------------------------------------------------
+  // ---- forward
+  // ------------------------------------------------------------------------------------
   void run_forward(graph::node_id id) {
     const graph::node& n = g_[id];
     auto& out = val_[id];
@@ -245,11 +245,17 @@ private:
       const T* a = in(n, 0).data();
       const T* b = in(n, 1).data();
       if (n.kind == op::add)
-        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) { out[o] = a[i] + b[j]; });
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) {
+          out[o] = a[i] + b[j];
+        });
       else if (n.kind == op::sub)
-        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) { out[o] = a[i] - b[j]; });
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) {
+          out[o] = a[i] - b[j];
+        });
       else
-        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) { out[o] = a[i] * b[j]; });
+        detail::for_each_broadcast(n.out, sa, sb, [&](std::size_t o, std::size_t i, std::size_t j) {
+          out[o] = a[i] * b[j];
+        });
       return;
     }
     case op::scale: {
@@ -372,7 +378,8 @@ private:
     }
   }
 
-  // ---- backward -----------------------------------------------------------------------------------
+  // ---- backward
+  // -----------------------------------------------------------------------------------
   void run_backward(graph::node_id id) {
     const graph::node& n = g_[id];
     if (n.type == dtype::i64)
@@ -572,7 +579,8 @@ private:
     case op::sum:
     case op::mean: {
       auto& dx = din(n, 0);
-      const T each = n.kind == op::sum ? g[0] : g[0] / static_cast<T>(std::max<std::size_t>(dx.size(), 1));
+      const T each =
+          n.kind == op::sum ? g[0] : g[0] / static_cast<T>(std::max<std::size_t>(dx.size(), 1));
       for (T& d : dx)
         d += each;
       return;

@@ -33,8 +33,7 @@ inline void print(std::ostream& os, const graph& g) {
     const node_cost c = cost_of(g, i);
     std::snprintf(line, sizeof line, "%5u  %-15s %-30s %-22s %12.6f %12.6f%s\n", i,
                   std::string(name(n.kind)).c_str(), n.name.c_str(), n.out.to_string().c_str(),
-                  c.forward_flops / 1e9, c.backward_flops / 1e9,
-                  g.loss() == i ? "  <- loss" : "");
+                  c.forward_flops / 1e9, c.backward_flops / 1e9, g.loss() == i ? "  <- loss" : "");
     os << line;
   }
   const node_cost t = total_cost(g);
@@ -47,8 +46,10 @@ inline void print(std::ostream& os, const graph& g) {
 [[nodiscard]] inline nlohmann::json to_json(const graph& g) {
   nlohmann::json nodes = nlohmann::json::array();
   for (const node& n : g.nodes()) {
-    nlohmann::json j = {{"op", name(n.kind)},   {"name", n.name},
-                        {"inputs", n.inputs},   {"shape", n.out.dims},
+    nlohmann::json j = {{"op", name(n.kind)},
+                        {"name", n.name},
+                        {"inputs", n.inputs},
+                        {"shape", n.out.dims},
                         {"dtype", name(n.type)}};
     if (n.out.batch_dim)
       j["batch_dim"] = *n.out.batch_dim;
@@ -109,8 +110,9 @@ inline void print(std::ostream& os, const graph& g) {
           fail(at + ".inputs", "input " + std::to_string(in) + " is not an earlier node");
       const hspmd::shape inferred = infer_shape(g, n);
       if (inferred != n.out)
-        throw shape_error(source + ": " + at, "recorded shape " + n.out.to_string() +
-                                                  " but the op gives " + inferred.to_string(),
+        throw shape_error(source + ": " + at,
+                          "recorded shape " + n.out.to_string() + " but the op gives " +
+                              inferred.to_string(),
                           "regenerate the graph file");
       g.add(std::move(n));
     }

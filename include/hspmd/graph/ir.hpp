@@ -29,17 +29,17 @@ using node_id = std::uint32_t;
 
 /// The ops of the IR. Elementwise binary ops broadcast numpy-style over trailing dimensions.
 enum class op : std::uint8_t {
-  input,         ///< data fed each step (features, token ids, labels)
-  parameter,     ///< a trained weight
-  matmul,        ///< (..., m, k) x (k, n) -> (..., m, n): the weight is shared by leading dims
-  linear,        ///< matmul with a bias: (..., m, k) x (k, n) + (n)
-  batched_matmul,///< (b..., m, k) x (b..., k, n) -> (b..., m, n); attrs.flag: B transposed
+  input,          ///< data fed each step (features, token ids, labels)
+  parameter,      ///< a trained weight
+  matmul,         ///< (..., m, k) x (k, n) -> (..., m, n): the weight is shared by leading dims
+  linear,         ///< matmul with a bias: (..., m, k) x (k, n) + (n)
+  batched_matmul, ///< (b..., m, k) x (b..., k, n) -> (b..., m, n); attrs.flag: B transposed
   add,
   sub,
   mul,
-  scale,         ///< x * attrs.scalar
+  scale, ///< x * attrs.scalar
   relu,
-  gelu,          ///< exact: x * Phi(x)
+  gelu, ///< exact: x * Phi(x)
   tanh,
   sigmoid,
   softmax,       ///< over the last dimension
@@ -57,10 +57,10 @@ inline constexpr std::size_t op_count = 22;
 /// "matmul", "layer_norm", ...
 [[nodiscard]] constexpr std::string_view name(op o) noexcept {
   constexpr std::array<std::string_view, op_count> names = {
-      "input",   "parameter", "matmul",  "linear",      "batched_matmul", "add",
-      "sub",     "mul",       "scale",   "relu",        "gelu",           "tanh",
-      "sigmoid", "softmax",   "log_softmax", "layer_norm", "embedding",   "cross_entropy",
-      "sum",     "mean",      "reshape", "permute"};
+      "input",   "parameter", "matmul",      "linear",     "batched_matmul", "add",
+      "sub",     "mul",       "scale",       "relu",       "gelu",           "tanh",
+      "sigmoid", "softmax",   "log_softmax", "layer_norm", "embedding",      "cross_entropy",
+      "sum",     "mean",      "reshape",     "permute"};
   return names.at(static_cast<std::size_t>(o));
 }
 
@@ -74,9 +74,9 @@ inline constexpr std::size_t op_count = 22;
 
 /// Attributes; which ones an op reads is documented at the op.
 struct attributes {
-  double scalar = 0.0;              ///< scale factor, layer-norm epsilon
-  std::vector<std::size_t> dims;    ///< reshape target, permutation
-  bool flag = false;                ///< batched_matmul: second operand transposed
+  double scalar = 0.0;           ///< scale factor, layer-norm epsilon
+  std::vector<std::size_t> dims; ///< reshape target, permutation
+  bool flag = false;             ///< batched_matmul: second operand transposed
   friend bool operator==(const attributes&, const attributes&) = default;
 };
 
@@ -90,12 +90,12 @@ struct initializer {
 /// One node: an op, its inputs, attributes, and its output's shape and type.
 struct node {
   graph::op kind = op::input;
-  std::string name;             ///< parameters: "layers.3.attn.wq"; other nodes: op + index
+  std::string name; ///< parameters: "layers.3.attn.wq"; other nodes: op + index
   std::vector<node_id> inputs;
   attributes attrs;
-  hspmd::shape out;             ///< static shape of the output (batch dimension marked)
+  hspmd::shape out; ///< static shape of the output (batch dimension marked)
   dtype type = dtype::f32;
-  initializer init;             ///< parameters only
+  initializer init; ///< parameters only
   friend bool operator==(const node&, const node&) = default;
 };
 

@@ -45,8 +45,7 @@ namespace detail {
   return "graph node \"" + n.name + "\" (" + std::string(name(n.kind)) + ")";
 }
 
-[[noreturn]] inline void shape_fail(const node& n, const std::string& why,
-                                    const std::string& fix) {
+[[noreturn]] inline void shape_fail(const node& n, const std::string& why, const std::string& fix) {
   throw shape_error(where(n), why, fix);
 }
 
@@ -103,8 +102,7 @@ inline void need_inputs(const node& n, std::size_t count) {
       shape_fail(n, "cannot multiply " + a.to_string() + " by " + w.to_string(),
                  "(..., m, k) by (k, n)");
     if (n.kind == op::linear && (in(2).rank() != 1 || in(2).dims[0] != w.dims[1]))
-      shape_fail(n, "bias " + in(2).to_string() + " for " + std::to_string(w.dims[1]) +
-                        " outputs",
+      shape_fail(n, "bias " + in(2).to_string() + " for " + std::to_string(w.dims[1]) + " outputs",
                  "a bias of shape (n)");
     out = a;
     out.dims.back() = w.dims[1];
@@ -116,11 +114,11 @@ inline void need_inputs(const node& n, std::size_t count) {
     const auto& b = in(1);
     const std::size_t r = a.rank();
     const bool bt = n.attrs.flag;
-    if (r < 3 || b.rank() != r ||
-        !std::equal(a.dims.begin(), a.dims.end() - 2, b.dims.begin()) ||
+    if (r < 3 || b.rank() != r || !std::equal(a.dims.begin(), a.dims.end() - 2, b.dims.begin()) ||
         a.dims[r - 1] != (bt ? b.dims[r - 1] : b.dims[r - 2]))
-      shape_fail(n, "cannot batch-multiply " + a.to_string() + " by " + b.to_string() +
-                        (bt ? " transposed" : ""),
+      shape_fail(n,
+                 "cannot batch-multiply " + a.to_string() + " by " + b.to_string() +
+                     (bt ? " transposed" : ""),
                  "(b..., m, k) by (b..., k, n), or by (b..., n, k) transposed");
     out = a;
     out.dims[r - 1] = bt ? b.dims[r - 2] : b.dims[r - 1];
@@ -147,8 +145,9 @@ inline void need_inputs(const node& n, std::size_t count) {
     const auto& x = in(0);
     if (x.rank() == 0 || in(1).dims != std::vector<std::size_t>{x.dims.back()} ||
         in(2).dims != std::vector<std::size_t>{x.dims.back()})
-      shape_fail(n, "gamma " + in(1).to_string() + " and beta " + in(2).to_string() + " for " +
-                        x.to_string(),
+      shape_fail(n,
+                 "gamma " + in(1).to_string() + " and beta " + in(2).to_string() + " for " +
+                     x.to_string(),
                  "gamma and beta of shape (last dimension)");
     return x;
   }
@@ -190,8 +189,9 @@ inline void need_inputs(const node& n, std::size_t count) {
     const auto& x = in(0);
     std::vector<bool> seen(x.rank(), false);
     if (n.attrs.dims.size() != x.rank())
-      shape_fail(n, "permutation of " + std::to_string(n.attrs.dims.size()) + " dimensions for " +
-                        x.to_string(),
+      shape_fail(n,
+                 "permutation of " + std::to_string(n.attrs.dims.size()) + " dimensions for " +
+                     x.to_string(),
                  "one entry per dimension");
     out.dims.resize(x.rank());
     for (std::size_t i = 0; i < x.rank(); ++i) {
@@ -220,7 +220,9 @@ struct node_cost {
 /// The cost of node `id` of `g`.
 [[nodiscard]] inline node_cost cost_of(const graph& g, node_id id) {
   const node& n = g[id];
-  const auto size = [&](std::size_t i) { return static_cast<double>(g[n.inputs.at(i)].out.size()); };
+  const auto size = [&](std::size_t i) {
+    return static_cast<double>(g[n.inputs.at(i)].out.size());
+  };
   const double out = static_cast<double>(n.out.size());
   const double es = static_cast<double>(size_of(n.type));
   node_cost c;

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <utility>
 
-namespace hspmd::nn {
+// Typed ops live in nn::functional (like PyTorch's torch.nn.functional); the ones whose names do
+// not collide with layers (nn::linear, nn::layer_norm, nn::embedding) are also in nn itself.
+namespace hspmd::nn::functional {
 
 namespace detail {
 // E with its last extent replaced by N.
@@ -49,10 +51,9 @@ struct layer_expects {};
 
 // Checks at compile time that the last static extent of X may equal K.
 template <extents_type X, std::size_t K>
-inline constexpr bool last_dim_fits =
-    std::conditional_t<extents_may_match(X::static_extent(X::rank() - 1), K), std::true_type,
-                       features_must_match<input_features<X::static_extent(X::rank() - 1)>,
-                                           layer_expects<K>>>::value;
+inline constexpr bool last_dim_fits = std::conditional_t<
+    extents_may_match(X::static_extent(X::rank() - 1), K), std::true_type,
+    features_must_match<input_features<X::static_extent(X::rank() - 1)>, layer_expects<K>>>::value;
 
 template <extents_type E>
 [[nodiscard]] E extents_of(const hspmd::shape& s) {
@@ -65,8 +66,8 @@ template <extents_type E>
 
 /// x (..., k) times w (k, n): (..., n). The weight is shared by all leading dimensions.
 template <class T, extents_type EX, std::size_t K, std::size_t N>
-  requires(detail::last_dim_fits<EX, K>)
-[[nodiscard]] auto matmul(const value<T, EX>& x, const value<T, extents<K, N>>& w) {
+requires(detail::last_dim_fits<EX, K>)
+    [[nodiscard]] auto matmul(const value<T, EX>& x, const value<T, extents<K, N>>& w) {
   using R = detail::replace_last_t<EX, N>;
   tracer& t = x.owner();
   const auto id = t.op(graph::op::matmul, {x.id(), w.id()});
@@ -75,9 +76,9 @@ template <class T, extents_type EX, std::size_t K, std::size_t N>
 
 /// x (..., k) times w (k, n) plus bias (n).
 template <class T, extents_type EX, std::size_t K, std::size_t N, std::size_t NB>
-  requires(detail::last_dim_fits<EX, K>)
-[[nodiscard]] auto linear(const value<T, EX>& x, const value<T, extents<K, N>>& w,
-                          const value<T, extents<NB>>& b) {
+requires(detail::last_dim_fits<EX, K>)
+    [[nodiscard]] auto linear(const value<T, EX>& x, const value<T, extents<K, N>>& w,
+                              const value<T, extents<NB>>& b) {
   using R = detail::replace_last_t<EX, N>;
   tracer& t = x.owner();
   const auto id = t.op(graph::op::linear, {x.id(), w.id(), b.id()});
@@ -116,8 +117,8 @@ template <class T, extents_type EA, extents_type EB>
 }
 /// a + b where b covers a's trailing dimensions (a bias, a position table): a's extents.
 template <class T, extents_type EA, extents_type EB>
-  requires(EB::rank() <= EA::rank())
-[[nodiscard]] value<T, EA> add_broadcast(const value<T, EA>& a, const value<T, EB>& b) {
+requires(EB::rank() <= EA::rank())
+    [[nodiscard]] value<T, EA> add_broadcast(const value<T, EA>& a, const value<T, EB>& b) {
   tracer& t = a.owner();
   return {t, t.op(graph::op::add, {a.id(), b.id()}), a.extents()};
 }
@@ -177,9 +178,9 @@ template <class T, std::size_t V, std::size_t H, extents_type EI>
 
 /// Sum over rows of -log softmax(logits)[target]: logits (N, V), integer targets (N).
 template <class T, extents_type EL, extents_type ET>
-  requires(EL::rank() == 2 && ET::rank() == 1)
-[[nodiscard]] value<T, extents<>> cross_entropy(const value<T, EL>& logits,
-                                               const value<std::int64_t, ET>& targets) {
+requires(EL::rank() == 2 && ET::rank() == 1)
+    [[nodiscard]] value<T, extents<>> cross_entropy(const value<T, EL>& logits,
+                                                    const value<std::int64_t, ET>& targets) {
   tracer& t = logits.owner();
   return {t, t.op(graph::op::cross_entropy, {logits.id(), targets.id()}), extents<>{}};
 }
@@ -206,4 +207,23 @@ template <class T, extents_type E, extents_type To>
   return {t, t.op(graph::op::reshape, {x.id()}, a), to};
 }
 
+} // namespace hspmd::nn::functional
+
+namespace hspmd::nn {
+using functional::add;
+using functional::add_broadcast;
+using functional::cross_entropy;
+using functional::gelu;
+using functional::log_softmax;
+using functional::matmul;
+using functional::mean;
+using functional::mul;
+using functional::relu;
+using functional::reshape;
+using functional::scale;
+using functional::sigmoid;
+using functional::softmax;
+using functional::sub;
+using functional::sum;
+using functional::tanh;
 } // namespace hspmd::nn

@@ -113,7 +113,9 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
     c.b.finish(build(c.b));
     checks.push_back(std::move(c));
   };
-  make("matmul", [](builder& b) { return b.add(op::matmul, {b.input({2, 3, 4}), b.input({4, 5})}); });
+  make("matmul", [](builder& b) {
+    return b.add(op::matmul, {b.input({2, 3, 4}), b.input({4, 5})});
+  });
   make("linear", [](builder& b) {
     return b.add(op::linear, {b.input({3, 4}), b.input({4, 5}), b.input({5})});
   });
@@ -127,9 +129,15 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
                    a);
     });
   make("add", [](builder& b) { return b.add(op::add, {b.input({3, 4}), b.input({3, 4})}); });
-  make("add broadcast", [](builder& b) { return b.add(op::add, {b.input({2, 3, 4}), b.input({4})}); });
-  make("sub broadcast", [](builder& b) { return b.add(op::sub, {b.input({2, 3, 4}), b.input({3, 1})}); });
-  make("mul broadcast", [](builder& b) { return b.add(op::mul, {b.input({1, 4}), b.input({3, 4})}); });
+  make("add broadcast", [](builder& b) {
+    return b.add(op::add, {b.input({2, 3, 4}), b.input({4})});
+  });
+  make("sub broadcast", [](builder& b) {
+    return b.add(op::sub, {b.input({2, 3, 4}), b.input({3, 1})});
+  });
+  make("mul broadcast", [](builder& b) {
+    return b.add(op::mul, {b.input({1, 4}), b.input({3, 4})});
+  });
   make("scale", [](builder& b) {
     graph::attributes a;
     a.scalar = -2.5;
@@ -142,13 +150,19 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
     a.scalar = 1e-5;
     return b.add(op::layer_norm, {b.input({2, 3, 6}), b.input({6}), b.input({6})}, a);
   });
-  make("embedding", [](builder& b) {
-    return b.add(op::embedding, {b.input({7, 3}), b.input({2, 5}, dtype::i64)});
-  }, 7);
-  make("cross_entropy", [](builder& b) {
-    const auto loss = b.add(op::cross_entropy, {b.input({4, 6}), b.input({4}, dtype::i64)});
-    return b.add(op::reshape, {loss}, graph::attributes{0.0, {1}, false});
-  }, 6);
+  make(
+      "embedding",
+      [](builder& b) {
+        return b.add(op::embedding, {b.input({7, 3}), b.input({2, 5}, dtype::i64)});
+      },
+      7);
+  make(
+      "cross_entropy",
+      [](builder& b) {
+        const auto loss = b.add(op::cross_entropy, {b.input({4, 6}), b.input({4}, dtype::i64)});
+        return b.add(op::reshape, {loss}, graph::attributes{0.0, {1}, false});
+      },
+      6);
   make("mean", [](builder& b) {
     const auto m = b.add(op::mean, {b.input({3, 4})});
     return b.add(op::reshape, {m}, graph::attributes{0.0, {1}, false});
