@@ -31,6 +31,9 @@
 #include <hspmd/nn/layers.hpp>
 #include <hspmd/nn/ops.hpp>
 #include <hspmd/nn/tracer.hpp>
+#include <hspmd/nn/transformer.hpp>
+
+#include <hspmd/models/bert.hpp>
 
 #include <hspmd/synth/ratio_lp.hpp>
 

@@ -1,7 +1,8 @@
 // A sequential model whose second linear layer expects 30 features after a layer producing 20
 // (the ReLU between them passes features through).
 // hspmd-expect-error: a layer's output features differ from the next layer's input features
-// hspmd-expect-error: sequential_layers_do_not_fit<hspmd::nn::detail::layer_index<2>, hspmd::nn::detail::layer_outputs<20>, hspmd::nn::detail::next_layer_expects<30> >
+// hspmd-expect-error: sequential_layers_do_not_fit<hspmd::nn::detail::layer_index<2>,
+// hspmd::nn::detail::layer_outputs<20>, hspmd::nn::detail::next_layer_expects<30> >
 #include <hspmd/nn/layers.hpp>
 
 int main() {

@@ -109,6 +109,12 @@ public:
 
   [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
 
+  /// The training step: dropout masks are drawn at (seed ^ step, node, element index), so a step's
+  /// masks are the same however often it is re-run (and on any rank, for any shard).
+  void set_step(std::uint64_t step) noexcept { step_ = step; }
+  /// Training (dropout active) or evaluation (dropout is the identity).
+  void set_training(bool on) noexcept { training_ = on; }
+
   /// Feeds a floating-point input node by name.
   void set_input(std::string_view name, std::span<const T> data) {
     const graph::node_id id = input(name, false);
@@ -293,16 +299,20 @@ private:
     case op::log_softmax: {
       const auto& x = in(n, 0);
       const std::size_t l = n.out.dims.back();
+      const bool causal = n.kind == op::softmax && n.attrs.flag;
       for (std::size_t r = 0; r < rows(n.out); ++r) {
         const T* xr = x.data() + r * l;
         T* yr = out.data() + r * l;
-        const T mx = *std::max_element(xr, xr + l);
+        const std::size_t seen = causal ? r % l + 1 : l; // query r % S sees keys 0 .. r % S
+        const T mx = *std::max_element(xr, xr + seen);
         T s{0};
-        for (std::size_t j = 0; j < l; ++j)
+        for (std::size_t j = 0; j < seen; ++j)
           s += std::exp(xr[j] - mx);
         const T log_s = std::log(s);
-        for (std::size_t j = 0; j < l; ++j)
+        for (std::size_t j = 0; j < seen; ++j)
           yr[j] = n.kind == op::softmax ? std::exp(xr[j] - mx) / s : xr[j] - mx - log_s;
+        for (std::size_t j = seen; j < l; ++j)
+          yr[j] = T{0};
       }
       return;
     }
@@ -374,6 +384,25 @@ private:
       return;
     case op::permute:
       permute(in_node(n, 0).out, n.attrs.dims, in(n, 0).data(), out.data(), false);
+      return;
+    case op::dropout: {
+      const auto& x = in(n, 0);
+      auto& mask = aux_[id];
+      mask.assign(out.size(), T{1});
+      const double p = n.attrs.scalar;
+      if (training_ && p > 0.0) {
+        const rng_key key{seed_ ^ (step_ * 0x9E3779B97F4A7C15ULL), fnv1a64(n.name)};
+        const auto keep = static_cast<T>(1.0 / (1.0 - p));
+        for (std::size_t i = 0; i < mask.size(); ++i)
+          mask[i] = uniform01(key, i) >= p ? keep : T{0};
+      }
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = x[i] * mask[i];
+      return;
+    }
+    case op::slice:
+    case op::concat:
+      copy_blocks(id, false);
       return;
     }
   }
@@ -594,6 +623,68 @@ private:
     case op::permute:
       permute(in_node(n, 0).out, n.attrs.dims, g.data(), din(n, 0).data(), true);
       return;
+    case op::dropout: {
+      auto& dx = din(n, 0);
+      const auto& mask = aux_[id];
+      for (std::size_t i = 0; i < g.size(); ++i)
+        dx[i] += g[i] * mask[i];
+      return;
+    }
+    case op::slice:
+    case op::concat:
+      copy_blocks(id, true);
+      return;
+    }
+  }
+
+  // Slice and concat move blocks along one axis. Viewing a tensor as (outer, axis, inner), input
+  // k's block of `len` rows lands at `at` in the output's axis. Forward copies input -> output;
+  // backward adds output gradient -> input gradient.
+  void copy_blocks(graph::node_id id, bool backward) {
+    const graph::node& n = g_[id];
+    const std::size_t axis = n.attrs.dims[0];
+    const auto& dims = n.kind == op::slice ? in_node(n, 0).out.dims : n.out.dims;
+    std::size_t outer = 1;
+    std::size_t inner = 1;
+    for (std::size_t d = 0; d < axis; ++d)
+      outer *= dims[d];
+    for (std::size_t d = axis + 1; d < dims.size(); ++d)
+      inner *= dims[d];
+    if (n.kind == op::slice) { // the input is the big tensor
+      const std::size_t total = dims[axis];
+      const std::size_t start = n.attrs.dims[1];
+      const std::size_t len = n.attrs.dims[2];
+      T* big = backward ? din(n, 0).data() : in(n, 0).data();
+      T* part = backward ? grad_[id].data() : val_[id].data();
+      for (std::size_t o = 0; o < outer; ++o)
+        for (std::size_t r = 0; r < len; ++r)
+          for (std::size_t i = 0; i < inner; ++i) {
+            T& b = big[(o * total + start + r) * inner + i];
+            T& p = part[(o * len + r) * inner + i];
+            if (backward)
+              b += p;
+            else
+              p = b;
+          }
+      return;
+    }
+    const std::size_t total = dims[axis]; // concat: the output is the big tensor
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::size_t len = in_node(n, k).out.dims[axis];
+      T* part = backward ? din(n, k).data() : in(n, k).data();
+      T* big = backward ? grad_[id].data() : val_[id].data();
+      for (std::size_t o = 0; o < outer; ++o)
+        for (std::size_t r = 0; r < len; ++r)
+          for (std::size_t i = 0; i < inner; ++i) {
+            T& b = big[(o * total + at + r) * inner + i];
+            T& p = part[(o * len + r) * inner + i];
+            if (backward)
+              p += b;
+            else
+              b = p;
+          }
+      at += len;
     }
   }
 
@@ -639,6 +730,8 @@ private:
 
   const graph::graph& g_;
   std::uint64_t seed_;
+  std::uint64_t step_ = 0;
+  bool training_ = true;
   std::vector<std::vector<T>> val_, grad_, aux_;
   std::vector<std::vector<std::int64_t>> ids_;
 };

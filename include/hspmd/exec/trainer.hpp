@@ -28,7 +28,7 @@ class trainer {
 public:
   trainer(executor<T>& ex, Optimizer opt) : ex_(&ex), opt_(std::move(opt)) {}
 
-  double clip = 0.0;               ///< clip gradients to this global norm (0: no clipping)
+  double clip = 0.0;                ///< clip gradients to this global norm (0: no clipping)
   std::size_t samples_per_step = 0; ///< for the throughput line (0: not shown)
 
   /// Runs `steps` steps; `feed(executor, step)` sets the inputs of each step. Prints progress to
@@ -40,6 +40,7 @@ public:
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t s = 0; s < steps; ++s) {
       feed(*ex_, s);
+      ex_->set_step(s);
       const double loss = static_cast<double>(ex_->forward());
       ex_->backward();
       if (clip > 0.0)
@@ -65,8 +66,8 @@ private:
     bar.resize(width, '.');
     const double per_step = seconds / static_cast<double>(done);
     char line[200];
-    std::snprintf(line, sizeof line, "step %5zu/%-5zu [%s] loss %10.4f  %8.2f ms/step", done,
-                  total, bar.c_str(), loss, 1e3 * per_step);
+    std::snprintf(line, sizeof line, "step %5zu/%-5zu [%s] loss %10.4f  %8.2f ms/step", done, total,
+                  bar.c_str(), loss, 1e3 * per_step);
     out << line;
     if (samples_per_step > 0) {
       std::snprintf(line, sizeof line, "  %10.1f samples/s",

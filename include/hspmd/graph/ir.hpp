@@ -42,17 +42,20 @@ enum class op : std::uint8_t {
   gelu, ///< exact: x * Phi(x)
   tanh,
   sigmoid,
-  softmax,       ///< over the last dimension
-  log_softmax,   ///< over the last dimension
-  layer_norm,    ///< over the last dimension: x, gamma, beta; attrs.scalar = epsilon
-  embedding,     ///< table (V, H), ids (...) -> (..., H)
+  softmax,     ///< over the last dimension; attrs.flag: causal (of (..., S, S), row i sees j <= i)
+  log_softmax, ///< over the last dimension
+  layer_norm,  ///< over the last dimension: x, gamma, beta; attrs.scalar = epsilon
+  embedding,   ///< table (V, H), ids (...) -> (..., H)
   cross_entropy, ///< logits (N, V), targets (N) -> () : sum over rows of -log softmax[target]
   sum,           ///< over all elements -> ()
   mean,          ///< over all elements -> ()
   reshape,       ///< same elements, new shape (attrs.dims)
   permute,       ///< dimensions reordered (attrs.dims is the permutation)
+  dropout,       ///< zero with probability attrs.scalar, scale the rest by 1/(1-p); training only
+  slice,         ///< attrs.dims = {axis, start, length}
+  concat,        ///< along attrs.dims[0]; any number of inputs
 };
-inline constexpr std::size_t op_count = 22;
+inline constexpr std::size_t op_count = 25;
 
 /// "matmul", "layer_norm", ...
 [[nodiscard]] constexpr std::string_view name(op o) noexcept {

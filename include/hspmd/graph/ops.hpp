@@ -28,6 +28,9 @@
 //   sum, mean       n (mean + 1)                          n
 //   reshape         0                                     0
 //   permute         0 (a copy: bytes only)                0
+//   dropout         2 n (draw+compare, scale)             n
+//   slice, concat   0 (copies: bytes only)                0 (gradient additions not counted)
+// A causal softmax is counted like a full one (the masked half is skipped, not free of passes).
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/graph/ir.hpp>
@@ -136,10 +139,50 @@ inline void need_inputs(const node& n, std::size_t count) {
   case op::sigmoid:
   case op::softmax:
   case op::log_softmax:
+  case op::dropout:
     need_inputs(n, 1);
     if ((n.kind == op::softmax || n.kind == op::log_softmax) && in(0).rank() == 0)
       shape_fail(n, "a scalar has no last dimension", "apply it to a tensor");
+    if (n.kind == op::softmax && n.attrs.flag &&
+        (in(0).rank() < 2 || in(0).dims[in(0).rank() - 1] != in(0).dims[in(0).rank() - 2]))
+      shape_fail(n, "a causal softmax of " + in(0).to_string(), "scores of shape (..., S, S)");
+    if (n.kind == op::dropout && !(n.attrs.scalar >= 0.0 && n.attrs.scalar < 1.0))
+      shape_fail(n, "dropout probability " + std::to_string(n.attrs.scalar), "0 <= p < 1");
     return in(0);
+  case op::slice: {
+    need_inputs(n, 1);
+    const auto& x = in(0);
+    if (n.attrs.dims.size() != 3 || n.attrs.dims[0] >= x.rank() ||
+        n.attrs.dims[1] + n.attrs.dims[2] > x.dims[n.attrs.dims[0]])
+      shape_fail(n,
+                 "slice {axis, start, length} " + std::to_string(n.attrs.dims.size()) +
+                     " values of " + x.to_string(),
+                 "an axis of the input and start + length within it");
+    out = x;
+    out.dims[n.attrs.dims[0]] = n.attrs.dims[2];
+    return out;
+  }
+  case op::concat: {
+    if (n.inputs.empty() || n.attrs.dims.size() != 1 || n.attrs.dims[0] >= in(0).rank())
+      shape_fail(n, "concat of " + std::to_string(n.inputs.size()) + " inputs",
+                 "at least one input and attrs.dims = {axis}");
+    const std::size_t axis = n.attrs.dims[0];
+    out = in(0);
+    out.dims[axis] = 0;
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      auto a = in(i);
+      if (a.rank() != out.rank())
+        shape_fail(n, "ranks differ: " + in(0).to_string() + " and " + a.to_string(),
+                   "equal ranks");
+      out.dims[axis] += a.dims[axis];
+      a.dims[axis] = in(0).dims[axis];
+      if (a.dims != in(0).dims)
+        shape_fail(n,
+                   "shapes differ off the axis: " + in(0).to_string() + " and " + in(i).to_string(),
+                   "equal sizes in every other dimension");
+    }
+    return out;
+  }
   case op::layer_norm: {
     need_inputs(n, 3);
     const auto& x = in(0);
@@ -320,7 +363,13 @@ struct node_cost {
   case op::reshape:
     return {}; // a view
   case op::permute:
+  case op::slice:
+  case op::concat:
     c.backward_bytes = 2.0 * out * es;
+    return c;
+  case op::dropout:
+    c.forward_flops = 2.0 * out;
+    c.backward_flops = out;
     return c;
   }
   return c;

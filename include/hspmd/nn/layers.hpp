@@ -42,8 +42,8 @@ struct linear {
   std::size_t in = In;   ///< runtime size when In is dynamic_extent
   std::size_t out = Out; ///< runtime size when Out is dynamic_extent
 
-  explicit linear(std::string n, bool with_bias = true)
-    requires(is_static_extent(In) && is_static_extent(Out))
+  explicit linear(std::string n,
+                  bool with_bias = true) requires(is_static_extent(In) && is_static_extent(Out))
       : name(std::move(n)), bias(with_bias) {}
   linear(std::string n, std::size_t in_size, std::size_t out_size, bool with_bias = true)
       : name(std::move(n)), bias(with_bias), in(in_size), out(out_size) {}
@@ -95,8 +95,9 @@ struct embedding {
   template <extents_type EI>
   auto operator()(tracer& t, const value<std::int64_t, EI>& ids) const {
     const auto scope = t.scope(name);
-    const auto table = t.parameter<T>(
-        "table", extents<V, H>::from_dims({vocabulary, hidden}, "nn::embedding"), normal_init(0.02));
+    const auto table =
+        t.parameter<T>("table", extents<V, H>::from_dims({vocabulary, hidden}, "nn::embedding"),
+                       normal_init(0.02));
     return functional::embedding(table, ids);
   }
 };
@@ -131,7 +132,9 @@ concept has_features = requires {
   M::out_features;
 };
 template <class M>
-concept preserves = requires { M::preserves_features; };
+concept preserves = requires {
+  M::preserves_features;
+};
 
 template <std::size_t I>
 struct layer_index {};

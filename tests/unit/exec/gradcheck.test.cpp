@@ -173,6 +173,23 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
   make("permute", [](builder& b) {
     return b.add(op::permute, {b.input({2, 3, 4})}, graph::attributes{0.0, {2, 0, 1}, false});
   });
+  make("causal softmax", [](builder& b) {
+    graph::attributes a;
+    a.flag = true;
+    return b.add(op::softmax, {b.input({2, 4, 4})}, a);
+  });
+  make("dropout", [](builder& b) {
+    graph::attributes a;
+    a.scalar = 0.3;
+    return b.add(op::dropout, {b.input({4, 5})}, a);
+  });
+  make("slice", [](builder& b) {
+    return b.add(op::slice, {b.input({2, 6, 3})}, graph::attributes{0.0, {1, 2, 3}, false});
+  });
+  make("concat", [](builder& b) {
+    return b.add(op::concat, {b.input({2, 1, 3}), b.input({2, 4, 3}), b.input({2, 2, 3})},
+                 graph::attributes{0.0, {1}, false});
+  });
   make("fan-out: x*x + x", [](builder& b) {
     const auto x = b.input({3, 3});
     return b.add(op::add, {b.add(op::mul, {x, x}), x});
@@ -198,6 +215,43 @@ TEST_CASE("forward values of the nonlinear ops") {
   CHECK(ex.value(ls)[0] == Approx(1.0 - std::log(z)));
   CHECK(ex.value(ge)[0] == Approx(1.0 * 0.5 * (1 + std::erf(1.0 / std::sqrt(2.0)))));
   CHECK(ex.forward() == Approx(1.0));
+}
+
+TEST_CASE("dropout: masks by (seed, step, node, index); causal softmax hides later keys") {
+  builder b;
+  const auto x = b.input({1000});
+  graph::attributes a;
+  a.scalar = 0.25;
+  const auto d = b.add(op::dropout, {x}, a);
+  graph::attributes causal;
+  causal.flag = true;
+  const auto s = b.add(op::softmax, {b.input({3, 3})}, causal);
+  b.g.set_loss(b.add(op::sum, {d}));
+  exec::executor<double> ex(b.g, 5);
+  ex.set_input("in0", std::vector<double>(1000, 1.0));
+  ex.set_input("in2", std::vector<double>(9, 0.0));
+  ex.forward();
+  const std::vector<double> first(ex.value(d).begin(), ex.value(d).end());
+  std::size_t dropped = 0;
+  for (double v : first) {
+    CHECK((v == 0.0 || v == Approx(1.0 / 0.75)));
+    dropped += v == 0.0 ? 1U : 0U;
+  }
+  CHECK(dropped > 200); // ~250 of 1000
+  CHECK(dropped < 300);
+  ex.forward();
+  CHECK(std::vector<double>(ex.value(d).begin(), ex.value(d).end()) == first); // same step
+  ex.set_step(1);
+  ex.forward();
+  CHECK(std::vector<double>(ex.value(d).begin(), ex.value(d).end()) != first);
+  ex.set_training(false);
+  ex.forward();
+  CHECK(ex.value(d)[0] == 1.0);
+  // Row i of a causal softmax over equal scores spreads 1 evenly over keys 0 .. i.
+  CHECK(ex.value(s)[0] == 1.0);
+  CHECK(ex.value(s)[1] == 0.0);
+  CHECK(ex.value(s)[3] == Approx(0.5));
+  CHECK(ex.value(s)[8] == Approx(1.0 / 3));
 }
 
 TEST_CASE("bad data is refused with the node and the range") {

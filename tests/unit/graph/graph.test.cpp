@@ -17,7 +17,7 @@ graph::graph traced(std::size_t batch) {
   nn::linear<float, 32, 64> fc{"fc"};
   nn::layer_norm<float, 64> ln{"ln"};
   nn::linear<float, 64, 10> head{"head"};
-  auto h = nn::gelu(ln(t, fc(t, x))); // (B, 16, 64)
+  auto h = nn::gelu(ln(t, fc(t, x)));                                             // (B, 16, 64)
   auto logits = nn::reshape(head(t, h), extents<dynamic_extent, 10>(batch * 16)); // (B*16, 10)
   t.set_loss(nn::cross_entropy(logits, labels));
   return t.take();
