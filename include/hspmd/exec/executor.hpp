@@ -17,6 +17,7 @@
 #include <hspmd/graph/ir.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -197,6 +198,20 @@ private:
   std::vector<T>& in(const graph::node& n, std::size_t k) { return val_[n.inputs[k]]; }
   std::vector<T>& din(const graph::node& n, std::size_t k) { return grad_[n.inputs[k]]; }
 
+  // (m, k, n) of a matmul or linear node: rows of x, inner size, outputs.
+  [[nodiscard]] std::array<std::size_t, 3> matmul_dims(const graph::node& n) const {
+    const auto& w = in_node(n, 1).out;
+    return {rows(in_node(n, 0).out), w.dims[0], w.dims[1]};
+  }
+  // (batches, m, k, n) of a batched_matmul node.
+  [[nodiscard]] std::array<std::size_t, 4> batched_dims(const graph::node& n) const {
+    const auto& a = in_node(n, 0).out;
+    const std::size_t r = a.rank();
+    const std::size_t m = a.dims[r - 2];
+    const std::size_t k = a.dims[r - 1];
+    return {m * k == 0 ? 0 : a.size() / (m * k), m, k, n.out.dims[r - 1]};
+  }
+
   // Rows of a tensor viewed as (rows, last dimension).
   static std::size_t rows(const hspmd::shape& s) {
     if (s.rank() == 0)
@@ -204,8 +219,7 @@ private:
     return s.dims.back() == 0 ? 0 : s.size() / s.dims.back();
   }
 
-  // ---- forward
-  // ------------------------------------------------------------------------------------
+  // ---- forward -------------------------------------------------------------------------------
   void run_forward(graph::node_id id) {
     const graph::node& n = g_[id];
     auto& out = val_[id];
@@ -215,10 +229,7 @@ private:
       return;
     case op::matmul:
     case op::linear: {
-      const auto& w = in_node(n, 1).out;
-      const std::size_t m = rows(in_node(n, 0).out);
-      const std::size_t k = w.dims[0];
-      const std::size_t nn = w.dims[1];
+      const auto [m, k, nn] = matmul_dims(n);
       gemm(transpose::no, transpose::no, m, nn, k, T{1}, in(n, 0).data(), k, in(n, 1).data(), nn,
            T{0}, out.data(), nn);
       if (n.kind == op::linear) {
@@ -230,12 +241,7 @@ private:
       return;
     }
     case op::batched_matmul: {
-      const auto& a = in_node(n, 0).out;
-      const std::size_t r = a.rank();
-      const std::size_t m = a.dims[r - 2];
-      const std::size_t k = a.dims[r - 1];
-      const std::size_t nn = n.out.dims[r - 1];
-      const std::size_t batches = a.size() / (m * k);
+      const auto [batches, m, k, nn] = batched_dims(n);
       const bool bt = n.attrs.flag;
       for (std::size_t b = 0; b < batches; ++b)
         gemm(transpose::no, bt ? transpose::yes : transpose::no, m, nn, k, T{1},
@@ -407,8 +413,7 @@ private:
     }
   }
 
-  // ---- backward
-  // -----------------------------------------------------------------------------------
+  // ---- backward ------------------------------------------------------------------------------
   void run_backward(graph::node_id id) {
     const graph::node& n = g_[id];
     if (n.type == dtype::i64)
@@ -421,10 +426,7 @@ private:
       return;
     case op::matmul:
     case op::linear: {
-      const auto& w = in_node(n, 1).out;
-      const std::size_t m = rows(in_node(n, 0).out);
-      const std::size_t k = w.dims[0];
-      const std::size_t nn = w.dims[1];
+      const auto [m, k, nn] = matmul_dims(n);
       // dX += dY W^T ; dW += X^T dY
       gemm(transpose::no, transpose::yes, m, k, nn, T{1}, g.data(), nn, in(n, 1).data(), nn, T{1},
            din(n, 0).data(), k);
@@ -439,12 +441,7 @@ private:
       return;
     }
     case op::batched_matmul: {
-      const auto& a = in_node(n, 0).out;
-      const std::size_t r = a.rank();
-      const std::size_t m = a.dims[r - 2];
-      const std::size_t k = a.dims[r - 1];
-      const std::size_t nn = n.out.dims[r - 1];
-      const std::size_t batches = a.size() / (m * k);
+      const auto [batches, m, k, nn] = batched_dims(n);
       const bool bt = n.attrs.flag;
       for (std::size_t b = 0; b < batches; ++b) {
         const T* gb = g.data() + b * m * nn;

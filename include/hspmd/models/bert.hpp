@@ -39,8 +39,8 @@ template <class T>
   auto targets = t.input<std::int64_t, extents<dyn>>("targets", batch * c.seq);
   const nn::embedding<T, dyn, dyn> tok{"tok", c.vocab, c.hidden};
   auto h = tok(t, tokens); // (B, S, H)
-  const auto pos = t.parameter<T>("pos.table", extents<dyn, dyn>(c.seq, c.hidden),
-                                  nn::normal_init(0.02));
+  const auto pos =
+      t.parameter<T>("pos.table", extents<dyn, dyn>(c.seq, c.hidden), nn::normal_init(0.02));
   h = nn::add_broadcast(h, pos);
   for (std::size_t i = 0; i < c.layers; ++i) {
     const nn::transformer_block<T, dyn, dyn> block{

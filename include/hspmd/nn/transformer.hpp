@@ -29,8 +29,8 @@ struct multi_head_attention {
   std::size_t hidden = H;
 
   template <extents_type E>
-    requires(E::rank() == 3)
-  value<T, E> operator()(tracer& t, const value<T, E>& x) const {
+  requires(E::rank() == 3) value<T, E>
+  operator()(tracer& t, const value<T, E>& x) const {
     const auto scope = t.scope(name);
     if (heads == 0 || hidden % heads != 0)
       throw plan_error("multi_head_attention \"" + t.qualified("") + "\"",
@@ -39,9 +39,7 @@ struct multi_head_attention {
     const std::size_t b = x.extent(0);
     const std::size_t s = x.extent(1);
     const std::size_t d = hidden / heads;
-    const auto proj = [&](const char* n) {
-      return linear<T, H, H>(n, hidden, hidden)(t, x).id();
-    };
+    const auto proj = [&](const char* n) { return linear<T, H, H>(n, hidden, hidden)(t, x).id(); };
     // (B, S, H) -> (B, S, heads, d) -> (B, heads, S, d)
     const auto split_heads = [&](graph::node_id v) {
       const auto r = t.op(graph::op::reshape, {v}, graph::attributes{0.0, {b, s, heads, d}, false});
@@ -51,7 +49,7 @@ struct multi_head_attention {
     const auto k = split_heads(proj("wk"));
     const auto v = split_heads(proj("wv"));
     graph::attributes qk;
-    qk.flag = true; // q k^T
+    qk.flag = true;                                            // q k^T
     auto scores = t.op(graph::op::batched_matmul, {q, k}, qk); // (B, heads, S, S)
     graph::attributes sc;
     sc.scalar = 1.0 / std::sqrt(static_cast<double>(d));
@@ -65,8 +63,10 @@ struct multi_head_attention {
       probs = t.op(graph::op::dropout, {probs}, dr);
     }
     const auto ctx = t.op(graph::op::batched_matmul, {probs, v}); // (B, heads, S, d)
-    const auto merged = t.op(graph::op::permute, {ctx}, graph::attributes{0.0, {0, 2, 1, 3}, false});
-    const auto flat = t.op(graph::op::reshape, {merged}, graph::attributes{0.0, {b, s, hidden}, false});
+    const auto merged =
+        t.op(graph::op::permute, {ctx}, graph::attributes{0.0, {0, 2, 1, 3}, false});
+    const auto flat =
+        t.op(graph::op::reshape, {merged}, graph::attributes{0.0, {b, s, hidden}, false});
     const value<T, E> attended(t, flat, x.extents());
     return linear<T, H, H>("wo", hidden, hidden)(t, attended);
   }
@@ -83,8 +83,8 @@ struct transformer_block {
   std::size_t ffn = F;
 
   template <extents_type E>
-    requires(E::rank() == 3)
-  value<T, E> operator()(tracer& t, const value<T, E>& x) const {
+  requires(E::rank() == 3) value<T, E>
+  operator()(tracer& t, const value<T, E>& x) const {
     const auto scope = t.scope(name);
     const layer_norm<T, H> ln1{"ln1", 1e-5, hidden};
     const layer_norm<T, H> ln2{"ln2", 1e-5, hidden};

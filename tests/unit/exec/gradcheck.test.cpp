@@ -1,5 +1,7 @@
 // Every op's backward against central finite differences in f64 (max relative error <= 1e-6),
 // and forward values against hand-computed ones where they are easy to state.
+#include "../../support/finite_difference.hpp"
+
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/graph/ops.hpp>
 
@@ -78,25 +80,7 @@ double gradcheck(const builder& b, std::size_t id_limit = 4) {
   feed(ex, b, 7, id_limit);
   ex.forward();
   ex.backward();
-  double worst = 0.0;
-  for (graph::node_id id : b.float_inputs) {
-    auto v = ex.value(id);
-    const std::vector<double> analytic(ex.grad(id).begin(), ex.grad(id).end());
-    for (std::size_t i = 0; i < v.size(); i += 1 + v.size() / 40) {
-      const double x0 = v[i];
-      const double h = 1e-6 * std::max(1.0, std::abs(x0));
-      v[i] = x0 + h;
-      const double fp = ex.forward();
-      v[i] = x0 - h;
-      const double fm = ex.forward();
-      v[i] = x0;
-      const double numeric = (fp - fm) / (2 * h);
-      const double err = std::abs(numeric - analytic[i]) /
-                         std::max({std::abs(numeric), std::abs(analytic[i]), 1e-2});
-      worst = std::max(worst, err);
-    }
-  }
-  return worst;
+  return test_support::worst_gradient_error(ex, b.float_inputs);
 }
 
 } // namespace

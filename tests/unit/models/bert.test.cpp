@@ -1,5 +1,7 @@
 // BERT-LM at a tiny size: shapes, parameter names, FLOPs of the attention projections, a model
 // gradient check in f64, and 50 training steps on a learnable synthetic task.
+#include "../../support/finite_difference.hpp"
+
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/trainer.hpp>
 #include <hspmd/graph/ops.hpp>
@@ -71,25 +73,12 @@ TEST_CASE("BERT-LM gradients match finite differences (f64, tiny)") {
   ex.set_input("targets", targets);
   ex.forward();
   ex.backward();
-  double worst = 0;
-  for (const char* name : {"layers.0.attn.wq.weight", "layers.0.attn.wv.bias", "layers.0.fc1.weight",
-                           "layers.0.ln1.gamma", "pos.table", "tok.table", "head.weight"}) {
-    const auto id = ex.parameter(name);
-    auto v = ex.value(id);
-    const std::vector<double> analytic(ex.grad(id).begin(), ex.grad(id).end());
-    for (std::size_t i = 0; i < v.size(); i += 1 + v.size() / 12) {
-      const double x0 = v[i];
-      const double h = 1e-6 * std::max(1.0, std::abs(x0));
-      v[i] = x0 + h;
-      const double fp = ex.forward();
-      v[i] = x0 - h;
-      const double fm = ex.forward();
-      v[i] = x0;
-      const double numeric = (fp - fm) / (2 * h);
-      worst = std::max(worst, std::abs(numeric - analytic[i]) /
-                                  std::max({std::abs(numeric), std::abs(analytic[i]), 1e-2}));
-    }
-  }
+  std::vector<graph::node_id> params;
+  for (const char* name :
+       {"layers.0.attn.wq.weight", "layers.0.attn.wv.bias", "layers.0.fc1.weight",
+        "layers.0.ln1.gamma", "pos.table", "tok.table", "head.weight"})
+    params.push_back(ex.parameter(name));
+  const double worst = test_support::worst_gradient_error(ex, params, 12);
   CHECK(worst <= 1e-6);
 }
 
@@ -101,9 +90,8 @@ TEST_CASE("BERT-LM learns to count: loss after 50 steps <= 0.8 x the first") {
   std::mt19937_64 rng(5);
   exec::trainer tr(ex, exec::adam(3e-3));
   tr.clip = 1.0;
-  const auto losses = tr.run(50, [&](exec::executor<float>& e, std::size_t) {
-    feed_counting(e, c, batch, rng);
-  });
+  const auto losses =
+      tr.run(50, [&](exec::executor<float>& e, std::size_t) { feed_counting(e, c, batch, rng); });
   const double first = losses.front();
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
   CAPTURE(first, last);
