@@ -521,8 +521,7 @@ private:
     return w;
   }
 
-  // ---- iterations
-  // ---------------------------------------------------------------------------------
+  // ---- iterations ------------------------------------------------------------------------------
   lp::status phase(int which) {
     costs_ = which == 1 ? phase1_costs_ : cost_;
     compute_reduced_costs(costs_);
@@ -651,8 +650,7 @@ private:
     refactor(); // the entering columns kept their bound values: recompute the basic ones
   }
 
-  // ---- answer
-  // -------------------------------------------------------------------------------------
+  // ---- answer ----------------------------------------------------------------------------------
   [[nodiscard]] std::vector<double> std_values() const {
     std::vector<double> v(width_, 0.0);
     for (std::size_t j = 0; j < width_; ++j)
