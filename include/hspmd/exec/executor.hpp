@@ -15,6 +15,7 @@
 #include <hspmd/core/rng.hpp>
 #include <hspmd/exec/kernels.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/graph/ops.hpp>
 
 #include <algorithm>
 #include <array>
@@ -96,6 +97,7 @@ public:
     grad_.resize(g.size());
     ids_.resize(g.size());
     aux_.resize(g.size());
+    index_.resize(g.size());
     for (graph::node_id i = 0; i < g.size(); ++i) {
       const graph::node& n = g[i];
       if (n.type == dtype::i64)
@@ -410,6 +412,37 @@ private:
     case op::concat:
       copy_blocks(id, false);
       return;
+    case op::conv2d:
+      conv2d(id, false);
+      return;
+    case op::max_pool2d: {
+      const auto& x = in(n, 0);
+      const auto& xs = in_node(n, 0).out.dims;
+      const std::size_t k = n.attrs.dims[0];
+      const std::size_t st = n.attrs.dims[1];
+      const std::size_t ho = n.out.dims[2];
+      const std::size_t wo = n.out.dims[3];
+      auto& arg = index_[id];
+      arg.resize(out.size());
+      for (std::size_t p = 0; p < xs[0] * xs[1]; ++p) // each (image, channel) plane
+        for (std::size_t i = 0; i < ho; ++i)
+          for (std::size_t j = 0; j < wo; ++j) {
+            std::size_t best = p * xs[2] * xs[3] + i * st * xs[3] + j * st;
+            for (std::size_t r = 0; r < k; ++r)
+              for (std::size_t c = 0; c < k; ++c) {
+                const std::size_t at = p * xs[2] * xs[3] + (i * st + r) * xs[3] + j * st + c;
+                if (x[at] > x[best])
+                  best = at;
+              }
+            const std::size_t o = (p * ho + i) * wo + j;
+            arg[o] = best;
+            out[o] = x[best];
+          }
+      return;
+    }
+    case op::adaptive_avg_pool2d:
+      adaptive_pool(id, false);
+      return;
     }
   }
 
@@ -631,7 +664,112 @@ private:
     case op::concat:
       copy_blocks(id, true);
       return;
+    case op::conv2d:
+      conv2d(id, true);
+      return;
+    case op::max_pool2d: {
+      auto& dx = din(n, 0);
+      const auto& arg = index_[id];
+      for (std::size_t o = 0; o < g.size(); ++o)
+        dx[arg[o]] += g[o];
+      return;
     }
+    case op::adaptive_avg_pool2d:
+      adaptive_pool(id, true);
+      return;
+    }
+  }
+
+  // conv2d by im2col + GEMM, one image at a time. The column matrix of image b is
+  // (C R S) x (Ho Wo): entry ((c R + r) S + s, oh Wo + ow) is x[b, c, oh*stride - pad + r,
+  // ow*stride - pad + s] (0 outside the image). Forward: y_b = W col_b + bias. Backward:
+  // dW += dy_b col_b^T, dcol = W^T dy_b scattered back into dx, dbias += row sums of dy_b.
+  void conv2d(graph::node_id id, bool backward) {
+    const graph::node& n = g_[id];
+    const auto& xs = in_node(n, 0).out.dims; // N, C, H, W
+    const auto& ws = in_node(n, 1).out.dims; // K, C, R, S
+    const std::size_t stride = n.attrs.dims[0];
+    const std::size_t pad = n.attrs.dims[1];
+    const std::size_t ho = n.out.dims[2];
+    const std::size_t wo = n.out.dims[3];
+    const std::size_t crs = ws[1] * ws[2] * ws[3];
+    const std::size_t plane = ho * wo;
+    const std::size_t image = xs[1] * xs[2] * xs[3];
+    std::vector<T> col(crs * plane);
+    std::vector<T> dcol(backward ? crs * plane : 0);
+    // Visits every (column row, output position) with its input offset, or none when padded.
+    const auto each = [&](auto&& f) {
+      for (std::size_t c = 0; c < ws[1]; ++c)
+        for (std::size_t r = 0; r < ws[2]; ++r)
+          for (std::size_t s = 0; s < ws[3]; ++s) {
+            const std::size_t row = (c * ws[2] + r) * ws[3] + s;
+            for (std::size_t oh = 0; oh < ho; ++oh) {
+              const std::size_t ih = oh * stride + r;
+              for (std::size_t ow = 0; ow < wo; ++ow) {
+                const std::size_t iw = ow * stride + s;
+                const bool inside = ih >= pad && iw >= pad && ih - pad < xs[2] && iw - pad < xs[3];
+                f(row * plane + oh * wo + ow,
+                  inside ? (c * xs[2] + ih - pad) * xs[3] + iw - pad : image);
+              }
+            }
+          }
+    };
+    for (std::size_t b = 0; b < xs[0]; ++b) {
+      const T* x = in(n, 0).data() + b * image;
+      each([&](std::size_t at, std::size_t from) { col[at] = from < image ? x[from] : T{0}; });
+      if (!backward) {
+        T* y = val_[id].data() + b * ws[0] * plane;
+        gemm(transpose::no, transpose::no, ws[0], plane, crs, T{1}, in(n, 1).data(), crs,
+             col.data(), plane, T{0}, y, plane);
+        for (std::size_t k = 0; k < ws[0]; ++k)
+          for (std::size_t p = 0; p < plane; ++p)
+            y[k * plane + p] += in(n, 2)[k];
+        continue;
+      }
+      const T* dy = grad_[id].data() + b * ws[0] * plane;
+      gemm(transpose::no, transpose::yes, ws[0], crs, plane, T{1}, dy, plane, col.data(), plane,
+           T{1}, din(n, 1).data(), crs);
+      gemm(transpose::yes, transpose::no, crs, plane, ws[0], T{1}, in(n, 1).data(), crs, dy, plane,
+           T{0}, dcol.data(), plane);
+      T* dx = din(n, 0).data() + b * image;
+      each([&](std::size_t at, std::size_t from) {
+        if (from < image)
+          dx[from] += dcol[at];
+      });
+      for (std::size_t k = 0; k < ws[0]; ++k)
+        for (std::size_t p = 0; p < plane; ++p)
+          din(n, 2)[k] += dy[k * plane + p];
+    }
+  }
+
+  // Adaptive average pooling: output cell (i, j) averages the input window rows
+  // [i H / Ho, ceil((i + 1) H / Ho)) by the same rule for columns.
+  void adaptive_pool(graph::node_id id, bool backward) {
+    const graph::node& n = g_[id];
+    const auto& xs = in_node(n, 0).out.dims;
+    const std::size_t ho = n.out.dims[2];
+    const std::size_t wo = n.out.dims[3];
+    for (std::size_t p = 0; p < xs[0] * xs[1]; ++p)
+      for (std::size_t i = 0; i < ho; ++i)
+        for (std::size_t j = 0; j < wo; ++j) {
+          const std::size_t r0 = graph::detail::pool_begin(i, xs[2], ho);
+          const std::size_t r1 = graph::detail::pool_end(i, xs[2], ho);
+          const std::size_t c0 = graph::detail::pool_begin(j, xs[3], wo);
+          const std::size_t c1 = graph::detail::pool_end(j, xs[3], wo);
+          const auto count = static_cast<T>((r1 - r0) * (c1 - c0));
+          const std::size_t o = (p * ho + i) * wo + j;
+          T acc{0};
+          for (std::size_t r = r0; r < r1; ++r)
+            for (std::size_t c = c0; c < c1; ++c) {
+              const std::size_t at = (p * xs[2] + r) * xs[3] + c;
+              if (backward)
+                din(n, 0)[at] += grad_[id][o] / count;
+              else
+                acc += in(n, 0)[at];
+            }
+          if (!backward)
+            val_[id][o] = acc / count;
+        }
   }
 
   // Slice and concat move blocks along one axis. Viewing a tensor as (outer, axis, inner), input
@@ -730,6 +868,7 @@ private:
   std::uint64_t step_ = 0;
   bool training_ = true;
   std::vector<std::vector<T>> val_, grad_, aux_;
+  std::vector<std::vector<std::size_t>> index_; // max_pool2d: where each maximum came from
   std::vector<std::vector<std::int64_t>> ids_;
 };
 

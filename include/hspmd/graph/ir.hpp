@@ -54,8 +54,11 @@ enum class op : std::uint8_t {
   dropout,       ///< zero with probability attrs.scalar, scale the rest by 1/(1-p); training only
   slice,         ///< attrs.dims = {axis, start, length}
   concat,        ///< along attrs.dims[0]; any number of inputs
+  conv2d,        ///< x (N, C, H, W), weight (K, C, R, S), bias (K); attrs.dims = {stride, padding}
+  max_pool2d,    ///< x (N, C, H, W); attrs.dims = {kernel, stride}
+  adaptive_avg_pool2d, ///< x (N, C, H, W) -> (N, C, attrs.dims[0], attrs.dims[1])
 };
-inline constexpr std::size_t op_count = 25;
+inline constexpr std::size_t op_count = 28;
 
 /// "matmul", "layer_norm", ...
 [[nodiscard]] constexpr std::string_view name(op o) noexcept {

@@ -30,6 +30,10 @@
 //   permute         0 (a copy: bytes only)                0
 //   dropout         2 n (draw+compare, scale)             n
 //   slice, concat   0 (copies: bytes only)                0 (gradient additions not counted)
+//   conv2d          2 N K Ho Wo C R S + N K Ho Wo         4 N K Ho Wo C R S + N K Ho Wo
+//                   (the kernel size counts: HAP's cost model left it out)
+//   max_pool2d      N C Ho Wo (k^2 - 1) comparisons       N C Ho Wo
+//   adaptive_avg_pool2d  one add per input element of each window, + 1 per output; backward alike
 // A causal softmax is counted like a full one (the masked half is skipped, not free of passes).
 
 #include <hspmd/core/error.hpp>
@@ -77,6 +81,14 @@ inline void need_inputs(const node& n, std::size_t count) {
   else if (b.batch_dim && b.rank() == r)
     out.batch_dim = b.batch_dim;
   return out;
+}
+
+// Window [begin, end) of output cell i when adaptively pooling `in` cells to `out`.
+[[nodiscard]] constexpr std::size_t pool_begin(std::size_t i, std::size_t in, std::size_t out) {
+  return i * in / out;
+}
+[[nodiscard]] constexpr std::size_t pool_end(std::size_t i, std::size_t in, std::size_t out) {
+  return ((i + 1) * in + out - 1) / out;
 }
 
 [[nodiscard]] inline std::size_t rows_of(const hspmd::shape& s) {
@@ -149,6 +161,48 @@ inline void need_inputs(const node& n, std::size_t count) {
     if (n.kind == op::dropout && !(n.attrs.scalar >= 0.0 && n.attrs.scalar < 1.0))
       shape_fail(n, "dropout probability " + std::to_string(n.attrs.scalar), "0 <= p < 1");
     return in(0);
+  case op::conv2d: {
+    need_inputs(n, 3);
+    const auto& x = in(0);
+    const auto& w = in(1);
+    const bool ok_attrs = n.attrs.dims.size() == 2 && n.attrs.dims[0] > 0;
+    if (x.rank() != 4 || w.rank() != 4 || !ok_attrs || w.dims[1] != x.dims[1] ||
+        in(2).dims != std::vector<std::size_t>{w.dims[0]} ||
+        x.dims[2] + 2 * (ok_attrs ? n.attrs.dims[1] : 0) < w.dims[2] ||
+        x.dims[3] + 2 * (ok_attrs ? n.attrs.dims[1] : 0) < w.dims[3])
+      shape_fail(n, "cannot convolve " + x.to_string() + " with " + w.to_string(),
+                 "x (N, C, H, W), weight (K, C, R, S) no larger than the padded image, bias (K), "
+                 "attrs {stride > 0, padding}");
+    const std::size_t stride = n.attrs.dims[0];
+    const std::size_t pad = n.attrs.dims[1];
+    out = x;
+    out.dims[1] = w.dims[0];
+    out.dims[2] = (x.dims[2] + 2 * pad - w.dims[2]) / stride + 1;
+    out.dims[3] = (x.dims[3] + 2 * pad - w.dims[3]) / stride + 1;
+    return out;
+  }
+  case op::max_pool2d: {
+    need_inputs(n, 1);
+    const auto& x = in(0);
+    if (x.rank() != 4 || n.attrs.dims.size() != 2 || n.attrs.dims[0] == 0 || n.attrs.dims[1] == 0 ||
+        x.dims[2] < n.attrs.dims[0] || x.dims[3] < n.attrs.dims[0])
+      shape_fail(n, "cannot pool " + x.to_string(),
+                 "x (N, C, H, W) at least one kernel wide, attrs {kernel, stride} > 0");
+    out = x;
+    out.dims[2] = (x.dims[2] - n.attrs.dims[0]) / n.attrs.dims[1] + 1;
+    out.dims[3] = (x.dims[3] - n.attrs.dims[0]) / n.attrs.dims[1] + 1;
+    return out;
+  }
+  case op::adaptive_avg_pool2d: {
+    need_inputs(n, 1);
+    const auto& x = in(0);
+    if (x.rank() != 4 || n.attrs.dims.size() != 2 || n.attrs.dims[0] == 0 || n.attrs.dims[1] == 0)
+      shape_fail(n, "cannot pool " + x.to_string(), "x (N, C, H, W) and attrs {Ho, Wo} > 0");
+    out = x;
+    out.dims[2] = n.attrs.dims[0];
+    out.dims[3] = n.attrs.dims[1];
+    return out;
+  }
   case op::slice: {
     need_inputs(n, 1);
     const auto& x = in(0);
@@ -371,6 +425,33 @@ struct node_cost {
     c.forward_flops = 2.0 * out;
     c.backward_flops = out;
     return c;
+  case op::conv2d: {
+    const auto& w = g[n.inputs[1]].out;
+    const double per_output = static_cast<double>(w.dims[1] * w.dims[2] * w.dims[3]); // C R S
+    c.forward_flops = 2.0 * out * per_output + out;
+    c.backward_flops = 4.0 * out * per_output + out;
+    return c;
+  }
+  case op::max_pool2d: {
+    const double k = static_cast<double>(n.attrs.dims[0]);
+    c.forward_flops = out * (k * k - 1.0);
+    c.backward_flops = out;
+    return c;
+  }
+  case op::adaptive_avg_pool2d: {
+    const auto& x = g[n.inputs[0]].out;
+    double window_elems = 0.0; // sum over output cells of their window sizes
+    for (std::size_t i = 0; i < n.out.dims[2]; ++i)
+      for (std::size_t j = 0; j < n.out.dims[3]; ++j)
+        window_elems += static_cast<double>((detail::pool_end(i, x.dims[2], n.out.dims[2]) -
+                                             detail::pool_begin(i, x.dims[2], n.out.dims[2])) *
+                                            (detail::pool_end(j, x.dims[3], n.out.dims[3]) -
+                                             detail::pool_begin(j, x.dims[3], n.out.dims[3])));
+    const double planes = static_cast<double>(x.dims[0] * x.dims[1]);
+    c.forward_flops = planes * window_elems + out;
+    c.backward_flops = planes * window_elems + out;
+    return c;
+  }
   }
   return c;
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace hspmd;
@@ -174,6 +175,23 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
     return b.add(op::concat, {b.input({2, 1, 3}), b.input({2, 4, 3}), b.input({2, 2, 3})},
                  graph::attributes{0.0, {1}, false});
   });
+  for (const auto& [stride, pad] : {std::pair<std::size_t, std::size_t>{1, 0}, {2, 1}, {1, 2}})
+    make("conv2d stride " + std::to_string(stride) + " pad " + std::to_string(pad),
+         [stride, pad](builder& b) {
+           return b.add(op::conv2d, {b.input({2, 3, 5, 6}), b.input({4, 3, 3, 2}), b.input({4})},
+                        graph::attributes{0.0, {stride, pad}, false});
+         });
+  make("max_pool2d", [](builder& b) {
+    return b.add(op::max_pool2d, {b.input({2, 2, 6, 5})}, graph::attributes{0.0, {2, 2}, false});
+  });
+  make("adaptive_avg_pool2d up", [](builder& b) {
+    return b.add(op::adaptive_avg_pool2d, {b.input({1, 2, 2, 3})},
+                 graph::attributes{0.0, {7, 7}, false});
+  });
+  make("adaptive_avg_pool2d down", [](builder& b) {
+    return b.add(op::adaptive_avg_pool2d, {b.input({1, 2, 9, 7})},
+                 graph::attributes{0.0, {4, 3}, false});
+  });
   make("fan-out: x*x + x", [](builder& b) {
     const auto x = b.input({3, 3});
     return b.add(op::add, {b.add(op::mul, {x, x}), x});
@@ -236,6 +254,27 @@ TEST_CASE("dropout: masks by (seed, step, node, index); causal softmax hides lat
   CHECK(ex.value(s)[1] == 0.0);
   CHECK(ex.value(s)[3] == Approx(0.5));
   CHECK(ex.value(s)[8] == Approx(1.0 / 3));
+}
+
+TEST_CASE("conv2d and pooling forward values by hand") {
+  builder b;
+  const auto x = b.input({1, 1, 3, 3});
+  const auto w = b.input({1, 1, 2, 2});
+  const auto bias = b.input({1});
+  const auto y = b.add(op::conv2d, {x, w, bias}, graph::attributes{0.0, {1, 0}, false});
+  const auto p = b.add(op::max_pool2d, {x}, graph::attributes{0.0, {2, 1}, false});
+  const auto a = b.add(op::adaptive_avg_pool2d, {x}, graph::attributes{0.0, {1, 1}, false});
+  b.g.set_loss(b.add(op::sum, {y}));
+  exec::executor<double> ex(b.g);
+  ex.set_input("in0", std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9});
+  ex.set_input("in1", std::vector<double>{1, 0, 0, -1}); // x[i][j] - x[i+1][j+1]
+  ex.set_input("in2", std::vector<double>{0.5});
+  ex.forward();
+  for (double v : ex.value(y))
+    CHECK(v == Approx(-4 + 0.5));
+  CHECK(std::vector<double>(ex.value(p).begin(), ex.value(p).end()) ==
+        std::vector<double>{5, 6, 8, 9});
+  CHECK(ex.value(a)[0] == Approx(5.0));
 }
 
 TEST_CASE("bad data is refused with the node and the range") {

@@ -91,3 +91,40 @@ TEST_CASE("graphs print themselves and round-trip through JSON with shapes re-ch
   CHECK_THROWS_WITH(graph::from_json(unknown, "m.json"),
                     Catch::StartsWith("m.json: field nodes[5].op: unknown op \"convolve\""));
 }
+
+TEST_CASE("conv2d and pooling counts: the kernel size counts") {
+  graph::graph g;
+  const auto add_input = [&](std::vector<std::size_t> dims) {
+    graph::node n;
+    n.kind = graph::op::input;
+    n.name = "in" + std::to_string(g.size());
+    n.out.dims = std::move(dims);
+    return g.add(n);
+  };
+  const auto x = add_input({2, 3, 5, 6});
+  const auto w = add_input({4, 3, 3, 2});
+  const auto b = add_input({4});
+  graph::node conv;
+  conv.kind = graph::op::conv2d;
+  conv.name = "conv";
+  conv.inputs = {x, w, b};
+  conv.attrs.dims = {1, 0};
+  conv.out = graph::infer_shape(g, conv);
+  CHECK(conv.out.dims == std::vector<std::size_t>{2, 4, 3, 5});
+  const auto c = g.add(conv);
+  // 120 outputs, each a dot product of C R S = 18 terms: 2 * 120 * 18 + 120 (bias).
+  CHECK(graph::cost_of(g, c).forward_flops == 2.0 * 120 * 18 + 120);
+  CHECK(graph::cost_of(g, c).backward_flops == 4.0 * 120 * 18 + 120);
+  graph::node pool;
+  pool.kind = graph::op::max_pool2d;
+  pool.name = "pool";
+  pool.inputs = {c};
+  pool.attrs.dims = {2, 2};
+  pool.out = graph::infer_shape(g, pool);
+  CHECK(pool.out.dims == std::vector<std::size_t>{2, 4, 1, 2});
+  const auto p = g.add(pool);
+  CHECK(graph::cost_of(g, p).forward_flops == 16.0 * 3); // 16 outputs, 3 comparisons each
+  graph::node bad = conv;
+  bad.inputs = {x, b, b};
+  CHECK_THROWS_WITH(graph::infer_shape(g, bad), Catch::Contains("cannot convolve"));
+}
