@@ -34,6 +34,8 @@
 #include <hspmd/nn/transformer.hpp>
 
 #include <hspmd/models/bert.hpp>
+#include <hspmd/models/vgg.hpp>
+#include <hspmd/models/vit.hpp>
 
 #include <hspmd/synth/ratio_lp.hpp>
 

@@ -443,6 +443,13 @@ private:
     case op::adaptive_avg_pool2d:
       adaptive_pool(id, false);
       return;
+    case op::broadcast: {
+      const auto sx = detail::broadcast_strides(in_node(n, 0).out, n.out);
+      const T* x = in(n, 0).data();
+      detail::for_each_broadcast(n.out, sx, sx,
+                                 [&](std::size_t o, std::size_t i, std::size_t) { out[o] = x[i]; });
+      return;
+    }
     }
   }
 
@@ -677,6 +684,13 @@ private:
     case op::adaptive_avg_pool2d:
       adaptive_pool(id, true);
       return;
+    case op::broadcast: {
+      const auto sx = detail::broadcast_strides(in_node(n, 0).out, n.out);
+      auto& dx = din(n, 0);
+      detail::for_each_broadcast(n.out, sx, sx,
+                                 [&](std::size_t o, std::size_t i, std::size_t) { dx[i] += g[o]; });
+      return;
+    }
     }
   }
 

@@ -57,8 +57,10 @@ enum class op : std::uint8_t {
   conv2d,        ///< x (N, C, H, W), weight (K, C, R, S), bias (K); attrs.dims = {stride, padding}
   max_pool2d,    ///< x (N, C, H, W); attrs.dims = {kernel, stride}
   adaptive_avg_pool2d, ///< x (N, C, H, W) -> (N, C, attrs.dims[0], attrs.dims[1])
+  broadcast, ///< x repeated numpy-style to attrs.dims (a CLS token per image); flag: dim 0 is the
+             ///< batch
 };
-inline constexpr std::size_t op_count = 28;
+inline constexpr std::size_t op_count = 29;
 
 /// "matmul", "layer_norm", ...
 [[nodiscard]] constexpr std::string_view name(op o) noexcept {

@@ -34,6 +34,7 @@
 //                   (the kernel size counts: HAP's cost model left it out)
 //   max_pool2d      N C Ho Wo (k^2 - 1) comparisons       N C Ho Wo
 //   adaptive_avg_pool2d  one add per input element of each window, + 1 per output; backward alike
+//   broadcast       0 (a copy)                            n (the reduction of the gradient)
 // A causal softmax is counted like a full one (the masked half is skipped, not free of passes).
 
 #include <hspmd/core/error.hpp>
@@ -201,6 +202,18 @@ inline void need_inputs(const node& n, std::size_t count) {
     out = x;
     out.dims[2] = n.attrs.dims[0];
     out.dims[3] = n.attrs.dims[1];
+    return out;
+  }
+  case op::broadcast: {
+    need_inputs(n, 1);
+    hspmd::shape target;
+    target.dims = n.attrs.dims;
+    out = detail::broadcast(n, in(0), target);
+    if (out.dims != target.dims)
+      shape_fail(n, "cannot broadcast " + in(0).to_string() + " to " + target.to_string(),
+                 "a target whose trailing dimensions match or are 1 in the input");
+    if (n.attrs.flag) // the target's outermost dimension is the batch
+      out.batch_dim = 0;
     return out;
   }
   case op::slice: {
@@ -432,6 +445,9 @@ struct node_cost {
     c.backward_flops = 4.0 * out * per_output + out;
     return c;
   }
+  case op::broadcast:
+    c.backward_flops = out;
+    return c;
   case op::max_pool2d: {
     const double k = static_cast<double>(n.attrs.dims[0]);
     c.forward_flops = out * (k * k - 1.0);

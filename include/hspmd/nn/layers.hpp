@@ -206,3 +206,32 @@ private:
 };
 
 } // namespace hspmd::nn
+
+namespace hspmd::nn {
+
+/// 2-D convolution with a square kernel: C input channels, K output channels. He-initialized
+/// weight N(0, 2 / (C R R)), bias 0.
+template <class T, std::size_t C, std::size_t K>
+struct conv2d {
+  std::string name;
+  std::size_t kernel = 3;
+  std::size_t stride = 1;
+  std::size_t padding = 1;
+  std::size_t in_channels = C;
+  std::size_t out_channels = K;
+
+  template <extents_type E>
+  requires(E::rank() == 4) auto operator()(tracer& t, const value<T, E>& x) const {
+    const auto scope = t.scope(name);
+    const auto fan_in = static_cast<double>(in_channels * kernel * kernel);
+    const auto w = t.parameter<T>("weight",
+                                  extents<K, C, dynamic_extent, dynamic_extent>::from_dims(
+                                      {out_channels, in_channels, kernel, kernel}, "nn::conv2d"),
+                                  normal_init(std::sqrt(2.0 / fan_in)));
+    const auto b = t.parameter<T>("bias", extents<K>::from_dims({out_channels}, "nn::conv2d"),
+                                  constant_init(0.0));
+    return functional::conv2d(x, w, b, stride, padding);
+  }
+};
+
+} // namespace hspmd::nn

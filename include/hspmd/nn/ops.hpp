@@ -227,3 +227,85 @@ using functional::sub;
 using functional::sum;
 using functional::tanh;
 } // namespace hspmd::nn
+
+namespace hspmd::nn::functional {
+
+namespace detail {
+// Extents of an image batch after a spatial op: the batch stays, the rest becomes runtime.
+template <extents_type E>
+using image_extents_t =
+    extents<E::static_extent(0), dynamic_extent, dynamic_extent, dynamic_extent>;
+} // namespace detail
+
+/// 2-D convolution: x (N, C, H, W), weight (K, C, R, S), bias (K) -> (N, K, Ho, Wo).
+template <class T, extents_type E, extents_type EW, extents_type EB>
+requires(E::rank() == 4 && EW::rank() == 4 && EB::rank() == 1)
+    [[nodiscard]] auto conv2d(const value<T, E>& x, const value<T, EW>& w, const value<T, EB>& b,
+                              std::size_t stride = 1, std::size_t padding = 0) {
+  using R = detail::image_extents_t<E>;
+  tracer& t = x.owner();
+  const auto id = t.op(graph::op::conv2d, {x.id(), w.id(), b.id()},
+                       graph::attributes{0.0, {stride, padding}, false});
+  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+}
+
+/// Max pooling with a square kernel.
+template <class T, extents_type E>
+requires(E::rank() == 4)
+    [[nodiscard]] auto max_pool2d(const value<T, E>& x, std::size_t kernel, std::size_t stride) {
+  using R = detail::image_extents_t<E>;
+  tracer& t = x.owner();
+  const auto id =
+      t.op(graph::op::max_pool2d, {x.id()}, graph::attributes{0.0, {kernel, stride}, false});
+  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+}
+
+/// Adaptive average pooling to (ho, wo).
+template <class T, extents_type E>
+requires(E::rank() == 4)
+    [[nodiscard]] auto adaptive_avg_pool2d(const value<T, E>& x, std::size_t ho, std::size_t wo) {
+  using R = detail::image_extents_t<E>;
+  tracer& t = x.owner();
+  const auto id =
+      t.op(graph::op::adaptive_avg_pool2d, {x.id()}, graph::attributes{0.0, {ho, wo}, false});
+  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+}
+
+/// (N, ...) -> (N, product of the rest).
+template <class T, extents_type E>
+requires(E::rank() >= 2) [[nodiscard]] auto flatten(const value<T, E>& x) {
+  using R = extents<E::static_extent(0), dynamic_extent>;
+  const std::size_t n = x.extent(0);
+  const std::size_t rest = n == 0 ? 0 : x.extents().size() / n;
+  return reshape(x, R::from_dims({n, rest}, "flatten"));
+}
+
+/// x repeated to the extents `to` (numpy broadcasting); `to`'s batch dimension stays marked.
+template <class T, extents_type E, extents_type To>
+[[nodiscard]] value<T, To> broadcast_to(const value<T, E>& x, const To& to) {
+  tracer& t = x.owner();
+  graph::attributes a;
+  a.dims = to.shape().dims;
+  a.flag = To::has_batch && To::batch_dim == 0;
+  return {t, t.op(graph::op::broadcast, {x.id()}, a), to};
+}
+
+/// Concatenation of two values along dimension Axis (made a runtime size in the result).
+template <std::size_t Axis, class T, extents_type EA, extents_type EB>
+requires(EA::rank() == EB::rank() && Axis < EA::rank())
+    [[nodiscard]] auto concat(const value<T, EA>& a, const value<T, EB>& b) {
+  using R = with_runtime_dim_t<EA, Axis>;
+  tracer& t = a.owner();
+  const auto id = t.op(graph::op::concat, {a.id(), b.id()}, graph::attributes{0.0, {Axis}, false});
+  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+}
+
+} // namespace hspmd::nn::functional
+
+namespace hspmd::nn {
+using functional::adaptive_avg_pool2d;
+using functional::broadcast_to;
+using functional::concat;
+using functional::flatten;
+using functional::max_pool2d;
+} // namespace hspmd::nn

@@ -192,6 +192,9 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
     return b.add(op::adaptive_avg_pool2d, {b.input({1, 2, 9, 7})},
                  graph::attributes{0.0, {4, 3}, false});
   });
+  make("broadcast", [](builder& b) {
+    return b.add(op::broadcast, {b.input({1, 4})}, graph::attributes{0.0, {3, 2, 4}, false});
+  });
   make("fan-out: x*x + x", [](builder& b) {
     const auto x = b.input({3, 3});
     return b.add(op::add, {b.add(op::mul, {x, x}), x});
