@@ -443,6 +443,12 @@ private:
     case op::adaptive_avg_pool2d:
       adaptive_pool(id, false);
       return;
+    case op::moe_dispatch:
+      moe_dispatch(id, false);
+      return;
+    case op::moe_combine:
+      moe_combine(id, false);
+      return;
     case op::broadcast: {
       const auto sx = detail::broadcast_strides(in_node(n, 0).out, n.out);
       const T* x = in(n, 0).data();
@@ -684,6 +690,12 @@ private:
     case op::adaptive_avg_pool2d:
       adaptive_pool(id, true);
       return;
+    case op::moe_dispatch:
+      moe_dispatch(id, true);
+      return;
+    case op::moe_combine:
+      moe_combine(id, true);
+      return;
     case op::broadcast: {
       const auto sx = detail::broadcast_strides(in_node(n, 0).out, n.out);
       auto& dx = din(n, 0);
@@ -753,6 +765,75 @@ private:
       for (std::size_t k = 0; k < ws[0]; ++k)
         for (std::size_t p = 0; p < plane; ++p)
           din(n, 2)[k] += dy[k * plane + p];
+    }
+  }
+
+  // MoE dispatch: token t's row goes to slot s of expert e for each of its routed choices.
+  // The routing is discrete: no gradient flows to the probabilities here (it does in combine).
+  void moe_dispatch(graph::node_id id, bool backward) {
+    const graph::node& n = g_[id];
+    const std::size_t tokens = in_node(n, 0).out.dims[0];
+    const std::size_t h = in_node(n, 0).out.dims[1];
+    const std::size_t experts = in_node(n, 1).out.dims[1];
+    const std::size_t capacity = n.attrs.dims[0];
+    const auto r = graph::route_top2(in(n, 1).data(), tokens, experts, capacity);
+    if (!backward)
+      std::fill(val_[id].begin(), val_[id].end(), T{0}); // unused slots are zero
+    for (std::size_t k = 0; k < 2 * tokens; ++k) {
+      if (r.slots[k] == graph::moe_routing::dropped)
+        continue;
+      const std::size_t t = k / 2;
+      const std::size_t at = (r.experts[k] * capacity + r.slots[k]) * h;
+      for (std::size_t j = 0; j < h; ++j) {
+        if (backward)
+          din(n, 0)[t * h + j] += grad_[id][at + j];
+        else
+          val_[id][at + j] = in(n, 0)[t * h + j];
+      }
+    }
+  }
+
+  // MoE combine: y_t = g1 out[e1, s1] + g2 out[e2, s2] with g_k = p_ek / (p_e1 + p_e2); a dropped
+  // choice contributes nothing. Backward: d out = g dy; d g_k = dy . out_k, through the
+  // normalization to the two probabilities.
+  void moe_combine(graph::node_id id, bool backward) {
+    const graph::node& n = g_[id];
+    const std::size_t experts = in_node(n, 0).out.dims[0];
+    const std::size_t capacity = in_node(n, 0).out.dims[1];
+    const std::size_t h = in_node(n, 0).out.dims[2];
+    const std::size_t tokens = in_node(n, 1).out.dims[0];
+    const T* probs = in(n, 1).data();
+    const auto r = graph::route_top2(probs, tokens, experts, capacity);
+    if (!backward)
+      std::fill(val_[id].begin(), val_[id].end(), T{0});
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const std::size_t e1 = r.experts[2 * t];
+      const std::size_t e2 = r.experts[2 * t + 1];
+      const T p1 = probs[t * experts + e1];
+      const T p2 = probs[t * experts + e2];
+      const T z = p1 + p2;
+      const T gates[2] = {p1 / z, p2 / z};
+      T dgate[2] = {T{0}, T{0}};
+      for (std::size_t k = 0; k < 2; ++k) {
+        const std::size_t slot = r.slots[2 * t + k];
+        if (slot == graph::moe_routing::dropped)
+          continue;
+        const std::size_t at = (r.experts[2 * t + k] * capacity + slot) * h;
+        for (std::size_t j = 0; j < h; ++j) {
+          if (backward) {
+            const T dy = grad_[id][t * h + j];
+            din(n, 0)[at + j] += gates[k] * dy;
+            dgate[k] += dy * in(n, 0)[at + j];
+          } else {
+            val_[id][t * h + j] += gates[k] * in(n, 0)[at + j];
+          }
+        }
+      }
+      if (backward) { // g1 = p1 / z, g2 = p2 / z
+        auto& dp = din(n, 1);
+        dp[t * experts + e1] += (dgate[0] * p2 - dgate[1] * p2) / (z * z);
+        dp[t * experts + e2] += (dgate[1] * p1 - dgate[0] * p1) / (z * z);
+      }
     }
   }
 

@@ -57,18 +57,27 @@ enum class op : std::uint8_t {
   conv2d,        ///< x (N, C, H, W), weight (K, C, R, S), bias (K); attrs.dims = {stride, padding}
   max_pool2d,    ///< x (N, C, H, W); attrs.dims = {kernel, stride}
   adaptive_avg_pool2d, ///< x (N, C, H, W) -> (N, C, attrs.dims[0], attrs.dims[1])
-  broadcast, ///< x repeated numpy-style to attrs.dims (a CLS token per image); flag: dim 0 is the
-             ///< batch
+  /// x repeated numpy-style to attrs.dims (a CLS token per image); flag: dim 0 is the batch
+  broadcast,
+  /// tokens x (T, H), gate probabilities (T, E) -> expert buffers (E, C, H); C = attrs.dims[0]
+  moe_dispatch,
+  /// expert outputs (E, C, H), gate probabilities (T, E) -> (T, H)
+  moe_combine,
 };
-inline constexpr std::size_t op_count = 29;
+inline constexpr std::size_t op_count = 31;
 
 /// "matmul", "layer_norm", ...
 [[nodiscard]] constexpr std::string_view name(op o) noexcept {
   constexpr std::array<std::string_view, op_count> names = {
-      "input",   "parameter", "matmul",      "linear",     "batched_matmul", "add",
-      "sub",     "mul",       "scale",       "relu",       "gelu",           "tanh",
-      "sigmoid", "softmax",   "log_softmax", "layer_norm", "embedding",      "cross_entropy",
-      "sum",     "mean",      "reshape",     "permute"};
+      "input",          "parameter",     "matmul",      "linear",
+      "batched_matmul", "add",           "sub",         "mul",
+      "scale",          "relu",          "gelu",        "tanh",
+      "sigmoid",        "softmax",       "log_softmax", "layer_norm",
+      "embedding",      "cross_entropy", "sum",         "mean",
+      "reshape",        "permute",       "dropout",     "slice",
+      "concat",         "conv2d",        "max_pool2d",  "adaptive_avg_pool2d",
+      "broadcast",      "moe_dispatch",  "moe_combine"};
+  static_assert(names.back() != "", "every op needs a name");
   return names.at(static_cast<std::size_t>(o));
 }
 

@@ -35,6 +35,9 @@
 //   max_pool2d      N C Ho Wo (k^2 - 1) comparisons       N C Ho Wo
 //   adaptive_avg_pool2d  one add per input element of each window, + 1 per output; backward alike
 //   broadcast       0 (a copy)                            n (the reduction of the gradient)
+//   moe_dispatch    T E (top-2 search; copies are bytes)  0 (copies back)
+//   moe_combine     4 T H (two scaled adds per token)     4 T H + 8 T (gate gradients)
+// (the experts' FFNs are batched matmuls of their own: 2 E C H F each way, C the capacity)
 // A causal softmax is counted like a full one (the masked half is skipped, not free of passes).
 
 #include <hspmd/core/error.hpp>
@@ -97,6 +100,46 @@ inline void need_inputs(const node& n, std::size_t count) {
 }
 
 } // namespace detail
+
+/// Top-2 routing of a mixture-of-experts layer, the same in dispatch and combine.
+/// For each token t: experts[2t], experts[2t+1] are its two most probable experts (ties to the
+/// lower index), slots the positions in their buffers (or `dropped` past the capacity), and the
+/// gates p_e / (p_e1 + p_e2). Slots are handed out to every token's first choice in token order,
+/// then to second choices, so first choices win when an expert is full.
+struct moe_routing {
+  static constexpr std::size_t dropped = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> experts;
+  std::vector<std::size_t> slots;
+};
+
+template <class T>
+[[nodiscard]] moe_routing route_top2(const T* probs, std::size_t tokens, std::size_t experts,
+                                     std::size_t capacity) {
+  moe_routing r;
+  r.experts.resize(2 * tokens);
+  r.slots.assign(2 * tokens, moe_routing::dropped);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    const T* p = probs + t * experts;
+    std::size_t e1 = 0;
+    for (std::size_t e = 1; e < experts; ++e)
+      if (p[e] > p[e1])
+        e1 = e;
+    std::size_t e2 = e1 == 0 ? 1 : 0;
+    for (std::size_t e = 0; e < experts; ++e)
+      if (e != e1 && p[e] > p[e2])
+        e2 = e;
+    r.experts[2 * t] = e1;
+    r.experts[2 * t + 1] = e2;
+  }
+  std::vector<std::size_t> fill(experts, 0);
+  for (std::size_t choice = 0; choice < 2; ++choice)
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const std::size_t e = r.experts[2 * t + choice];
+      if (fill[e] < capacity)
+        r.slots[2 * t + choice] = fill[e]++;
+    }
+  return r;
+}
 
 /// The output shape of node `n` given the graph's earlier nodes; throws `shape_error` naming the
 /// node when the inputs do not fit the op.
@@ -214,6 +257,28 @@ inline void need_inputs(const node& n, std::size_t count) {
                  "a target whose trailing dimensions match or are 1 in the input");
     if (n.attrs.flag) // the target's outermost dimension is the batch
       out.batch_dim = 0;
+    return out;
+  }
+  case op::moe_dispatch: {
+    need_inputs(n, 2);
+    const auto& x = in(0);
+    const auto& p = in(1);
+    if (x.rank() != 2 || p.rank() != 2 || p.dims[0] != x.dims[0] || p.dims[1] < 2 ||
+        n.attrs.dims.size() != 1 || n.attrs.dims[0] == 0)
+      shape_fail(n, "tokens " + x.to_string() + " and gate probabilities " + p.to_string(),
+                 "tokens (T, H), probabilities (T, E) with E >= 2, attrs {capacity > 0}");
+    out.dims = {p.dims[1], n.attrs.dims[0], x.dims[1]};
+    return out;
+  }
+  case op::moe_combine: {
+    need_inputs(n, 2);
+    const auto& e = in(0);
+    const auto& p = in(1);
+    if (e.rank() != 3 || p.rank() != 2 || p.dims[1] != e.dims[0])
+      shape_fail(n, "expert outputs " + e.to_string() + " and gate probabilities " + p.to_string(),
+                 "expert outputs (E, C, H) and probabilities (T, E)");
+    out.dims = {p.dims[0], e.dims[2]};
+    out.batch_dim = p.batch_dim;
     return out;
   }
   case op::slice: {
@@ -448,6 +513,15 @@ struct node_cost {
   case op::broadcast:
     c.backward_flops = out;
     return c;
+  case op::moe_dispatch:
+    c.forward_flops = size(1); // the top-2 search over (T, E)
+    return c;
+  case op::moe_combine: {
+    const double tokens = static_cast<double>(n.out.dims[0]);
+    c.forward_flops = 4.0 * out;
+    c.backward_flops = 4.0 * out + 8.0 * tokens;
+    return c;
+  }
   case op::max_pool2d: {
     const double k = static_cast<double>(n.attrs.dims[0]);
     c.forward_flops = out * (k * k - 1.0);

@@ -1,7 +1,8 @@
 #pragma once
 // A BERT-style encoder trained as a language model with next-token loss and a causal mask (as
 // HAP's benchmark used it). Defaults are BERT-base: 12 layers, hidden 768, FFN 3072, 12 heads,
-// sequence 128.
+// sequence 128. With `moe_experts` set it is BERT-MoE: every second layer's FFN is a top-2
+// mixture of experts.
 //
 // Inputs: "tokens" (batch, seq) int64 and "targets" (batch * seq) int64 (tokens shifted by one).
 // Loss: the sum over all positions of -log p(target).
@@ -28,6 +29,9 @@ struct bert_config {
   std::size_t seq = 128;
   std::size_t vocab = 30522;
   double dropout = 0.1;
+  /// BERT-MoE: every second layer's FFN is a top-2 mixture of this many experts (0: plain BERT).
+  std::size_t moe_experts = 0;
+  double capacity_factor = 1.25;
 };
 
 /// Traces the BERT-LM for `batch` sequences in element type T.
@@ -43,8 +47,14 @@ template <class T>
       t.parameter<T>("pos.table", extents<dyn, dyn>(c.seq, c.hidden), nn::normal_init(0.02));
   h = nn::add_broadcast(h, pos);
   for (std::size_t i = 0; i < c.layers; ++i) {
-    const nn::transformer_block<T, dyn, dyn> block{
-        "layers." + std::to_string(i), c.heads, /*causal=*/true, c.dropout, c.hidden, c.ffn};
+    const nn::transformer_block<T, dyn, dyn> block{"layers." + std::to_string(i),
+                                                   c.heads,
+                                                   /*causal=*/true,
+                                                   c.dropout,
+                                                   c.hidden,
+                                                   c.ffn,
+                                                   i % 2 == 1 ? c.moe_experts : 0,
+                                                   c.capacity_factor};
     h = block(t, h);
   }
   const nn::layer_norm<T, dyn> ln_f{"ln_f", 1e-5, c.hidden};

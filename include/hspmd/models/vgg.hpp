@@ -39,8 +39,8 @@ template <class T>
   std::size_t conv = 0;
   for (std::size_t s = 0; s < c.stages.size(); ++s) {
     for (std::size_t k : c.stages[s]) {
-      const nn::conv2d<T, dyn, dyn> layer{"features." + std::to_string(conv++), 3, 1, 1,
-                                          channels, k};
+      const nn::conv2d<T, dyn, dyn> layer{
+          "features." + std::to_string(conv++), 3, 1, 1, channels, k};
       x = nn::relu(layer(t, x));
       channels = k;
     }

@@ -34,8 +34,8 @@ template <class T>
 [[nodiscard]] graph::graph trace_vit(const vit_config& c, std::size_t batch) {
   constexpr std::size_t dyn = dynamic_extent;
   if (c.patch == 0 || c.image % c.patch != 0)
-    throw plan_error("vit", "image " + std::to_string(c.image) + " and patch " +
-                                std::to_string(c.patch),
+    throw plan_error("vit",
+                     "image " + std::to_string(c.image) + " and patch " + std::to_string(c.patch),
                      "a patch size that divides the image size");
   const std::size_t side = c.image / c.patch;
   const std::size_t patches = side * side;
@@ -46,7 +46,8 @@ template <class T>
   // (B, 3, side, p, side, p) -> (B, side, side, 3, p, p) -> (B, patches, 3 p p)
   const auto six = t.op(graph::op::reshape, {images.id()},
                         graph::attributes{0.0, {batch, 3, side, c.patch, side, c.patch}, false});
-  const auto moved = t.op(graph::op::permute, {six}, graph::attributes{0.0, {0, 2, 4, 1, 3, 5}, false});
+  const auto moved =
+      t.op(graph::op::permute, {six}, graph::attributes{0.0, {0, 2, 4, 1, 3, 5}, false});
   const auto flat = t.op(graph::op::reshape, {moved},
                          graph::attributes{0.0, {batch, patches, patch_values}, false});
   const nn::value<T, extents<hspmd::batch, dyn, dyn>> tokens(
@@ -56,8 +57,8 @@ template <class T>
   const auto cls = t.parameter<T>("cls", extents<1, 1, dyn>(c.hidden), nn::normal_init(0.02));
   auto cls_all = nn::broadcast_to(cls, t.bind<extents<hspmd::batch, 1, dyn>>(c.hidden));
   auto h = nn::concat<1>(cls_all, x); // (B, patches + 1, H)
-  const auto pos = t.parameter<T>("pos.table", extents<dyn, dyn>(patches + 1, c.hidden),
-                                  nn::normal_init(0.02));
+  const auto pos =
+      t.parameter<T>("pos.table", extents<dyn, dyn>(patches + 1, c.hidden), nn::normal_init(0.02));
   auto hp = nn::add_broadcast(h, pos);
   for (std::size_t i = 0; i < c.layers; ++i) {
     const nn::transformer_block<T, dyn, dyn> block{
@@ -66,8 +67,10 @@ template <class T>
   }
   const nn::layer_norm<T, dyn> ln_f{"ln_f", 1e-5, c.hidden};
   auto normed = ln_f(t, hp);
-  const auto first = t.op(graph::op::slice, {normed.id()}, graph::attributes{0.0, {1, 0, 1}, false});
-  const auto cls_out = t.op(graph::op::reshape, {first}, graph::attributes{0.0, {batch, c.hidden}, false});
+  const auto first =
+      t.op(graph::op::slice, {normed.id()}, graph::attributes{0.0, {1, 0, 1}, false});
+  const auto cls_out =
+      t.op(graph::op::reshape, {first}, graph::attributes{0.0, {batch, c.hidden}, false});
   const nn::value<T, extents<hspmd::batch, dyn>> feature(
       t, cls_out, t.bind<extents<hspmd::batch, dyn>>(c.hidden));
   const nn::linear<T, dyn, dyn> head("head", c.hidden, c.classes);

@@ -72,7 +72,56 @@ struct multi_head_attention {
   }
 };
 
-/// A pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)) with GELU.
+/// Top-2 mixture of experts over the last dimension of x (..., H): a gate (H -> E, no bias) and
+/// softmax choose two experts per token; each expert is a GELU FFN H -> F -> H with its own
+/// weights; each expert processes at most capacity = ceil(capacity_factor * 2 T / E) tokens
+/// (overflow is dropped); outputs are combined with the two renormalized gate probabilities.
+template <class T, std::size_t H, std::size_t F>
+struct moe {
+  std::string name;
+  std::size_t experts = 8;
+  double capacity_factor = 1.25;
+  std::size_t hidden = H;
+  std::size_t ffn = F;
+
+  template <extents_type E>
+  value<T, E> operator()(tracer& t, const value<T, E>& x) const {
+    const auto scope = t.scope(name);
+    if (experts < 2)
+      throw plan_error("moe \"" + t.qualified("") + "\"", std::to_string(experts) + " experts",
+                       "at least 2 experts for top-2 routing");
+    const std::size_t tokens = x.extents().size() / hidden;
+    const auto capacity = static_cast<std::size_t>(std::ceil(
+        capacity_factor * 2.0 * static_cast<double>(tokens) / static_cast<double>(experts)));
+    constexpr std::size_t dyn = dynamic_extent;
+    const auto flat =
+        t.op(graph::op::reshape, {x.id()}, graph::attributes{0.0, {tokens, hidden}, false});
+    const auto wg = t.parameter<T>("gate.weight", extents<dyn, dyn>(hidden, experts),
+                                   normal_init(1.0 / std::sqrt(static_cast<double>(hidden))));
+    const auto probs = t.op(graph::op::softmax, {t.op(graph::op::matmul, {flat, wg.id()})});
+    const auto buffers =
+        t.op(graph::op::moe_dispatch, {flat, probs}, graph::attributes{0.0, {capacity}, false});
+    const auto w1 = t.parameter<T>("experts.w1", extents<dyn, dyn, dyn>(experts, hidden, ffn),
+                                   normal_init(1.0 / std::sqrt(static_cast<double>(hidden))));
+    const auto b1 =
+        t.parameter<T>("experts.b1", extents<dyn, 1, dyn>(experts, ffn), constant_init(0.0));
+    const auto w2 = t.parameter<T>("experts.w2", extents<dyn, dyn, dyn>(experts, ffn, hidden),
+                                   normal_init(1.0 / std::sqrt(static_cast<double>(ffn))));
+    const auto b2 =
+        t.parameter<T>("experts.b2", extents<dyn, 1, dyn>(experts, hidden), constant_init(0.0));
+    auto up = t.op(graph::op::add, {t.op(graph::op::batched_matmul, {buffers, w1.id()}), b1.id()});
+    auto down =
+        t.op(graph::op::add,
+             {t.op(graph::op::batched_matmul, {t.op(graph::op::gelu, {up}), w2.id()}), b2.id()});
+    const auto combined = t.op(graph::op::moe_combine, {down, probs});
+    graph::attributes back;
+    back.dims = x.extents().shape().dims;
+    return {t, t.op(graph::op::reshape, {combined}, back), x.extents()};
+  }
+};
+
+/// A pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)) with GELU; with
+/// `moe_experts` > 0 the MLP is a top-2 mixture of that many experts.
 template <class T, std::size_t H, std::size_t F>
 struct transformer_block {
   std::string name;
@@ -81,6 +130,8 @@ struct transformer_block {
   double dropout = 0.0;
   std::size_t hidden = H;
   std::size_t ffn = F;
+  std::size_t moe_experts = 0;
+  double capacity_factor = 1.25;
 
   template <extents_type E>
   requires(E::rank() == 3) value<T, E>
@@ -92,6 +143,10 @@ struct transformer_block {
     const linear<T, H, F> up("fc1", hidden, ffn);
     const linear<T, F, H> down("fc2", ffn, hidden);
     auto h = add(x, maybe_dropout(t, attn(t, ln1(t, x))));
+    if (moe_experts > 0) {
+      const moe<T, H, F> experts{"moe", moe_experts, capacity_factor, hidden, ffn};
+      return add(h, maybe_dropout(t, experts(t, ln2(t, h))));
+    }
     return add(h, maybe_dropout(t, down(t, gelu(up(t, ln2(t, h))))));
   }
 

@@ -195,6 +195,15 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
   make("broadcast", [](builder& b) {
     return b.add(op::broadcast, {b.input({1, 4})}, graph::attributes{0.0, {3, 2, 4}, false});
   });
+  for (const std::size_t capacity : {4UL, 2UL}) // 2: some choices overflow and are dropped
+    make("moe dispatch+combine, capacity " + std::to_string(capacity), [capacity](builder& b) {
+      const auto x = b.input({5, 3});
+      const auto probs = b.add(op::softmax, {b.input({5, 4})});
+      const auto buffers =
+          b.add(op::moe_dispatch, {x, probs}, graph::attributes{0.0, {capacity}, false});
+      const auto w = b.input({4, capacity, 3}); // a stand-in for the experts: scale elementwise
+      return b.add(op::moe_combine, {b.add(op::mul, {buffers, w}), probs});
+    });
   make("fan-out: x*x + x", [](builder& b) {
     const auto x = b.input({3, 3});
     return b.add(op::add, {b.add(op::mul, {x, x}), x});

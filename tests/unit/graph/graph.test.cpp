@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <set>
 #include <sstream>
 
 using namespace hspmd;
@@ -127,4 +128,16 @@ TEST_CASE("conv2d and pooling counts: the kernel size counts") {
   graph::node bad = conv;
   bad.inputs = {x, b, b};
   CHECK_THROWS_WITH(graph::infer_shape(g, bad), Catch::Contains("cannot convolve"));
+}
+
+TEST_CASE("every op has a distinct name that parses back") {
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < graph::op_count; ++i) {
+    const auto o = static_cast<graph::op>(i);
+    CAPTURE(i);
+    CHECK_FALSE(graph::name(o).empty());
+    CHECK(graph::parse_op(graph::name(o)) == o);
+    names.insert(graph::name(o));
+  }
+  CHECK(names.size() == graph::op_count);
 }

@@ -4,6 +4,7 @@
 
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/trainer.hpp>
+#include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/models/bert.hpp>
 
@@ -96,4 +97,40 @@ TEST_CASE("BERT-LM learns to count: loss after 50 steps <= 0.8 x the first") {
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
   CAPTURE(first, last);
   CHECK(last <= 0.8 * first);
+}
+
+TEST_CASE("BERT-MoE: experts in every second layer, gradients, and learning") {
+  auto c = tiny();
+  c.moe_experts = 4;
+  const graph::graph g = models::trace_bert_lm<float>(c, 4);
+  CHECK(g.find("layers.1.moe.experts.w1").has_value());
+  CHECK_FALSE(g.find("layers.0.moe.experts.w1").has_value());
+  CHECK(g[*g.find("layers.1.moe.experts.w1")].out.dims == std::vector<std::size_t>{4, 16, 32});
+  CHECK(g.of_kind(graph::op::moe_dispatch).size() == 1);
+  CHECK(graph::from_json(graph::to_json(g)) == g);
+
+  auto small = c;
+  small.layers = 2;
+  small.seq = 4;
+  const graph::graph gd = models::trace_bert_lm<double>(small, 2);
+  exec::executor<double> ex(gd, 3);
+  ex.set_input("tokens", std::vector<std::int64_t>{1, 2, 3, 4, 7, 8, 9, 10});
+  ex.set_input("targets", std::vector<std::int64_t>{2, 3, 4, 5, 8, 9, 10, 0});
+  ex.forward();
+  ex.backward();
+  CHECK(test_support::worst_gradient_error(
+            ex,
+            {ex.parameter("layers.1.moe.gate.weight"), ex.parameter("layers.1.moe.experts.w1"),
+             ex.parameter("layers.1.moe.experts.b2"), ex.parameter("layers.0.fc2.weight")},
+            12) <= 1e-6);
+
+  constexpr std::size_t batch = 8;
+  const graph::graph gt = models::trace_bert_lm<float>(c, batch);
+  exec::executor<float> et(gt, 1);
+  std::mt19937_64 rng(6);
+  exec::trainer tr(et, exec::adam(3e-3));
+  tr.clip = 1.0;
+  const auto losses =
+      tr.run(50, [&](exec::executor<float>& e, std::size_t) { feed_counting(e, c, batch, rng); });
+  CHECK((losses[47] + losses[48] + losses[49]) / 3.0 <= 0.8 * losses.front());
 }

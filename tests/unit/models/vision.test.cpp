@@ -4,6 +4,7 @@
 
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/trainer.hpp>
+#include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/models/vgg.hpp>
 #include <hspmd/models/vit.hpp>
@@ -57,7 +58,8 @@ void feed_images(exec::executor<T>& ex, std::size_t batch, std::size_t image, st
   for (std::size_t b = 0; b < batch; ++b) {
     y[b] = static_cast<std::int64_t>(rng() % classes);
     for (std::size_t i = 0; i < values; ++i)
-      x[b * values + i] = static_cast<T>(prototypes[static_cast<std::size_t>(y[b])][i] + 0.5 * nd(rng));
+      x[b * values + i] =
+          static_cast<T>(prototypes[static_cast<std::size_t>(y[b])][i] + 0.5 * nd(rng));
   }
   ex.set_input("images", x);
   ex.set_input("labels", y);
@@ -93,8 +95,9 @@ TEST_CASE("VGG and ViT gradients match finite differences (f64, tiny)") {
     ex.forward();
     ex.backward();
     CHECK(test_support::worst_gradient_error(
-              ex, {ex.parameter("features.0.weight"), ex.parameter("features.2.bias"),
-                   ex.parameter("classifier.0.weight"), ex.parameter("classifier.2.bias")},
+              ex,
+              {ex.parameter("features.0.weight"), ex.parameter("features.2.bias"),
+               ex.parameter("classifier.0.weight"), ex.parameter("classifier.2.bias")},
               12) <= 1e-6);
   }
   {
@@ -103,11 +106,12 @@ TEST_CASE("VGG and ViT gradients match finite differences (f64, tiny)") {
     feed_images(ex, 2, 8, 4, rng);
     ex.forward();
     ex.backward();
-    CHECK(test_support::worst_gradient_error(
-              ex, {ex.parameter("cls"), ex.parameter("patch_embed.weight"),
-                   ex.parameter("layers.0.attn.wk.weight"), ex.parameter("pos.table"),
-                   ex.parameter("head.weight")},
-              12) <= 1e-6);
+    CHECK(
+        test_support::worst_gradient_error(ex,
+                                           {ex.parameter("cls"), ex.parameter("patch_embed.weight"),
+                                            ex.parameter("layers.0.attn.wk.weight"),
+                                            ex.parameter("pos.table"), ex.parameter("head.weight")},
+                                           12) <= 1e-6);
   }
 }
 
@@ -120,12 +124,17 @@ TEST_CASE("VGG and ViT learn the synthetic classes: loss after 50 steps <= 0.8 x
     exec::executor<float> ex(g, 1);
     exec::trainer tr(ex, exec::adam(3e-3));
     tr.clip = 5.0;
-    const auto losses = tr.run(50, [&](exec::executor<float>& e, std::size_t) {
-      feed_images(e, batch, 8, 4, rng);
-    });
+    const auto losses = tr.run(
+        50, [&](exec::executor<float>& e, std::size_t) { feed_images(e, batch, 8, 4, rng); });
     const double first = losses.front();
     const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
     CAPTURE(vit, first, last);
     CHECK(last <= 0.8 * first);
   }
+}
+
+TEST_CASE("model graphs round-trip through JSON") {
+  for (const auto& g :
+       {models::trace_vgg<float>(tiny_vgg(), 2), models::trace_vit<float>(tiny_vit(), 2)})
+    CHECK(graph::from_json(graph::to_json(g)) == g);
 }
