@@ -21,6 +21,9 @@
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 
+#include <hspmd/data/cifar10.hpp>
+#include <hspmd/data/text.hpp>
+
 #include <hspmd/lp/problem.hpp>
 #include <hspmd/lp/simplex.hpp>
 
