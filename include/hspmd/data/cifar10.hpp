@@ -60,7 +60,8 @@ public:
       labels[b] = labels_[i];
       for (std::size_t p = 0; p < pixels; ++p) {
         const std::size_t channel = p / 1024;
-        const double v = static_cast<double>(static_cast<unsigned char>(pixels_[i * pixels + p])) / 255.0;
+        const double v =
+            static_cast<double>(static_cast<unsigned char>(pixels_[i * pixels + p])) / 255.0;
         images[b * pixels + p] = static_cast<T>((v - mean[channel]) / stddev[channel]);
       }
     }

@@ -23,8 +23,7 @@ class text_corpus {
 public:
   /// Reads `file`; keeps the `vocabulary - 1` most frequent words (id 0 is "<unk>"). Throws
   /// `config_error` naming the file when it cannot be read or has fewer than two tokens.
-  text_corpus(const std::filesystem::path& file, std::size_t vocabulary)
-      : source_(file.string()) {
+  text_corpus(const std::filesystem::path& file, std::size_t vocabulary) : source_(file.string()) {
     build(hspmd::detail::read_text_file(file, std::size_t{1} << 30U), vocabulary);
   }
   /// From text in memory (`source` names it in errors).
