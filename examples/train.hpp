@@ -61,7 +61,8 @@ inline int train(const std::string& model, const hspmd::graph::graph& g, const c
   tr.samples_per_step = o.batch;
   const auto start = std::chrono::steady_clock::now();
   const auto losses = tr.run(o.steps, feed, &std::cout);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!losses.empty())
     std::printf("%s: loss %.4f -> %.4f over %zu steps, %.1f ms/step, %.1f GFLOP/s\n", model.c_str(),
                 losses.front(), losses.back(), losses.size(),

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -140,7 +141,7 @@ public:
   /// Runs every node; returns the loss.
   T forward() {
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      run_forward(i);
+      timed(i, false, [&] { run_forward(i); });
     return val_[*g_.loss()][0];
   }
 
@@ -150,8 +151,21 @@ public:
       std::fill(gr.begin(), gr.end(), T{});
     grad_[*g_.loss()][0] = T{1};
     for (graph::node_id i = static_cast<graph::node_id>(g_.size()); i-- > 0;)
-      run_backward(i);
+      timed(i, true, [&] { run_backward(i); });
   }
+
+  /// Seconds spent per op kind, forward and backward, while profiling is on.
+  struct profile_entry {
+    double forward = 0.0;
+    double backward = 0.0;
+  };
+  /// Starts (or stops) accumulating time per op kind; starting clears earlier totals.
+  void set_profiling(bool on) {
+    profiling_ = on;
+    if (on)
+      profile_.assign(graph::op_count, profile_entry{});
+  }
+  [[nodiscard]] const std::vector<profile_entry>& profile() const noexcept { return profile_; }
 
   [[nodiscard]] std::span<T> value(graph::node_id id) { return val_.at(id); }
   [[nodiscard]] std::span<const T> value(graph::node_id id) const { return val_.at(id); }
@@ -169,6 +183,20 @@ public:
 
 private:
   using op = graph::op;
+
+  template <class F>
+  void timed(graph::node_id i, bool backward, F&& f) {
+    if (!profiling_) {
+      f();
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto& e = profile_[static_cast<std::size_t>(g_[i].kind)];
+    (backward ? e.backward : e.forward) += s;
+  }
 
   graph::node_id input(std::string_view name, bool integral) const {
     const auto id = g_.find(name);
@@ -962,6 +990,8 @@ private:
   std::uint64_t seed_;
   std::uint64_t step_ = 0;
   bool training_ = true;
+  bool profiling_ = false;
+  std::vector<profile_entry> profile_;
   std::vector<std::vector<T>> val_, grad_, aux_;
   std::vector<std::vector<std::size_t>> index_; // max_pool2d: where each maximum came from
   std::vector<std::vector<std::int64_t>> ids_;
