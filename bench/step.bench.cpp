@@ -59,9 +59,9 @@ void bert_small_step(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       (cost.forward_flops + cost.backward_flops) * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.counters["tokens/s"] = benchmark::Counter(
-      static_cast<double>(batch * c.seq) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(batch * c.seq) *
+                                                      static_cast<double>(state.iterations()),
+                                                  benchmark::Counter::kIsRate);
 }
 BENCHMARK(bert_small_step)->Unit(benchmark::kMillisecond)->MinTime(5.0);
 

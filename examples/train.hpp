@@ -26,6 +26,7 @@ struct common_options {
   double clip = 1.0;
   std::vector<std::string> data; ///< text file (LM) or CIFAR-10 .bin files (images)
   bool print_graph = false;
+  bool profile = false;
 };
 
 inline void add_common(CLI::App& app, common_options& o) {
@@ -39,6 +40,7 @@ inline void add_common(CLI::App& app, common_options& o) {
                  "real data: a text file (language models) or CIFAR-10 .bin files (images); "
                  "seeded synthetic data when absent");
   app.add_flag("--print-graph", o.print_graph, "print the traced graph (op, name, shape, FLOPs)");
+  app.add_flag("--profile", o.profile, "time each op kind and print where a step's time goes");
 }
 
 /// Traces nothing itself: trains `g` for `o.steps` with Adam, feeding each step with `feed`,
@@ -56,6 +58,7 @@ inline int train(const std::string& model, const hspmd::graph::graph& g, const c
   if (o.print_graph)
     hspmd::graph::print(std::cout, g);
   hspmd::exec::executor<float> ex(g, o.seed);
+  ex.set_profiling(o.profile);
   hspmd::exec::trainer tr(ex, hspmd::exec::adam(o.lr));
   tr.clip = o.clip;
   tr.samples_per_step = o.batch;
@@ -69,6 +72,8 @@ inline int train(const std::string& model, const hspmd::graph::graph& g, const c
                 1e3 * seconds / static_cast<double>(losses.size()),
                 (cost.forward_flops + cost.backward_flops) * static_cast<double>(losses.size()) /
                     seconds / 1e9);
+  if (o.profile)
+    hspmd::exec::write_profile(std::cout, ex, losses.size());
   return 0;
 }
 

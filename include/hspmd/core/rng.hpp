@@ -61,6 +61,23 @@ namespace detail {
   return detail::to_unit(b[0], b[1]);
 }
 
+/// Uniform in [0, 1) at 32-bit resolution for elements [first, first + n) of stream `k`,
+/// written to out[0 .. n). Element i takes word i % 4 of block i / 4, so one Philox block feeds
+/// four elements (a quarter of uniform01's cost) and a slice starting anywhere draws exactly the
+/// values a full-range fill draws at the same global indices. For masks and sampling, where 2^-32
+/// resolution is plenty.
+template <class T>
+constexpr void fill_uniform01_u32(rng_key k, std::uint64_t first, std::uint64_t n,
+                                  T* out) noexcept {
+  std::uint64_t i = first;
+  const std::uint64_t end = first + n;
+  while (i < end) {
+    const auto b = detail::rng_block(k, i / 4U);
+    for (auto w = i % 4U; w < 4U && i < end; ++w, ++i)
+      *out++ = static_cast<T>(static_cast<double>(b[w]) * 0x1.0p-32);
+  }
+}
+
 /// Standard normal for element `index` of stream `k` (Box-Muller on one Philox block).
 [[nodiscard]] inline double normal01(rng_key k, std::uint64_t index) noexcept {
   const auto b = detail::rng_block(k, index);

@@ -24,7 +24,10 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <numbers>
+#include <ostream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -393,6 +396,8 @@ private:
       const auto& logits = in(n, 0);
       const auto& targets = ids_[n.inputs[1]];
       const std::size_t v = in_node(n, 0).out.dims[1];
+      auto& lse = aux_[id]; // per row: log-sum-exp, reused by the backward
+      lse.resize(targets.size());
       T total{0};
       for (std::size_t r = 0; r < targets.size(); ++r) {
         const T* lr = logits.data() + r * v;
@@ -401,7 +406,8 @@ private:
         T s{0};
         for (std::size_t j = 0; j < v; ++j)
           s += std::exp(lr[j] - mx);
-        total += mx + std::log(s) - lr[t];
+        lse[r] = mx + std::log(s);
+        total += lse[r] - lr[t];
       }
       out[0] = total;
       return;
@@ -429,8 +435,13 @@ private:
       if (training_ && p > 0.0) {
         const rng_key key{seed_ ^ (step_ * 0x9E3779B97F4A7C15ULL), fnv1a64(n.name)};
         const auto keep = static_cast<T>(1.0 / (1.0 - p));
-        for (std::size_t i = 0; i < mask.size(); ++i)
-          mask[i] = uniform01(key, i) >= p ? keep : T{0};
+        std::vector<double> u(std::min<std::size_t>(mask.size(), 4096));
+        for (std::size_t at = 0; at < mask.size(); at += u.size()) {
+          const std::size_t len = std::min(u.size(), mask.size() - at);
+          fill_uniform01_u32(key, at, len, u.data());
+          for (std::size_t i = 0; i < len; ++i)
+            mask[at + i] = u[i] >= p ? keep : T{0};
+        }
       }
       for (std::size_t i = 0; i < out.size(); ++i)
         out[i] = x[i] * mask[i];
@@ -577,8 +588,12 @@ private:
       auto& dx = din(n, 0);
       const auto& x = in(n, 0);
       const T inv_sqrt_2pi = static_cast<T>(1.0 / std::sqrt(2.0 * std::numbers::pi));
-      for (std::size_t i = 0; i < g.size(); ++i) // d/dx x Phi(x) = Phi(x) + x phi(x)
-        dx[i] += g[i] * (phi(x[i]) + x[i] * inv_sqrt_2pi * std::exp(-x[i] * x[i] / T{2}));
+      constexpr T tiny = std::numeric_limits<T>::min() * T{1024};
+      for (std::size_t i = 0; i < g.size(); ++i) { // d/dx x Phi(x) = Phi(x) + x phi(x)
+        // Phi(x) = y / x recovers the forward's erf to an ulp; erf again only near 0.
+        const T cdf = std::abs(x[i]) > tiny ? y[i] / x[i] : phi(x[i]);
+        dx[i] += g[i] * (cdf + x[i] * inv_sqrt_2pi * std::exp(-x[i] * x[i] / T{2}));
+      }
       return;
     }
     case op::tanh: {
@@ -664,14 +679,11 @@ private:
       auto& dl = din(n, 0);
       const auto& targets = ids_[n.inputs[1]];
       const std::size_t v = in_node(n, 0).out.dims[1];
+      const auto& lse = aux_[id];
       for (std::size_t r = 0; r < targets.size(); ++r) {
         const T* lr = logits.data() + r * v;
-        const T mx = *std::max_element(lr, lr + v);
-        T s{0};
-        for (std::size_t j = 0; j < v; ++j)
-          s += std::exp(lr[j] - mx);
-        for (std::size_t j = 0; j < v; ++j)
-          dl[r * v + j] += g[0] * std::exp(lr[j] - mx) / s;
+        for (std::size_t j = 0; j < v; ++j) // g * softmax(l) - g * onehot(t)
+          dl[r * v + j] += g[0] * std::exp(lr[j] - lse[r]);
         dl[r * v + static_cast<std::size_t>(targets[r])] -= g[0];
       }
       return;
@@ -996,5 +1008,35 @@ private:
   std::vector<std::vector<std::size_t>> index_; // max_pool2d: where each maximum came from
   std::vector<std::vector<std::int64_t>> ids_;
 };
+
+/// Writes the executor's per-op-kind profile as a table, most expensive first: op, forward and
+/// backward milliseconds per step (totals divided by `steps`), and share of the graph's time.
+template <std::floating_point T>
+void write_profile(std::ostream& out, const executor<T>& ex, std::size_t steps) {
+  const auto& p = ex.profile();
+  std::vector<std::size_t> kinds;
+  double total = 0.0;
+  for (std::size_t k = 0; k < p.size(); ++k)
+    if (p[k].forward + p[k].backward > 0.0) {
+      kinds.push_back(k);
+      total += p[k].forward + p[k].backward;
+    }
+  std::ranges::stable_sort(kinds, [&](std::size_t a, std::size_t b) {
+    return p[a].forward + p[a].backward > p[b].forward + p[b].backward;
+  });
+  const double per = 1e3 / static_cast<double>(std::max<std::size_t>(steps, 1));
+  char line[160];
+  std::snprintf(line, sizeof line, "%-22s %12s %12s %8s\n", "op", "forward ms", "backward ms",
+                "share");
+  out << line;
+  for (auto k : kinds) {
+    std::snprintf(line, sizeof line, "%-22s %12.2f %12.2f %7.1f%%\n",
+                  std::string(graph::name(static_cast<graph::op>(k))).c_str(), p[k].forward * per,
+                  p[k].backward * per, 100.0 * (p[k].forward + p[k].backward) / total);
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "%-22s %25.2f ms per step\n", "graph total", total * per);
+  out << line;
+}
 
 } // namespace hspmd::exec

@@ -5,6 +5,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 using namespace hspmd;
 
@@ -46,4 +48,30 @@ TEST_CASE("uniform01 and normal01 are pure functions with the right moments") {
   CHECK(std::abs(su / n - 0.5) < 3.5e-3);
   CHECK(std::abs(sn / n) < 1.2e-2);
   CHECK(std::abs(sn2 / n - 1.0) < 1.6e-2);
+}
+
+TEST_CASE("fill_uniform01_u32: any slice draws the full fill's values at its global indices") {
+  const rng_key k{7, 11};
+  constexpr std::size_t n = 1003;
+  std::vector<double> full(n);
+  fill_uniform01_u32(k, 0, n, full.data());
+  // Slices that start and end inside a Philox block, and one of length zero.
+  for (const auto& [first, len] :
+       {std::pair<std::size_t, std::size_t>{0, 1}, {1, 6}, {3, 1}, {5, 0}, {6, 997}, {998, 5}}) {
+    std::vector<float> part(len);
+    fill_uniform01_u32(k, first, len, part.data());
+    for (std::size_t i = 0; i < len; ++i)
+      REQUIRE(part[i] == static_cast<float>(full[first + i]));
+  }
+  // Four words per block are used: neighbours differ, and values match the block's words.
+  const auto b = philox4x32_10({1, 0, 11, 0}, {7, 0});
+  for (std::size_t w = 0; w < 4; ++w)
+    CHECK(full[4 + w] == static_cast<double>(b[w]) * 0x1.0p-32);
+  double s = 0;
+  for (double u : full) {
+    REQUIRE(u >= 0.0);
+    REQUIRE(u < 1.0);
+    s += u;
+  }
+  CHECK(std::abs(s / n - 0.5) < 5.0 / std::sqrt(12.0 * n));
 }

@@ -116,3 +116,35 @@ TEST_CASE("an MLP learns a teacher's labels: loss after 50 steps <= 0.8 x the fi
   CHECK_THAT(log.str(), Catch::Contains("step    50/50"));
   CHECK_THAT(log.str(), Catch::Contains("samples/s"));
 }
+
+TEST_CASE("profiling: time per op kind, only for kinds that ran, and a table") {
+  const graph::graph g = linear_loss(4096);
+  exec::executor<double> ex(g);
+  ex.set_input("c", std::vector<double>(4096, 1.0));
+  ex.forward(); // not profiled
+  CHECK(ex.profile().empty());
+  ex.set_profiling(true);
+  for (int s = 0; s < 3; ++s) {
+    ex.forward();
+    ex.backward();
+  }
+  const auto& p = ex.profile();
+  REQUIRE(p.size() == graph::op_count);
+  const auto at = [&](graph::op o) { return p[static_cast<std::size_t>(o)]; };
+  CHECK(at(graph::op::mul).forward > 0.0);
+  CHECK(at(graph::op::mul).backward > 0.0);
+  CHECK(at(graph::op::sum).forward > 0.0);
+  CHECK(at(graph::op::linear).forward == 0.0);
+  CHECK(at(graph::op::softmax).backward == 0.0);
+
+  std::ostringstream table;
+  exec::write_profile(table, ex, 3);
+  const auto text = table.str();
+  CHECK(text.find("mul") != std::string::npos);
+  CHECK(text.find("sum") != std::string::npos);
+  CHECK(text.find("graph total") != std::string::npos);
+  CHECK(text.find("softmax") == std::string::npos); // kinds that never ran are not listed
+
+  ex.set_profiling(true); // restarting clears the totals
+  CHECK(ex.profile()[static_cast<std::size_t>(graph::op::mul)].forward == 0.0);
+}

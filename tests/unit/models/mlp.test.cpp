@@ -29,8 +29,7 @@ TEST_CASE("MLP model: shapes and gradients (f64, tiny)") {
   ex.set_input("labels", std::vector<std::int64_t>{0, 2, 1, 2});
   ex.forward();
   ex.backward();
-  CHECK(test_support::worst_gradient_error(
-            ex, {ex.parameter("fc0.weight"), ex.parameter("fc0.bias"), ex.parameter("fc1.bias"),
-                 ex.parameter("head.weight")}) <=
-        1e-6);
+  CHECK(test_support::worst_gradient_error(ex, {ex.parameter("fc0.weight"),
+                                                ex.parameter("fc0.bias"), ex.parameter("fc1.bias"),
+                                                ex.parameter("head.weight")}) <= 1e-6);
 }
