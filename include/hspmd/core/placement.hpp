@@ -34,6 +34,8 @@ enum class placement_kind : unsigned char { replicated, split, partial };
 /// Runtime descriptor of a placement: a kind, and a dimension for `split`.
 class placement {
 public:
+  /// Replicated.
+  constexpr placement() noexcept = default;
   constexpr placement(replicated /*tag*/) noexcept {}
   constexpr placement(partial /*tag*/) noexcept : kind_(placement_kind::partial) {}
   template <std::size_t D>

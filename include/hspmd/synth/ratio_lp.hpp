@@ -80,15 +80,23 @@ struct ratio_solution {
 
 namespace detail {
 
+// A cost must be >= 0 at every ratio in [0, 1]: coefficients may be negative (a native
+// all-gather costs alpha + beta B (1 - r_d)) as long as the constant covers them.
 inline void check_cost(const linear_cost& c, std::size_t segments, const std::string& where) {
   if (!(c.constant >= 0.0) || !std::isfinite(c.constant))
     throw plan_error(where, "constant " + std::to_string(c.constant),
                      "costs are seconds or bytes >= 0");
-  for (const auto& [s, a] : c.terms)
-    if (s >= segments || !(a >= 0.0) || !std::isfinite(a))
+  double lowest = c.constant;
+  for (const auto& [s, a] : c.terms) {
+    if (s >= segments || !std::isfinite(a))
       throw plan_error(
           where, "term (segment " + std::to_string(s) + ", coefficient " + std::to_string(a) + ")",
-          "a known segment and a coefficient >= 0");
+          "a known segment and a finite coefficient");
+    lowest += std::min(a, 0.0);
+  }
+  if (lowest < -1e-9 * std::max(1.0, c.constant))
+    throw plan_error(where, "negative at some ratios (lowest " + std::to_string(lowest) + ")",
+                     "costs >= 0 for every ratio in [0, 1]");
 }
 
 inline void validate(const ratio_problem& p) {

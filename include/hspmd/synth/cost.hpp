@@ -1,0 +1,472 @@
+#pragma once
+// The cost model of the synthesizer: what one instruction costs each device, in seconds (and
+// bytes of memory), as a linear function of the device's sharding ratios, so that the same
+// numbers drive the search (ratios fixed) and the ratio LP (program fixed).
+//
+// Compute: an op run under a split rule costs device d  flops * r[s][d] / speed_d  (its share of
+// the work; forward + backward FLOPs from graph/ops.hpp); under the replicated or a linear rule,
+// flops / speed_d. An instruction's time is the maximum over the devices.
+// Communication: one collective over all devices on the cluster's bottleneck link (between
+// nodes when the job spans several), t = a * alpha + beta * x with alpha, beta from the
+// cluster's collective cost model and x the algorithm's byte term (core/collectives.hpp):
+//   all-gather / reduce-scatter, padded : alpha + beta (n - 1) B max_d r_d
+//                                native : alpha + beta B (1 - min_d r_d)
+//                                grouped: n alpha + beta B (1 - min_d r_d)
+//   all-reduce                          : alpha + beta B           (beta includes 2 (n - 1) / n)
+//   all-to-all                          : alpha + beta B (n - 1) / n max_d r_d  (x k when the
+//                                         job spans nodes: a node's k devices share its link)
+// with B the tensor's full size in **bytes**. Each is written per device (max over d of
+// alpha + beta (n - 1) B r_d, of alpha + beta B (1 - r_d), ...) so that the LP sees a maximum of
+// linear functions. Every instruction carries its backward dual too: all-gather <-> reduce-
+// scatter (same algorithm), all-reduce <-> all-reduce, all-to-all <-> all-to-all, slice <->
+// nothing (the gradient of a slice is a partial sum), to-partial <-> slice; loading a parameter replicated costs the
+// all-reduce of its gradient, or with SFB the all-gathers of the layer's input and output
+// gradient plus the full weight gradient on every device. Weight-gradient all-reduces are
+// bucketed (as every data-parallel trainer does): a gradient of b bytes pays alpha * b / bucket
+// of the latency (at most one alpha), so many small gradients (biases, norms) do not each pay a
+// full round of latencies.
+// Optimizer: Adam's update, 12 FLOPs per parameter element, on each device's share.
+// Memory per device: parameters, gradients and two Adam moments (4 copies) and every
+// activation kept for the backward (all op outputs but reshapes, which are views, and every
+// communicated copy), each at its placement (replicated and partial: all of it; split: the
+// device's share).
+
+#include <hspmd/cluster/cluster.hpp>
+#include <hspmd/core/collectives.hpp>
+#include <hspmd/core/dtype.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/placement.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/graph/ops.hpp>
+#include <hspmd/graph/rules.hpp>
+#include <hspmd/synth/ratio_lp.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hspmd::synth {
+
+/// Placements as small codes, for bit masks: 0 replicated, 1 partial, 2 + d split(d).
+inline constexpr std::size_t placement_codes = 2 + graph::max_rank;
+[[nodiscard]] constexpr std::uint8_t code_of(placement p) noexcept {
+  return p.is_replicated() ? 0 : p.is_partial() ? 1 : static_cast<std::uint8_t>(2 + p.dim());
+}
+[[nodiscard]] constexpr placement placement_of_code(std::size_t c) noexcept {
+  return c == 0 ? placement{} : c == 1 ? placement{partial{}} : placement::split_along(c - 2);
+}
+
+/// What a transfer does to its tensor.
+enum class transfer_kind : std::uint8_t {
+  load,           ///< an input or parameter first used: read at the placement the op needs
+  slice,          ///< replicated -> split: free (backward: the gradient is a partial sum)
+  all_gather,     ///< split -> replicated (backward: reduce-scatter)
+  reduce_scatter, ///< partial -> split (backward: all-gather)
+  all_reduce,     ///< partial -> replicated (backward: all-reduce)
+  all_to_all,     ///< split(i) -> split(j) (backward: all-to-all back)
+  to_partial, ///< replicated or split -> partial: one rank keeps it / zero padding (free)
+};
+inline constexpr std::size_t transfer_kind_count = 7;
+
+[[nodiscard]] constexpr std::string_view name(transfer_kind k) noexcept {
+  constexpr std::array<std::string_view, transfer_kind_count> names = {
+      "load", "slice", "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "to_partial"};
+  return names.at(static_cast<std::size_t>(k));
+}
+[[nodiscard]] constexpr std::optional<transfer_kind> parse_transfer_kind(std::string_view s) {
+  for (std::size_t i = 0; i < transfer_kind_count; ++i)
+    if (name(static_cast<transfer_kind>(i)) == s)
+      return static_cast<transfer_kind>(i);
+  return std::nullopt;
+}
+
+/// One communication or load instruction, fused into the op that needs it.
+struct transfer {
+  transfer_kind kind = transfer_kind::load;
+  graph::node_id tensor = 0;
+  placement from;
+  placement to;
+  uneven_algorithm algorithm = uneven_algorithm::native; ///< all-gather / reduce-scatter
+  bool sfb = false; ///< a replicated parameter whose gradient comes by SFB, not all-reduce
+  friend bool operator==(const transfer&, const transfer&) = default;
+};
+
+/// How split dimensions share ratio vectors.
+enum class segment_policy : std::uint8_t {
+  one,             ///< every split uses one ratio vector, "batch" (HAP's setting)
+  batch_and_model, ///< splits reachable from the batch use "batch"; the others "model"
+};
+
+/// Which segment (ratio vector) a split of (tensor, dimension) uses, and which splits are data
+/// parallel. Dimensions are joined when some rule splits them together; a class that contains
+/// an input's batch dimension is the batch class.
+class segment_map {
+public:
+  segment_map() = default;
+  segment_map(const graph::graph& g, segment_policy policy) : policy_(policy) {
+    offset_.resize(g.size() + 1, 0);
+    for (graph::node_id i = 0; i < g.size(); ++i)
+      offset_[i + 1] = offset_[i] + std::max<std::size_t>(g[i].out.rank(), 1);
+    parent_.resize(offset_.back());
+    std::iota(parent_.begin(), parent_.end(), 0);
+    for (graph::node_id i = 0; i < g.size(); ++i) {
+      const graph::node& n = g[i];
+      for (const graph::rule& r : graph::rules_of(g, i)) {
+        std::optional<std::size_t> first;
+        const auto join = [&](graph::node_id t, placement p) {
+          if (!p.is_split())
+            return;
+          const std::size_t k = index(t, p.dim());
+          if (first)
+            unite(*first, k);
+          else
+            first = k;
+        };
+        for (std::size_t k = 0; k < r.arity; ++k)
+          join(n.inputs[k], r.in[k]);
+        join(i, r.out);
+      }
+    }
+    batch_class_.assign(parent_.size(), false);
+    for (graph::node_id i = 0; i < g.size(); ++i)
+      if (g[i].out.batch_dim)
+        batch_class_[find(index(i, *g[i].out.batch_dim))] = true;
+  }
+
+  [[nodiscard]] segment_policy policy() const noexcept { return policy_; }
+  [[nodiscard]] std::vector<std::string> names() const {
+    return policy_ == segment_policy::one ? std::vector<std::string>{"batch"}
+                                          : std::vector<std::string>{"batch", "model"};
+  }
+  [[nodiscard]] std::size_t count() const noexcept { return policy_ == segment_policy::one ? 1 : 2; }
+  /// True when splitting `tensor` along `dim` divides the batch (data parallelism).
+  [[nodiscard]] bool is_batch(graph::node_id tensor, std::size_t dim) const {
+    return batch_class_.at(find(index(tensor, dim)));
+  }
+  /// The segment of a split of `tensor` along `dim`.
+  [[nodiscard]] std::size_t of(graph::node_id tensor, std::size_t dim) const {
+    return policy_ == segment_policy::one || is_batch(tensor, dim) ? 0 : 1;
+  }
+
+private:
+  [[nodiscard]] std::size_t index(graph::node_id t, std::size_t dim) const {
+    return offset_.at(t) + std::min(dim, offset_.at(t + 1) - offset_.at(t) - 1);
+  }
+  [[nodiscard]] std::size_t find(std::size_t k) const {
+    while (parent_[k] != k)
+      k = parent_[k];
+    return k;
+  }
+  void unite(std::size_t a, std::size_t b) {
+    a = find(a);
+    b = find(b);
+    if (a != b)
+      parent_[std::max(a, b)] = std::min(a, b);
+  }
+
+  segment_policy policy_ = segment_policy::one;
+  std::vector<std::size_t> offset_;
+  std::vector<std::size_t> parent_;
+  std::vector<bool> batch_class_;
+};
+
+/// Per-device costs of one instruction: one linear function of the ratios per device.
+using device_costs = std::vector<linear_cost>;
+
+/// Ratios: [segment][device], each segment summing to 1.
+using ratio_table = std::vector<std::vector<double>>;
+
+/// Evaluates device `d`'s cost at `r`.
+[[nodiscard]] inline double value_at(const linear_cost& c, const ratio_table& r, std::size_t d) {
+  double v = c.constant;
+  for (const auto& [s, a] : c.terms)
+    v += a * r.at(s).at(d);
+  return v;
+}
+
+/// The largest of the devices' costs at `r` (0 for no costs), and which device it is.
+[[nodiscard]] inline std::pair<double, std::size_t> max_at(const device_costs& c,
+                                                           const ratio_table& r) {
+  double best = 0.0;
+  std::size_t at = 0;
+  for (std::size_t d = 0; d < c.size(); ++d) {
+    const double v = value_at(c[d], r, d);
+    if (v > best) {
+      best = v;
+      at = d;
+    }
+  }
+  return {best, at};
+}
+
+/// Optimizer FLOPs per parameter element (Adam: two moments, bias correction, update).
+inline constexpr double optimizer_flops_per_element = 12.0;
+/// Copies of a parameter a device keeps: the value, its gradient, Adam's two moments.
+inline constexpr double parameter_copies = 4.0;
+
+/// Bytes of weight gradients all-reduced together (one latency per bucket).
+inline constexpr double gradient_bucket_bytes = 25.0 * 1024.0 * 1024.0;
+
+/// Prices instructions for one graph on one cluster.
+class cost_model {
+public:
+  cost_model(const graph::graph& g, const cluster& c, segment_map segments)
+      : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()) {
+    if (c.nodes().size() > 1)
+      for (std::int64_t node : c.nodes())
+        link_sharing_ = std::max<std::size_t>(
+            link_sharing_, static_cast<std::size_t>(std::count_if(
+                               c.devices.begin(), c.devices.end(),
+                               [node](const device_spec& d) { return d.node == node; })));
+    if (c.size() == 0)
+      throw config_error(c.source + ": field devices", "no devices", "at least one device");
+    for (const device_spec& d : c.devices)
+      if (!(d.speed > 0.0))
+        throw config_error(c.source + ": device " + d.name, "speed must be positive",
+                           "give the device's sustained flop/s");
+  }
+
+  [[nodiscard]] const graph::graph& graph() const noexcept { return *g_; }
+  [[nodiscard]] const hspmd::cluster& cluster() const noexcept { return *cluster_; }
+  [[nodiscard]] const segment_map& segments() const noexcept { return segments_; }
+  [[nodiscard]] std::size_t devices() const noexcept { return cluster_->size(); }
+
+  /// Bytes of the whole tensor `t`.
+  [[nodiscard]] double bytes(graph::node_id t) const {
+    const graph::node& n = (*g_)[t];
+    return static_cast<double>(n.out.size()) * static_cast<double>(size_of(n.type));
+  }
+
+  /// Forward + backward compute of node `id` under `r`, per device.
+  [[nodiscard]] device_costs compute(graph::node_id id, const graph::rule& r) const {
+    const graph::node_cost nc = graph::cost_of(*g_, id);
+    double flops = nc.forward_flops + nc.backward_flops;
+    if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
+      flops += 4.0 * static_cast<double>((*g_)[(*g_)[id].inputs[0]].out.dims[0]);
+    return work(flops, r.split_work ? split_segment(id, r) : std::nullopt);
+  }
+
+  /// Communication of the rule itself (a vocabulary-parallel cross-entropy all-reduces the
+  /// per-row maxima and sums), per device; empty when there is none.
+  [[nodiscard]] device_costs rule_comm(graph::node_id id, const graph::rule& r,
+                                       const ratio_table& ratios) const {
+    if (!r.vocab_parallel)
+      return {};
+    const graph::node& logits = (*g_)[(*g_)[id].inputs[0]];
+    const double row_bytes =
+        static_cast<double>(logits.out.dims[0]) * static_cast<double>(size_of(logits.type));
+    (void)ratios;
+    const alpha_beta& p = params(collective::all_reduce, uneven_algorithm::native, row_bytes);
+    return uniform(2.0 * (p.alpha + p.beta * row_bytes));
+  }
+
+  /// Seconds of communication of `t` (forward and backward), per device, at `ratios` (which
+  /// pick the piece of each cost curve).
+  [[nodiscard]] device_costs comm(const transfer& t, const ratio_table& ratios) const {
+    const double b = bytes(t.tensor);
+    const std::size_t n = devices();
+    const double nd = static_cast<double>(n);
+    switch (t.kind) {
+    case transfer_kind::slice:
+    case transfer_kind::to_partial:
+      return {};
+    case transfer_kind::load: {
+      if (!is_parameter(t.tensor) || !t.to.is_replicated() || n == 1)
+        return {};
+      if (!t.sfb) {
+        const alpha_beta& p = params(collective::all_reduce, uneven_algorithm::native, b);
+        return uniform(p.alpha * std::min(1.0, b / gradient_bucket_bytes) + p.beta * b);
+      }
+      // SFB: all-gather the layer's input rows and output-gradient rows (native algorithm).
+      const auto [x, dy, seg] = sfb_factors(t.tensor);
+      const double fb = x + dy;
+      const double share = 1.0 - min_share(ratios, seg);
+      const alpha_beta& p =
+          params(collective::all_gather_v, uneven_algorithm::native, fb * share);
+      device_costs c(n);
+      for (std::size_t d = 0; d < n; ++d)
+        c[d] = {p.alpha + p.beta * fb, {{seg, -p.beta * fb}}};
+      return c;
+    }
+    case transfer_kind::all_reduce: {
+      const alpha_beta& p = params(collective::all_reduce, uneven_algorithm::native, b);
+      return uniform(2.0 * (p.alpha + p.beta * b)); // forward and its dual
+    }
+    case transfer_kind::all_gather:
+    case transfer_kind::reduce_scatter: {
+      const placement split = t.kind == transfer_kind::all_gather ? t.from : t.to;
+      const std::size_t seg = segments_.of(t.tensor, split.dim());
+      const collective fwd = t.kind == transfer_kind::all_gather ? collective::all_gather_v
+                                                                 : collective::reduce_scatter_v;
+      const collective bwd = t.kind == transfer_kind::all_gather ? collective::reduce_scatter_v
+                                                                 : collective::all_gather_v;
+      device_costs c(n);
+      for (collective op : {fwd, bwd}) {
+        const uneven_algorithm a = t.algorithm;
+        if (a == uneven_algorithm::padded) {
+          const double x = (nd - 1.0) * b * max_share(ratios, seg);
+          const alpha_beta& p = params(op, a, x);
+          for (std::size_t d = 0; d < n; ++d)
+            add(c[d], p.alpha, seg, p.beta * (nd - 1.0) * b);
+        } else {
+          const double x = b * (1.0 - min_share(ratios, seg));
+          const alpha_beta& p = params(op, a, x);
+          const double latency = a == uneven_algorithm::grouped ? nd : 1.0;
+          for (std::size_t d = 0; d < n; ++d)
+            add(c[d], latency * p.alpha + p.beta * b, seg, -p.beta * b);
+        }
+      }
+      return c;
+    }
+    case transfer_kind::all_to_all: {
+      const std::size_t seg = segments_.of(t.tensor, t.from.dim());
+      const double per = b * (nd - 1.0) / nd * static_cast<double>(link_sharing_);
+      const alpha_beta& p =
+          params(collective::all_to_all_v, uneven_algorithm::native, per * max_share(ratios, seg));
+      device_costs c(n);
+      for (std::size_t d = 0; d < n; ++d)
+        c[d] = {2.0 * p.alpha, {{seg, 2.0 * p.beta * per}}};
+      return c;
+    }
+    }
+    return {};
+  }
+
+  /// Compute a transfer adds: the optimizer's update of a loaded parameter, and with SFB the
+  /// full weight gradient on every device (in place of its share).
+  [[nodiscard]] device_costs transfer_compute(const transfer& t) const {
+    if (t.kind != transfer_kind::load || !is_parameter(t.tensor))
+      return {};
+    const double elems = static_cast<double>((*g_)[t.tensor].out.size());
+    device_costs c = work(optimizer_flops_per_element * elems,
+                          t.to.is_split() ? std::optional<std::size_t>(
+                                                segments_.of(t.tensor, t.to.dim()))
+                                          : std::nullopt);
+    if (t.sfb) {
+      const auto [x, dy, seg] = sfb_factors(t.tensor);
+      (void)x;
+      (void)dy;
+      const double full = 2.0 * elems * sfb_rows(t.tensor); // dW = X^T dY over all rows
+      for (std::size_t d = 0; d < devices(); ++d) {
+        const double inv = 1.0 / cluster_->devices[d].speed;
+        add(c[d], full * inv, seg, -full * inv);
+      }
+    }
+    return c;
+  }
+
+  /// Bytes device d keeps for tensor `t` at placement `p` (parameters: 4 copies).
+  [[nodiscard]] device_costs memory(graph::node_id t, placement p) const {
+    const double b = bytes(t) * (is_parameter(t) ? parameter_copies : 1.0);
+    device_costs c(devices());
+    for (auto& x : c)
+      x = p.is_split() ? linear_cost{0.0, {{segments_.of(t, p.dim()), b}}} : linear_cost{b, {}};
+    return c;
+  }
+
+  /// Bytes device d keeps for the output of op `t` at placement `p`: a reshape's output is a
+  /// view of its input (nothing new); every other output is kept for the backward.
+  [[nodiscard]] device_costs output_memory(graph::node_id t, placement p) const {
+    if ((*g_)[t].kind == graph::op::reshape)
+      return device_costs(devices());
+    return memory(t, p);
+  }
+
+  /// Can parameter `w` have its gradient by SFB? (One consumer, a matmul or linear whose input
+  /// rows are split.) `rows_split` says whether the consumer's rule splits the rows.
+  [[nodiscard]] bool sfb_possible(graph::node_id w) const {
+    return sfb_consumer(w).has_value();
+  }
+
+  [[nodiscard]] bool is_parameter(graph::node_id t) const {
+    return (*g_)[t].kind == graph::op::parameter;
+  }
+
+  /// The per-device linear cost of `flops` of work, split by segment `seg` or not at all.
+  [[nodiscard]] device_costs work(double flops, std::optional<std::size_t> seg) const {
+    device_costs c(devices());
+    for (std::size_t d = 0; d < devices(); ++d) {
+      const double t = flops / cluster_->devices[d].speed;
+      c[d] = seg ? linear_cost{0.0, {{*seg, t}}} : linear_cost{t, {}};
+    }
+    return c;
+  }
+
+  /// The segment a split rule divides the work of node `id` by.
+  [[nodiscard]] std::optional<std::size_t> split_segment(graph::node_id id,
+                                                         const graph::rule& r) const {
+    if (r.out.is_split())
+      return segments_.of(id, r.out.dim());
+    const graph::node& n = (*g_)[id];
+    for (std::size_t k = 0; k < r.arity; ++k)
+      if (r.in[k].is_split())
+        return segments_.of(n.inputs[k], r.in[k].dim());
+    return std::nullopt;
+  }
+
+private:
+  [[nodiscard]] const alpha_beta& params(collective op, uneven_algorithm a, double x) const {
+    return collectives_.params(op, has_algorithms(op) ? a : uneven_algorithm::native, x);
+  }
+  [[nodiscard]] device_costs uniform(double seconds) const {
+    return device_costs(devices(), linear_cost{seconds, {}});
+  }
+  static void add(linear_cost& c, double constant, std::size_t seg, double coef) {
+    c.constant += constant;
+    for (auto& [s, a] : c.terms)
+      if (s == seg) {
+        a += coef;
+        return;
+      }
+    c.terms.emplace_back(seg, coef);
+  }
+  [[nodiscard]] static double max_share(const ratio_table& r, std::size_t seg) {
+    return *std::max_element(r.at(seg).begin(), r.at(seg).end());
+  }
+  [[nodiscard]] static double min_share(const ratio_table& r, std::size_t seg) {
+    return *std::min_element(r.at(seg).begin(), r.at(seg).end());
+  }
+
+  // The single consumer of parameter w when it is the weight (operand 1) of a matmul/linear.
+  [[nodiscard]] std::optional<graph::node_id> sfb_consumer(graph::node_id w) const {
+    std::optional<graph::node_id> use;
+    for (graph::node_id i = w + 1; i < g_->size(); ++i)
+      for (std::size_t k = 0; k < (*g_)[i].inputs.size(); ++k)
+        if ((*g_)[i].inputs[k] == w) {
+          if (use || k != 1 ||
+              ((*g_)[i].kind != graph::op::matmul && (*g_)[i].kind != graph::op::linear))
+            return std::nullopt;
+          use = i;
+        }
+    return use;
+  }
+  [[nodiscard]] double sfb_rows(graph::node_id w) const {
+    const graph::node& y = (*g_)[sfb_consumer(w).value()];
+    return static_cast<double>(y.out.size()) / static_cast<double>(y.out.dims.back());
+  }
+  // Bytes of the input rows and output-gradient rows, and the rows' segment.
+  struct sfb_sizes {
+    double x;
+    double dy;
+    std::size_t seg;
+  };
+  [[nodiscard]] sfb_sizes sfb_factors(graph::node_id w) const {
+    const graph::node_id use = sfb_consumer(w).value();
+    const graph::node& y = (*g_)[use];
+    const graph::node_id xin = y.inputs[0];
+    return {bytes(xin), bytes(use), segments_.of(use, 0)};
+  }
+
+  const graph::graph* g_;
+  const hspmd::cluster* cluster_;
+  segment_map segments_;
+  collective_cost_model collectives_;
+  std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
+};
+
+} // namespace hspmd::synth

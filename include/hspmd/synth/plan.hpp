@@ -1,0 +1,495 @@
+#pragma once
+// A plan: the synthesized program (per op: its rule and the loads / collectives fused before
+// it), the sharding ratios, and what the cost model predicts. Plans round-trip through JSON,
+// hash to a number every rank compares before training, and explain themselves as a table.
+
+#include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/cluster/json_input.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/graph/io.hpp>
+#include <hspmd/synth/search.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace hspmd::synth {
+
+/// One op of a plan.
+struct plan_step {
+  graph::node_id node = 0;
+  std::string name; ///< the node's name, checked against the graph when a plan is read
+  graph::op kind = graph::op::input;
+  graph::rule rule;
+  std::vector<transfer> transfers; ///< loads and collectives fused before the op
+  double compute = 0.0;            ///< seconds, max over devices (at the plan's ratios)
+  double comm = 0.0;               ///< seconds, sum over the step's collectives
+  std::size_t bottleneck = 0;      ///< the device with the most compute in this step
+  friend bool operator==(const plan_step&, const plan_step&) = default;
+};
+
+/// How the search went (not part of the plan's identity).
+struct plan_stats {
+  std::size_t expanded = 0;  ///< A* states expanded, all rounds
+  std::size_t generated = 0; ///< A* states generated, all rounds
+  std::size_t rounds = 0;    ///< search <-> LP rounds
+  double search_seconds = 0.0;
+  double lp_seconds = 0.0;
+  double gap = 0.0;     ///< (cost - lower bound) / cost of the last search; 0 when optimal
+  bool optimal = true;  ///< the last search finished within its budgets
+};
+
+/// A synthesized (or baseline) distributed program.
+struct plan {
+  std::string model;    ///< e.g. "bert"
+  std::string strategy; ///< "synth", "dp-ev", "dp-cp", "tp"
+  std::uint64_t graph_hash = 0;
+  std::size_t graph_nodes = 0;
+  std::string cluster_name;
+  std::uint64_t cluster_fingerprint = 0;
+  std::vector<std::string> device_names;
+  segment_policy segments = segment_policy::one;
+  std::vector<std::string> segment_names{"batch"};
+  ratio_table ratios;             ///< [segment][device]
+  std::vector<plan_step> steps;
+  double step_time = 0.0;         ///< predicted seconds per training step
+  double compute_time = 0.0;      ///< its compute part
+  double comm_time = 0.0;         ///< its communication part
+  std::vector<double> memory;     ///< predicted bytes per device
+  std::vector<std::string> binding; ///< the ratio LP's binding rows, in words
+  plan_stats stats;
+
+  /// FNV-1a of the canonical JSON without the search statistics: equal on every rank that
+  /// synthesized the same plan for the same graph and cluster.
+  [[nodiscard]] std::uint64_t hash() const;
+};
+
+/// Hash of a traced graph (its canonical JSON).
+[[nodiscard]] inline std::uint64_t graph_hash(const graph::graph& g) {
+  return fnv1a64(graph::to_json(g).dump());
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::string hex(std::uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+[[nodiscard]] inline std::string family_name(graph::rule::family f) {
+  switch (f) {
+  case graph::rule::family::replicated:
+    return "replicated";
+  case graph::rule::family::split:
+    return "split";
+  case graph::rule::family::linear:
+    return "linear";
+  case graph::rule::family::expert:
+    return "expert";
+  }
+  return "replicated";
+}
+
+} // namespace detail
+
+namespace detail {
+[[nodiscard]] inline bool is_view(const cost_model& m, graph::node_id id) {
+  return m.graph()[id].kind == graph::op::reshape;
+}
+} // namespace detail
+
+/// Evaluates a program at `ratios`: fills each step's compute / comm / bottleneck and the
+/// plan's totals and per-device memory.
+inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
+  p.ratios = ratios;
+  p.compute_time = 0.0;
+  p.comm_time = 0.0;
+  std::vector<linear_cost> mem(m.devices());
+  const auto add_mem = [&](graph::node_id t, placement pl) {
+    const device_costs c = m.memory(t, pl);
+    for (std::size_t d = 0; d < c.size(); ++d) {
+      mem[d].constant += c[d].constant;
+      for (const auto& term : c[d].terms)
+        mem[d].terms.push_back(term);
+    }
+  };
+  for (plan_step& s : p.steps) {
+    const auto [c, at] = max_at(m.compute(s.node, s.rule), ratios);
+    s.compute = c;
+    s.bottleneck = at;
+    s.comm = max_at(m.rule_comm(s.node, s.rule, ratios), ratios).first;
+    for (const transfer& t : s.transfers) {
+      s.comm += max_at(m.comm(t, ratios), ratios).first;
+      s.compute += max_at(m.transfer_compute(t), ratios).first;
+      if (t.kind != transfer_kind::to_partial || t.tensor != s.node)
+        add_mem(t.tensor, t.to);
+    }
+    if (!detail::is_view(m, s.node))
+      add_mem(s.node, s.rule.out);
+    p.compute_time += s.compute;
+    p.comm_time += s.comm;
+  }
+  p.step_time = p.compute_time + p.comm_time;
+  p.memory.assign(m.devices(), 0.0);
+  for (std::size_t d = 0; d < m.devices(); ++d)
+    p.memory[d] = value_at(mem[d], ratios, d);
+}
+
+/// A plan from a search result, evaluated at `ratios`.
+[[nodiscard]] inline plan make_plan(const search_result& r, const cost_model& m,
+                                    const ratio_table& ratios, std::string model,
+                                    std::string strategy) {
+  plan p;
+  p.model = std::move(model);
+  p.strategy = std::move(strategy);
+  p.graph_hash = graph_hash(m.graph());
+  p.graph_nodes = m.graph().size();
+  p.cluster_name = m.cluster().name;
+  p.cluster_fingerprint = fingerprint(m.cluster());
+  for (const auto& d : m.cluster().devices)
+    p.device_names.push_back(d.name);
+  p.segments = m.segments().policy();
+  p.segment_names = m.segments().names();
+  for (const step_choice& c : r.steps) {
+    plan_step s;
+    s.node = c.node;
+    s.name = m.graph()[c.node].name;
+    s.kind = m.graph()[c.node].kind;
+    s.rule = c.rule;
+    s.transfers = c.transfers;
+    p.steps.push_back(std::move(s));
+  }
+  evaluate(p, m, ratios);
+  return p;
+}
+
+/// The plan as JSON (see docs/plan-file.md).
+[[nodiscard]] inline nlohmann::json to_json(const plan& p, bool with_stats = true) {
+  using nlohmann::json;
+  json j;
+  j["version"] = 1;
+  j["model"] = p.model;
+  j["strategy"] = p.strategy;
+  j["graph"] = {{"nodes", p.graph_nodes}, {"hash", detail::hex(p.graph_hash)}};
+  j["cluster"] = {{"name", p.cluster_name},
+                  {"fingerprint", detail::hex(p.cluster_fingerprint)},
+                  {"devices", p.device_names}};
+  j["segments"] = {
+      {"policy", p.segments == segment_policy::one ? "one" : "batch_and_model"},
+      {"names", p.segment_names}};
+  j["ratios"] = p.ratios;
+  j["step_time"] = p.step_time;
+  j["compute_time"] = p.compute_time;
+  j["comm_time"] = p.comm_time;
+  j["memory"] = p.memory;
+  j["binding"] = p.binding;
+  json steps = json::array();
+  for (const plan_step& s : p.steps) {
+    json st;
+    st["node"] = s.node;
+    st["name"] = s.name;
+    st["op"] = std::string(graph::name(s.kind));
+    json in = json::array();
+    for (placement q : s.rule.inputs())
+      in.push_back(q.to_string());
+    st["in"] = in;
+    st["out"] = s.rule.out.to_string();
+    st["family"] = detail::family_name(s.rule.kind);
+    st["split_work"] = s.rule.split_work;
+    st["bias_once"] = s.rule.bias_once;
+    st["vocab_parallel"] = s.rule.vocab_parallel;
+    json ts = json::array();
+    for (const transfer& t : s.transfers) {
+      json tj;
+      tj["kind"] = std::string(name(t.kind));
+      tj["tensor"] = t.tensor;
+      tj["from"] = t.from.to_string();
+      tj["to"] = t.to.to_string();
+      tj["algorithm"] = std::string(name(t.algorithm));
+      tj["sfb"] = t.sfb;
+      ts.push_back(tj);
+    }
+    st["transfers"] = ts;
+    st["compute"] = s.compute;
+    st["comm"] = s.comm;
+    st["bottleneck"] = s.bottleneck;
+    steps.push_back(st);
+  }
+  j["steps"] = steps;
+  if (with_stats)
+    j["search"] = {{"expanded", p.stats.expanded},   {"generated", p.stats.generated},
+                   {"rounds", p.stats.rounds},       {"search_seconds", p.stats.search_seconds},
+                   {"lp_seconds", p.stats.lp_seconds}, {"gap", p.stats.gap},
+                   {"optimal", p.stats.optimal}};
+  return j;
+}
+
+inline std::uint64_t plan::hash() const { return fnv1a64(to_json(*this, false).dump()); }
+
+/// Reads a plan written by `to_json` for graph `g`; throws `config_error` naming `source`, the
+/// field and the fix (e.g. a plan made for another graph).
+[[nodiscard]] inline plan plan_from_json(const nlohmann::json& j, const graph::graph& g,
+                                         const std::string& source = "plan") {
+  using hspmd::detail::expect_array;
+  using hspmd::detail::expect_object;
+  using hspmd::detail::require_key;
+  const hspmd::detail::json_source src(source);
+  expect_object(src, j, "", "an object");
+  const auto str = [&](const nlohmann::json& o, std::string_view path, const char* key) {
+    const auto& v = require_key(src, o, path, key, "a string");
+    if (!v.is_string())
+      src.fail(hspmd::detail::json_child(path, key), "is " + hspmd::detail::json_kind(v),
+               "a string");
+    return v.get<std::string>();
+  };
+  const auto num = [&](const nlohmann::json& o, std::string_view path, const char* key) {
+    const auto& v = require_key(src, o, path, key, "a number");
+    if (!v.is_number())
+      src.fail(hspmd::detail::json_child(path, key), "is " + hspmd::detail::json_kind(v),
+               "a number");
+    return v.get<double>();
+  };
+  const auto strings = [&](const nlohmann::json& o, std::string_view path, const char* key) {
+    std::vector<std::string> out;
+    const std::string at = hspmd::detail::json_child(path, key);
+    for (const auto& v : expect_array(src, require_key(src, o, path, key, "an array"), at,
+                                      "an array of strings")) {
+      if (!v.is_string())
+        src.fail(at, "has " + hspmd::detail::json_kind(v), "an array of strings");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  const auto numbers = [&](const nlohmann::json& v, const std::string& at) {
+    std::vector<double> out;
+    for (const auto& x : expect_array(src, v, at, "an array of numbers")) {
+      if (!x.is_number())
+        src.fail(at, "has " + hspmd::detail::json_kind(x), "an array of numbers");
+      out.push_back(x.get<double>());
+    }
+    return out;
+  };
+  const auto flag = [&](const nlohmann::json& o, std::string_view path, const char* key) {
+    const auto& v = require_key(src, o, path, key, "true or false");
+    if (!v.is_boolean())
+      src.fail(hspmd::detail::json_child(path, key), "is " + hspmd::detail::json_kind(v),
+               "true or false");
+    return v.get<bool>();
+  };
+  if (num(j, "", "version") != 1)
+    src.fail("version", "unsupported version", "1");
+  plan p;
+  p.model = str(j, "", "model");
+  p.strategy = str(j, "", "strategy");
+  const auto& gj = expect_object(src, require_key(src, j, "", "graph", "an object"), "graph", "an object");
+  p.graph_nodes = static_cast<std::size_t>(num(gj, "graph", "nodes"));
+  p.graph_hash = std::stoull(str(gj, "graph", "hash"), nullptr, 16);
+  if (p.graph_hash != graph_hash(g) || p.graph_nodes != g.size())
+    src.fail("graph.hash", "the plan was made for another graph (" + detail::hex(p.graph_hash) +
+                               ", this one is " + detail::hex(graph_hash(g)) + ")",
+             "a plan synthesized for this model, batch and configuration");
+  const auto& cj = expect_object(src, require_key(src, j, "", "cluster", "an object"), "cluster", "an object");
+  p.cluster_name = str(cj, "cluster", "name");
+  p.cluster_fingerprint = std::stoull(str(cj, "cluster", "fingerprint"), nullptr, 16);
+  p.device_names = strings(cj, "cluster", "devices");
+  const auto& sj =
+      expect_object(src, require_key(src, j, "", "segments", "an object"), "segments", "an object");
+  const std::string policy = str(sj, "segments", "policy");
+  if (policy != "one" && policy != "batch_and_model")
+    src.fail("segments.policy", "unknown policy \"" + policy + "\"", "one or batch_and_model");
+  p.segments = policy == "one" ? segment_policy::one : segment_policy::batch_and_model;
+  p.segment_names = strings(sj, "segments", "names");
+  for (const auto& row : expect_array(src, require_key(src, j, "", "ratios", "an array"), "ratios",
+                                      "an array of arrays"))
+    p.ratios.push_back(numbers(row, "ratios"));
+  if (p.ratios.size() != p.segment_names.size())
+    src.fail("ratios", "has " + std::to_string(p.ratios.size()) + " segments",
+             std::to_string(p.segment_names.size()) + " (one per segment)");
+  for (const auto& row : p.ratios) {
+    double sum = 0.0;
+    for (double v : row) {
+      if (!(v >= 0.0))
+        src.fail("ratios", "has a negative or NaN share", "shares >= 0 summing to 1");
+      sum += v;
+    }
+    if (row.size() != p.device_names.size() || std::abs(sum - 1.0) > 1e-6)
+      src.fail("ratios", "a segment's shares do not cover the devices or do not sum to 1",
+               std::to_string(p.device_names.size()) + " shares summing to 1");
+  }
+  p.step_time = num(j, "", "step_time");
+  p.compute_time = num(j, "", "compute_time");
+  p.comm_time = num(j, "", "comm_time");
+  p.memory = numbers(require_key(src, j, "", "memory", "an array"), "memory");
+  p.binding = strings(j, "", "binding");
+  const auto& steps = expect_array(src, require_key(src, j, "", "steps", "an array"), "steps", "an array");
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const std::string path = hspmd::detail::json_child("steps", i);
+    const auto& st = expect_object(src, steps[i], path, "an object");
+    plan_step s;
+    const double node = num(st, path, "node");
+    if (!(node >= 0.0) || node >= static_cast<double>(g.size()))
+      src.fail(hspmd::detail::json_child(path, "node"), "is not a node of the graph",
+               "0 .. " + std::to_string(g.size() - 1));
+    s.node = static_cast<graph::node_id>(node);
+    s.name = str(st, path, "name");
+    if (s.name != g[s.node].name)
+      src.fail(hspmd::detail::json_child(path, "name"),
+               "\"" + s.name + "\" is not node " + std::to_string(s.node) + " (\"" +
+                   g[s.node].name + "\")",
+               "a plan for this graph");
+    s.kind = g[s.node].kind;
+    const auto in = strings(st, path, "in");
+    s.rule.arity = in.size();
+    if (in.size() > graph::max_operands || in.size() != g[s.node].inputs.size())
+      src.fail(hspmd::detail::json_child(path, "in"), "wrong number of placements",
+               std::to_string(g[s.node].inputs.size()));
+    for (std::size_t k = 0; k < in.size(); ++k)
+      s.rule.in[k] = placement::parse(in[k], source + ": field " + path + ".in");
+    s.rule.out = placement::parse(str(st, path, "out"), source + ": field " + path + ".out");
+    const std::string fam = str(st, path, "family");
+    bool known_family = false;
+    for (auto f : {graph::rule::family::replicated, graph::rule::family::split,
+                   graph::rule::family::linear, graph::rule::family::expert})
+      if (detail::family_name(f) == fam) {
+        s.rule.kind = f;
+        known_family = true;
+      }
+    if (!known_family)
+      src.fail(hspmd::detail::json_child(path, "family"), "unknown \"" + fam + "\"",
+               "replicated, split, linear or expert");
+    s.rule.split_work = flag(st, path, "split_work");
+    s.rule.bias_once = flag(st, path, "bias_once");
+    s.rule.vocab_parallel = flag(st, path, "vocab_parallel");
+    // The rule must be one the op has: a hand-edited plan cannot invent a placement.
+    const auto rules = graph::rules_of(g, s.node);
+    if (std::find(rules.begin(), rules.end(), s.rule) == rules.end())
+      src.fail(path, "op " + std::string(graph::name(s.kind)) + " has no such rule",
+               "placements one of the op's rules allows");
+    const auto& ts =
+        expect_array(src, require_key(src, st, path, "transfers", "an array"), path + ".transfers", "an array");
+    for (std::size_t k = 0; k < ts.size(); ++k) {
+      const std::string tp = hspmd::detail::json_child(path + ".transfers", k);
+      transfer t;
+      const std::string kind = str(ts[k], tp, "kind");
+      const auto tk = parse_transfer_kind(kind);
+      if (!tk)
+        src.fail(hspmd::detail::json_child(tp, "kind"), "unknown \"" + kind + "\"",
+                 "load, slice, all_gather, reduce_scatter, all_reduce, all_to_all or to_partial");
+      t.kind = *tk;
+      const double tensor = num(ts[k], tp, "tensor");
+      if (!(tensor >= 0.0) || tensor >= static_cast<double>(g.size()))
+        src.fail(hspmd::detail::json_child(tp, "tensor"), "is not a node of the graph",
+                 "0 .. " + std::to_string(g.size() - 1));
+      t.tensor = static_cast<graph::node_id>(tensor);
+      t.from = placement::parse(str(ts[k], tp, "from"), source + ": field " + tp + ".from");
+      t.to = placement::parse(str(ts[k], tp, "to"), source + ": field " + tp + ".to");
+      const std::string alg = str(ts[k], tp, "algorithm");
+      const auto a = parse_uneven_algorithm(alg);
+      if (!a)
+        src.fail(hspmd::detail::json_child(tp, "algorithm"), "unknown \"" + alg + "\"",
+                 "padded, grouped or native");
+      t.algorithm = *a;
+      t.sfb = flag(ts[k], tp, "sfb");
+      s.transfers.push_back(t);
+    }
+    s.compute = num(st, path, "compute");
+    s.comm = num(st, path, "comm");
+    s.bottleneck = static_cast<std::size_t>(num(st, path, "bottleneck"));
+    p.steps.push_back(std::move(s));
+  }
+  if (const auto it = j.find("search"); it != j.end() && it->is_object()) {
+    p.stats.expanded = it->value("expanded", std::size_t{0});
+    p.stats.generated = it->value("generated", std::size_t{0});
+    p.stats.rounds = it->value("rounds", std::size_t{0});
+    p.stats.search_seconds = it->value("search_seconds", 0.0);
+    p.stats.lp_seconds = it->value("lp_seconds", 0.0);
+    p.stats.gap = it->value("gap", 0.0);
+    p.stats.optimal = it->value("optimal", true);
+  }
+  return p;
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::string seconds_text(double s) {
+  char b[32];
+  if (s == 0.0)
+    std::snprintf(b, sizeof b, "0");
+  else if (s < 1e-3)
+    std::snprintf(b, sizeof b, "%.1f us", s * 1e6);
+  else if (s < 1.0)
+    std::snprintf(b, sizeof b, "%.2f ms", s * 1e3);
+  else
+    std::snprintf(b, sizeof b, "%.3f s", s);
+  return b;
+}
+
+[[nodiscard]] inline std::string transfer_text(const transfer& t, const graph::graph& g,
+                                               const cost_model& m) {
+  std::string s = std::string(name(t.kind));
+  if (t.kind == transfer_kind::all_gather || t.kind == transfer_kind::reduce_scatter)
+    s += "/" + std::string(name(t.algorithm));
+  if (t.kind == transfer_kind::load)
+    s += " " + t.to.to_string() + (t.sfb ? " (grad by SFB)" : "");
+  else
+    s += " " + t.from.to_string() + "->" + t.to.to_string();
+  s += " " + g[t.tensor].name;
+  if (t.kind != transfer_kind::slice && t.kind != transfer_kind::to_partial)
+    s += " " + bytes_text(m.bytes(t.tensor));
+  return s;
+}
+
+} // namespace detail
+
+/// The plan as a table: per step the op, placements in and out, collectives with algorithm
+/// and bytes, compute and communication seconds and the bottleneck device; then per-device
+/// ratios and memory, the LP's binding rows and the predicted step time.
+[[nodiscard]] inline std::string explain(const plan& p, const cost_model& m) {
+  const graph::graph& g = m.graph();
+  std::ostringstream o;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-5s %-16s %-34s %-40s %-10s %-10s %s\n", "step", "op", "node",
+                "placements in -> out", "compute", "comm", "bottleneck");
+  o << line;
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const plan_step& s = p.steps[i];
+    std::string pl;
+    for (std::size_t k = 0; k < s.rule.arity; ++k)
+      pl += (k == 0 ? "" : ", ") + s.rule.in[k].to_string();
+    pl += " -> " + s.rule.out.to_string();
+    std::snprintf(line, sizeof line, "%-5zu %-16s %-34.34s %-40.40s %-10s %-10s %s\n", i,
+                  std::string(graph::name(s.kind)).c_str(), s.name.c_str(), pl.c_str(),
+                  detail::seconds_text(s.compute).c_str(), detail::seconds_text(s.comm).c_str(),
+                  s.bottleneck < p.device_names.size() ? p.device_names[s.bottleneck].c_str()
+                                                       : "-");
+    o << line;
+    for (const transfer& t : s.transfers)
+      if (t.kind != transfer_kind::load || t.sfb || (m.is_parameter(t.tensor) &&
+                                                     t.to.is_replicated() && m.devices() > 1))
+        o << "      + " << detail::transfer_text(t, g, m) << "\n";
+  }
+  o << "\nper device (segment shares, predicted memory):\n";
+  for (std::size_t d = 0; d < p.device_names.size(); ++d) {
+    o << "  " << p.device_names[d] << ":";
+    for (std::size_t s = 0; s < p.ratios.size(); ++s)
+      o << " " << p.segment_names[s] << " " << detail::percent(p.ratios[s][d]);
+    o << ", memory " << detail::bytes_text(p.memory.at(d)) << " of "
+      << detail::bytes_text(static_cast<double>(m.cluster().devices[d].memory)) << "\n";
+  }
+  if (!p.binding.empty()) {
+    o << "binding (ratio LP):\n";
+    for (const std::string& b : p.binding)
+      o << "  " << b << "\n";
+  }
+  o << "predicted step time " << detail::seconds_text(p.step_time) << " (compute "
+    << detail::seconds_text(p.compute_time) << ", communication "
+    << detail::seconds_text(p.comm_time) << ")\n";
+  return o.str();
+}
+
+} // namespace hspmd::synth

@@ -1,0 +1,651 @@
+#pragma once
+// A* search for the distributed program, ratios fixed.
+//
+// Steps are the graph's computed nodes in graph order (a canonical topological order), one op
+// per search step. A state is the step reached and, for every tensor still needed later, the set
+// of placements it is available in (HAP's placement facts). A step picks one rule of its op;
+// each operand the rule needs in a placement it does not have yet is loaded (inputs and
+// parameters at first use) or converted by one communication instruction from a placement it
+// has (all-gather, reduce-scatter, all-reduce, all-to-all, slice, to-partial; the uneven
+// collectives once per algorithm), fused into the step. Per (tensor, placement) a fact is made
+// at most once, so every op is computed once and a tensor is moved to each placement at most
+// once. Among the ways to reach the same successor only the cheapest is kept, so the search
+// branches over rules only; states with equal facts merge (hashed).
+//
+// Cost of a step: max over devices of its compute + the sum over its communication
+// instructions of each one's max over devices (cost.hpp), forward and backward together.
+// Heuristic: for every remaining op, its cheapest rule's compute plus the loads it cannot avoid
+// (parameters used by that op alone) -- a lower bound of what any completion pays, so A* stops
+// at an optimal program. Consistent too (each step pays at least its own term), so no state is
+// expanded twice. Goal: every op computed and the loss available `partial` (the sum loss).
+// Budgets (expansions, seconds) end the search early with the best completion of the deepest
+// open state and the gap to the A* lower bound.
+
+#include <hspmd/synth/cost.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace hspmd::synth {
+
+/// Limits and restrictions of one search.
+struct search_options {
+  std::size_t max_expansions = 2'000'000; ///< states expanded before giving up on optimality
+  double max_seconds = 20.0;              ///< wall time before giving up on optimality
+  /// Which rules may run node `id` (baselines, pinned placements); all when empty.
+  std::function<bool(graph::node_id, const graph::rule&)> allow_rule;
+  /// Placements an input or parameter may be loaded in; all but partial when empty.
+  std::function<bool(graph::node_id, placement)> allow_load;
+  bool allow_sfb = true;      ///< SFB as an alternative to a weight-gradient all-reduce
+  bool allow_all_to_all = true;
+  std::vector<uneven_algorithm> algorithms = {uneven_algorithm::padded, uneven_algorithm::grouped,
+                                              uneven_algorithm::native};
+  bool check_memory = true; ///< prune states that exceed a device's memory
+};
+
+/// One step of a found program.
+struct step_choice {
+  graph::node_id node = 0;
+  graph::rule rule;
+  std::vector<transfer> transfers; ///< loads and conversions before the op, in operand order
+  double compute = 0.0;            ///< seconds, max over devices (op + optimizer + SFB extra)
+  double comm = 0.0;               ///< seconds, sum over instructions of max over devices
+};
+
+/// What the search found.
+struct search_result {
+  bool found = false;
+  std::vector<step_choice> steps;
+  double cost = 0.0;        ///< predicted seconds per training step at the search's ratios
+  double lower_bound = 0.0; ///< no program in the space costs less
+  bool optimal = false;     ///< the search finished: cost == optimum
+  std::size_t expanded = 0;
+  std::size_t generated = 0;
+  double seconds = 0.0;
+  std::string memory_message; ///< why no state fitted, when nothing was found
+};
+
+namespace detail {
+
+using mask_t = std::uint16_t;
+
+struct fact {
+  graph::node_id tensor;
+  mask_t mask;
+  friend bool operator==(const fact&, const fact&) = default;
+};
+
+struct search_state {
+  std::size_t step = 0;
+  std::vector<fact> facts; ///< sorted by tensor
+  double g = 0.0;
+  std::array<double, 3> memory{}; ///< constant, per-segment coefficients (device independent)
+  std::size_t parent = std::numeric_limits<std::size_t>::max();
+  std::size_t choice = 0; ///< index into the choices of the search
+  bool closed = false;
+};
+
+[[nodiscard]] inline std::uint64_t hash_facts(std::size_t step, const std::vector<fact>& f) {
+  std::uint64_t h = 1469598103934665603ULL ^ step;
+  for (const fact& x : f) {
+    h = (h ^ x.tensor) * 1099511628211ULL;
+    h = (h ^ x.mask) * 1099511628211ULL;
+  }
+  return h;
+}
+
+[[nodiscard]] inline mask_t bit(placement p) {
+  return static_cast<mask_t>(mask_t{1} << code_of(p));
+}
+
+} // namespace detail
+
+/// The searcher: precomputes per-node rules and costs at fixed ratios, then runs A*.
+class searcher {
+public:
+  searcher(const cost_model& m, ratio_table ratios, search_options opt = {})
+      : m_(&m), g_(&m.graph()), ratios_(std::move(ratios)), opt_(std::move(opt)) {
+    prepare();
+  }
+
+  /// Runs A* from the empty state.
+  [[nodiscard]] search_result run() {
+    const auto start = std::chrono::steady_clock::now();
+    search_result res;
+    states_.clear();
+    choices_.clear();
+    index_.clear();
+    detail::search_state s0;
+    states_.push_back(s0);
+    index_[detail::hash_facts(0, {})].push_back(0);
+    using entry = std::tuple<double, std::size_t, std::size_t>; // f, -step (as max - step), id
+    std::priority_queue<entry, std::vector<entry>, std::greater<>> open;
+    const std::size_t big = order_.size() + 1;
+    open.emplace(h_[0], big, 0);
+    std::optional<std::size_t> goal;
+    bool budget_hit = false;
+    while (!open.empty()) {
+      const auto [f, depth_key, id] = open.top();
+      open.pop();
+      (void)depth_key;
+      if (states_[id].closed || f > states_[id].g + h_[states_[id].step] + 1e-15)
+        continue; // stale entry
+      if (states_[id].step == order_.size()) {
+        goal = id;
+        break;
+      }
+      if (res.expanded >= opt_.max_expansions ||
+          (res.expanded % 256 == 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+               opt_.max_seconds)) {
+        budget_hit = true;
+        open.emplace(f, depth_key, id); // still open: counts for the lower bound
+        break;
+      }
+      states_[id].closed = true;
+      ++res.expanded;
+      expand(id, [&](std::size_t child) {
+        ++res.generated;
+        const auto& c = states_[child];
+        open.emplace(c.g + h_[c.step], big - c.step, child);
+      });
+    }
+    if (goal) {
+      res.found = true;
+      res.optimal = true;
+      res.cost = states_[*goal].g;
+      res.lower_bound = res.cost;
+      res.steps = unwind(*goal);
+    } else if (budget_hit) {
+      // Lower bound: the smallest f still open. Program: greedy completion of the deepest.
+      double lb = std::numeric_limits<double>::infinity();
+      std::size_t deepest = 0;
+      bool any = false;
+      while (!open.empty()) {
+        const auto [f, depth_key, id] = open.top();
+        open.pop();
+        if (states_[id].closed)
+          continue;
+        lb = std::min(lb, f);
+        const auto& s = states_[id];
+        if (!any || s.step > states_[deepest].step ||
+            (s.step == states_[deepest].step && s.g + h_[s.step] < states_[deepest].g +
+                                                                       h_[states_[deepest].step]))
+          deepest = id;
+        any = true;
+      }
+      if (any)
+        if (const auto done = greedy(deepest)) {
+          res.found = true;
+          res.cost = states_[*done].g;
+          res.lower_bound = std::min(lb, res.cost);
+          res.steps = unwind(*done);
+        }
+    }
+    if (!res.found)
+      res.memory_message = memory_failure();
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return res;
+  }
+
+  /// The heuristic at step k (exposed for tests of admissibility).
+  [[nodiscard]] double heuristic(std::size_t k) const { return h_.at(k); }
+  /// The computed nodes in search order.
+  [[nodiscard]] const std::vector<graph::node_id>& order() const noexcept { return order_; }
+
+  /// Cost of the cheapest completion from the state reached by applying `prefix` rule indices
+  /// (one per step, into `rules(step)`), by exhaustive enumeration of every remaining rule
+  /// sequence. For tests on tiny graphs only: exponential.
+  [[nodiscard]] std::optional<double> exhaustive(const std::vector<std::size_t>& prefix = {}) {
+    states_.clear();
+    choices_.clear();
+    index_.clear();
+    states_.push_back({});
+    std::size_t at = 0;
+    for (std::size_t r : prefix) {
+      std::optional<std::size_t> next;
+      expand_rule(at, r, [&](std::size_t child) { next = child; });
+      if (!next)
+        return std::nullopt;
+      at = *next;
+    }
+    return enumerate(at) - states_[at].g;
+  }
+  /// Rules allowed at search step k.
+  [[nodiscard]] const std::vector<graph::rule>& rules(std::size_t k) const {
+    return rules_.at(k);
+  }
+
+private:
+  struct choice {
+    std::size_t rule = 0;
+    std::vector<transfer> transfers;
+    double compute = 0.0;
+    double comm = 0.0;
+  };
+
+  void prepare() {
+    const std::size_t n = g_->size();
+    const auto loss = g_->loss();
+    if (!loss)
+      throw plan_error("synthesis", "the graph has no loss", "trace the model with set_loss");
+    for (graph::node_id i = 0; i < n; ++i)
+      if ((*g_)[i].kind != graph::op::input && (*g_)[i].kind != graph::op::parameter)
+        order_.push_back(i);
+    step_of_.assign(n, std::numeric_limits<std::size_t>::max());
+    for (std::size_t k = 0; k < order_.size(); ++k)
+      step_of_[order_[k]] = k;
+    last_use_.assign(n, 0);
+    uses_.assign(n, 0);
+    for (std::size_t k = 0; k < order_.size(); ++k)
+      for (graph::node_id t : (*g_)[order_[k]].inputs) {
+        last_use_[t] = std::max(last_use_[t], k);
+        ++uses_[t];
+      }
+    last_use_[*loss] = std::numeric_limits<std::size_t>::max();
+    // Rules, their compute, and the heuristic.
+    rules_.resize(order_.size());
+    rule_cost_.resize(order_.size());
+    h_.assign(order_.size() + 1, 0.0);
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const graph::node_id id = order_[k];
+      for (const graph::rule& r : graph::rules_of(*g_, id))
+        if (!opt_.allow_rule || opt_.allow_rule(id, r))
+          rules_[k].push_back(r);
+      for (const graph::rule& r : rules_[k])
+        rule_cost_[k].emplace_back(max_at(m_->compute(id, r), ratios_).first,
+                                   max_at(m_->rule_comm(id, r, ratios_), ratios_).first);
+      if (rules_[k].empty())
+        throw plan_error("synthesis: node \"" + (*g_)[id].name + "\"",
+                         "no rule is allowed for this op",
+                         "allow at least the replicated fallback (check pinned placements)");
+    }
+    for (std::size_t k = order_.size(); k-- > 0;) {
+      double best = std::numeric_limits<double>::infinity();
+      for (const graph::rule& r : rules_[k])
+        best = std::min(best, unavoidable(k, r));
+      h_[k] = h_[k + 1] + best;
+    }
+    capacity_.clear();
+    for (const auto& d : m_->cluster().devices)
+      capacity_.push_back(static_cast<double>(d.memory));
+    // A lower bound of any plan's memory per device: every op output and every input or
+    // parameter at its smallest placement on that device.
+    floor_.assign(capacity_.size(), 0.0);
+    const auto smallest = [&](const std::vector<placement>& options, graph::node_id t,
+                              bool output) {
+      for (std::size_t d = 0; d < floor_.size(); ++d) {
+        double best = std::numeric_limits<double>::infinity();
+        for (placement p : options)
+          best = std::min(best, value_at((output ? m_->output_memory(t, p) : m_->memory(t, p))[d],
+                                         ratios_, d));
+        if (std::isfinite(best))
+          floor_[d] += best;
+      }
+    };
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      std::vector<placement> outs;
+      for (const graph::rule& r : rules_[k])
+        outs.push_back(r.out);
+      smallest(outs, order_[k], true);
+    }
+    for (graph::node_id t = 0; t < n; ++t) {
+      if ((*g_)[t].kind != graph::op::input && (*g_)[t].kind != graph::op::parameter)
+        continue;
+      std::vector<placement> loads;
+      for (std::size_t c = 0; c < 2 + (*g_)[t].out.rank(); ++c)
+        if (load_allowed(t, placement_of_code(c)))
+          loads.push_back(placement_of_code(c));
+      smallest(loads, t, false);
+    }
+    // Memory is tight when some device's floor is a quarter of its capacity or more: then
+    // states with equal facts are merged only when one is both cheaper and smaller.
+    pareto_ = false;
+    for (std::size_t d = 0; d < floor_.size(); ++d)
+      pareto_ = pareto_ || (opt_.check_memory && 4.0 * floor_[d] > capacity_[d]);
+  }
+
+  // Why nothing fitted: a device whose floor exceeds its memory, or the closest miss.
+  [[nodiscard]] std::string memory_failure() const {
+    for (std::size_t d = 0; d < floor_.size(); ++d)
+      if (floor_[d] > capacity_[d])
+        return "device " + m_->cluster().devices[d].name + " (rank " + std::to_string(d) +
+               ") needs at least " + detail::bytes_text(floor_[d]) +
+               " (every tensor at its smallest placement) but has " +
+               detail::bytes_text(capacity_[d]);
+    return memory_message_;
+  }
+
+  // What step k pays under rule r whatever the state: compute, the rule's own communication,
+  // and the loads of parameters it alone uses.
+  [[nodiscard]] double unavoidable(std::size_t k, const graph::rule& r) const {
+    const graph::node_id id = order_[k];
+    double c = max_at(m_->compute(id, r), ratios_).first +
+               max_at(m_->rule_comm(id, r, ratios_), ratios_).first;
+    (void)k;
+    const graph::node& n = (*g_)[id];
+    for (std::size_t i = 0; i < r.arity; ++i) {
+      const graph::node_id t = n.inputs[i];
+      if (m_->is_parameter(t) && uses_[t] == 1) {
+        double best = std::numeric_limits<double>::infinity();
+        for (const transfer& tr : load_options(k, r, i))
+          best = std::min(best, price(tr));
+        if (std::isfinite(best))
+          c += best;
+      }
+    }
+    return c;
+  }
+
+  // (communication, compute) seconds of a transfer at the search's ratios, memoized.
+  [[nodiscard]] std::pair<double, double> priced(const transfer& t) const {
+    const std::uint64_t key = (std::uint64_t{t.tensor} << 20U) |
+                              (std::uint64_t{static_cast<std::uint8_t>(t.kind)} << 16U) |
+                              (std::uint64_t{code_of(t.from)} << 12U) |
+                              (std::uint64_t{code_of(t.to)} << 8U) |
+                              (std::uint64_t{static_cast<std::uint8_t>(t.algorithm)} << 4U) |
+                              (t.sfb ? 1U : 0U);
+    if (const auto it = prices_.find(key); it != prices_.end())
+      return it->second;
+    const std::pair<double, double> v{max_at(m_->comm(t, ratios_), ratios_).first,
+                                      max_at(m_->transfer_compute(t), ratios_).first};
+    prices_.emplace(key, v);
+    return v;
+  }
+  [[nodiscard]] double price(const transfer& t) const {
+    const auto [comm, compute] = priced(t);
+    return comm + compute;
+  }
+
+  [[nodiscard]] bool load_allowed(graph::node_id t, placement p) const {
+    if (p.is_partial())
+      return false;
+    return !opt_.allow_load || opt_.allow_load(t, p);
+  }
+
+  [[nodiscard]] std::vector<transfer> load_options(std::size_t k, const graph::rule& r,
+                                                   std::size_t operand) const {
+    const graph::node& n = (*g_)[order_[k]];
+    const graph::node_id t = n.inputs[operand];
+    const placement p = r.in[operand];
+    std::vector<transfer> out;
+    if (!load_allowed(t, p))
+      return out;
+    out.push_back({transfer_kind::load, t, p, p, uneven_algorithm::native, false});
+    // SFB: a data-parallel matmul/linear (input rows split, weight replicated).
+    if (opt_.allow_sfb && m_->is_parameter(t) && operand == 1 && p.is_replicated() &&
+        r.in[0].is_split() && r.in[0].dim() + 1 < (*g_)[n.inputs[0]].out.rank() &&
+        m_->sfb_possible(t) && m_->devices() > 1)
+      out.push_back({transfer_kind::load, t, p, p, uneven_algorithm::native, true});
+    return out;
+  }
+
+  // Conversions of tensor t from any placement in `mask` to `p`.
+  [[nodiscard]] std::vector<transfer> conversions(graph::node_id t, detail::mask_t mask,
+                                                  placement p) const {
+    std::vector<transfer> out;
+    for (std::size_t c = 0; c < placement_codes; ++c) {
+      if (((static_cast<unsigned>(mask) >> c) & 1U) == 0)
+        continue;
+      const placement q = placement_of_code(c);
+      if (p.is_partial()) {
+        if (!q.is_partial())
+          out.push_back({transfer_kind::to_partial, t, q, p});
+      } else if (p.is_replicated()) {
+        if (q.is_partial())
+          out.push_back({transfer_kind::all_reduce, t, q, p});
+        else if (q.is_split())
+          for (uneven_algorithm a : opt_.algorithms)
+            out.push_back({transfer_kind::all_gather, t, q, p, a});
+      } else { // split
+        if (q.is_replicated())
+          out.push_back({transfer_kind::slice, t, q, p});
+        else if (q.is_partial())
+          for (uneven_algorithm a : opt_.algorithms)
+            out.push_back({transfer_kind::reduce_scatter, t, q, p, a});
+        else if (opt_.allow_all_to_all)
+          out.push_back({transfer_kind::all_to_all, t, q, p});
+      }
+    }
+    return out;
+  }
+
+  template <class Emit>
+  void expand(std::size_t id, Emit&& emit) {
+    for (std::size_t r = 0; r < rules_[states_[id].step].size(); ++r)
+      expand_rule(id, r, emit);
+  }
+
+  // Applies rule r at the state's step; emits the successor (new or improved) if it fits.
+  template <class Emit>
+  void expand_rule(std::size_t id, std::size_t ri, Emit&& emit) {
+    const std::size_t k = states_[id].step;
+    const graph::node_id nid = order_[k];
+    const graph::node& n = (*g_)[nid];
+    const graph::rule& r = rules_[k][ri];
+    std::vector<detail::fact> facts = states_[id].facts;
+    choice ch;
+    ch.rule = ri;
+    ch.compute = rule_cost_[k][ri].first;
+    ch.comm = rule_cost_[k][ri].second;
+    std::array<double, 3> mem = states_[id].memory;
+    const auto add_memory = [&](graph::node_id t, placement p) {
+      const double b = m_->bytes(t) * (m_->is_parameter(t) ? parameter_copies : 1.0);
+      if (p.is_split())
+        mem[1 + m_->segments().of(t, p.dim())] += b;
+      else
+        mem[0] += b;
+    };
+    const auto find = [&](graph::node_id t) -> detail::fact* {
+      const auto it = std::lower_bound(
+          facts.begin(), facts.end(), t,
+          [](const detail::fact& f, graph::node_id v) { return f.tensor < v; });
+      return it != facts.end() && it->tensor == t ? &*it : nullptr;
+    };
+    for (std::size_t i = 0; i < r.arity; ++i) {
+      const graph::node_id t = n.inputs[i];
+      const placement p = r.in[i];
+      detail::fact* f = find(t);
+      if (f != nullptr && (f->mask & detail::bit(p)) != 0)
+        continue;
+      std::vector<transfer> options;
+      if (f == nullptr) {
+        const auto kind = (*g_)[t].kind;
+        if (kind != graph::op::input && kind != graph::op::parameter)
+          return; // a computed tensor no longer live: cannot happen in graph order
+        options = load_options(k, r, i);
+      } else {
+        options = conversions(t, f->mask, p);
+      }
+      if (options.empty())
+        return;
+      const transfer* best = nullptr;
+      double best_cost = std::numeric_limits<double>::infinity();
+      for (const transfer& tr : options) {
+        const double c = price(tr);
+        if (c < best_cost) {
+          best_cost = c;
+          best = &tr;
+        }
+      }
+      ch.transfers.push_back(*best);
+      const auto [comm, compute] = priced(*best);
+      ch.comm += comm;
+      ch.compute += compute;
+      add_memory(t, p);
+      if (f == nullptr) {
+        const detail::fact nf{t, detail::bit(p)};
+        facts.insert(std::lower_bound(facts.begin(), facts.end(), t,
+                                      [](const detail::fact& x, graph::node_id v) {
+                                        return x.tensor < v;
+                                      }),
+                     nf);
+      } else {
+        f->mask = static_cast<detail::mask_t>(f->mask | detail::bit(p));
+      }
+    }
+    // The output (a reshape's is a view); the loss becomes partial (free from replicated).
+    if (n.kind != graph::op::reshape)
+      add_memory(nid, r.out);
+    detail::mask_t out_mask = detail::bit(r.out);
+    if (g_->loss() == nid && !r.out.is_partial()) {
+      ch.transfers.push_back({transfer_kind::to_partial, nid, r.out, partial{}});
+      out_mask = static_cast<detail::mask_t>(out_mask | detail::bit(partial{}));
+    }
+    facts.insert(std::lower_bound(facts.begin(), facts.end(), nid,
+                                  [](const detail::fact& x, graph::node_id v) {
+                                    return x.tensor < v;
+                                  }),
+                 detail::fact{nid, out_mask});
+    // Drop what no later step reads.
+    std::erase_if(facts, [&](const detail::fact& x) { return last_use_[x.tensor] <= k; });
+    if (opt_.check_memory && !fits(mem))
+      return;
+    const double g = states_[id].g + ch.compute + ch.comm;
+    const std::uint64_t h = detail::hash_facts(k + 1, facts);
+    auto& bucket = index_[h];
+    const auto mem_le = [](const std::array<double, 3>& a, const std::array<double, 3>& b) {
+      for (std::size_t i = 0; i < a.size(); ++i)
+        if (a[i] > b[i] * (1.0 + 1e-12))
+          return false;
+      return true;
+    };
+    for (std::size_t other : bucket) {
+      auto& o = states_[other];
+      if (o.step != k + 1 || o.facts != facts)
+        continue;
+      // When memory is tight, a costlier state that needs less memory is kept too (Pareto).
+      const bool cheaper = g < o.g - 1e-15 * std::max(1.0, g);
+      if (!cheaper && (!pareto_ || mem_le(o.memory, mem)))
+        return; // dominated
+      if (cheaper && !o.closed && (!pareto_ || mem_le(mem, o.memory))) {
+        o.g = g;
+        o.memory = mem;
+        o.parent = id;
+        o.choice = choices_.size();
+        choices_.push_back(std::move(ch));
+        emit(other);
+        return;
+      }
+    }
+    detail::search_state s;
+    s.step = k + 1;
+    s.facts = std::move(facts);
+    s.g = g;
+    s.memory = mem;
+    s.parent = id;
+    s.choice = choices_.size();
+    choices_.push_back(std::move(ch));
+    states_.push_back(std::move(s));
+    bucket.push_back(states_.size() - 1);
+    emit(states_.size() - 1);
+  }
+
+  [[nodiscard]] bool fits(const std::array<double, 3>& mem) {
+    const auto& segs = ratios_;
+    for (std::size_t d = 0; d < capacity_.size(); ++d) {
+      double need = mem[0];
+      for (std::size_t s = 0; s < segs.size() && s < 2; ++s)
+        need += mem[1 + s] * segs[s][d];
+      if (need > capacity_[d]) {
+        const double over = need - capacity_[d];
+        if (over < least_over_) {
+          least_over_ = over;
+          memory_message_ = "no combination of placements fits: the closest the search got "
+                            "needs " +
+                            detail::bytes_text(need) + " on device " +
+                            m_->cluster().devices[d].name + " (rank " + std::to_string(d) +
+                            "), which has " + detail::bytes_text(capacity_[d]);
+        }
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Completes from `id` choosing the cheapest successor at every step; returns the goal state.
+  [[nodiscard]] std::optional<std::size_t> greedy(std::size_t id) {
+    while (states_[id].step < order_.size()) {
+      index_.clear(); // no merging: every successor is a new state
+      std::optional<std::size_t> best;
+      for (std::size_t r = 0; r < rules_[states_[id].step].size(); ++r)
+        expand_rule(id, r, [&](std::size_t child) {
+          if (!best || states_[child].g < states_[*best].g)
+            best = child;
+        });
+      if (!best)
+        return std::nullopt; // nothing fits
+      id = *best;
+    }
+    return id;
+  }
+
+  [[nodiscard]] double enumerate(std::size_t id) {
+    if (states_[id].step == order_.size())
+      return states_[id].g;
+    double best = std::numeric_limits<double>::infinity();
+    for (std::size_t r = 0; r < rules_[states_[id].step].size(); ++r) {
+      // Fresh state per branch: no merging, so every rule sequence is visited.
+      std::optional<std::size_t> child;
+      const std::size_t before = states_.size();
+      index_.clear();
+      expand_rule(id, r, [&](std::size_t c) { child = c; });
+      if (child && *child >= before)
+        best = std::min(best, enumerate(*child));
+    }
+    return best;
+  }
+
+  [[nodiscard]] std::vector<step_choice> unwind(std::size_t id) const {
+    std::vector<step_choice> out;
+    while (states_[id].parent != std::numeric_limits<std::size_t>::max()) {
+      const auto& s = states_[id];
+      const choice& c = choices_[s.choice];
+      const std::size_t k = states_[s.parent].step;
+      out.push_back({order_[k], rules_[k][c.rule], c.transfers, c.compute, c.comm});
+      id = s.parent;
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+
+  const cost_model* m_;
+  const graph::graph* g_;
+  ratio_table ratios_;
+  search_options opt_;
+  std::vector<graph::node_id> order_;
+  std::vector<std::size_t> step_of_;
+  std::vector<std::size_t> last_use_;
+  std::vector<std::size_t> uses_;
+  std::vector<std::vector<graph::rule>> rules_;
+  std::vector<std::vector<std::pair<double, double>>> rule_cost_; ///< (compute, comm) per rule
+  mutable std::unordered_map<std::uint64_t, std::pair<double, double>> prices_;
+  std::vector<double> h_;
+  std::vector<double> capacity_;
+  std::vector<double> floor_; ///< per device: no plan needs less memory
+  bool pareto_ = false;       ///< keep states that trade cost for memory
+  std::vector<detail::search_state> states_;
+  std::vector<choice> choices_;
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> index_;
+  double least_over_ = std::numeric_limits<double>::infinity();
+  std::string memory_message_;
+};
+
+/// Runs A* on `m` at `ratios`.
+[[nodiscard]] inline search_result search(const cost_model& m, const ratio_table& ratios,
+                                          const search_options& opt = {}) {
+  searcher s(m, ratios, opt);
+  return s.run();
+}
+
+} // namespace hspmd::synth

@@ -1,0 +1,340 @@
+#pragma once
+// Synthesis: the search <-> ratio-LP loop, and the baselines built by the same machinery.
+//
+//   ratios <- speed-proportional
+//   repeat: program <- A* at ratios; ratios' <- LP for program; stop unless the cost strictly
+//           improves (search at fixed ratios is optimal, the LP is optimal for a fixed program,
+//           so the cost never increases).
+//
+// The LP sees the program as a sum over instructions of max-over-devices of linear functions.
+// Instructions whose per-device functions are proportional (all split compute of a segment,
+// every padded all-gather, every native one, ...) are merged first: the sum of their maxima is
+// the maximum of their sum, so the LP stays small (tens of rows per device, not thousands).
+//
+// Baselines (same rules, costs and search, restricted):
+//   dp-ev : data parallel -- every op split along the batch or replicated, parameters
+//           replicated (gradients all-reduced), even ratios
+//   dp-cp : the same program with speed-proportional ratios
+//   tp    : tensor (Megatron-style) parallel -- no batch split; column / row / head / vocabulary
+//           parallel rules, even ratios
+
+#include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/ratio_lp.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hspmd::synth {
+
+/// What to synthesize and how hard to try.
+struct synth_options {
+  search_options search;
+  segment_policy segments = segment_policy::one;
+  std::size_t max_rounds = 8; ///< search <-> LP rounds at most
+  bool solve_lp = true;       ///< false: keep the starting ratios
+};
+
+/// The baselines.
+enum class baseline : std::uint8_t { dp_ev, dp_cp, tp };
+[[nodiscard]] constexpr std::string_view name(baseline b) noexcept {
+  return b == baseline::dp_ev ? "dp-ev" : b == baseline::dp_cp ? "dp-cp" : "tp";
+}
+
+/// Ratios proportional to the devices' speeds (every segment alike).
+[[nodiscard]] inline ratio_table proportional_ratios(const cluster& c, std::size_t segments) {
+  double total = 0.0;
+  for (const auto& d : c.devices)
+    total += d.speed;
+  std::vector<double> r;
+  for (const auto& d : c.devices)
+    r.push_back(d.speed / total);
+  return ratio_table(segments, r);
+}
+
+/// Even ratios.
+[[nodiscard]] inline ratio_table even_ratios(const cluster& c, std::size_t segments) {
+  return ratio_table(segments,
+                     std::vector<double>(c.size(), 1.0 / static_cast<double>(c.size())));
+}
+
+namespace detail {
+
+// Per device: constant c_d and coefficients a_d (one segment), for grouping.
+struct shape_key {
+  int kind = 0; // 0 compute, 1 comm
+  std::size_t segment = 0;
+  std::vector<long long> g; // normalized coefficient vector, quantized
+  friend bool operator<(const shape_key& a, const shape_key& b) {
+    return std::tie(a.kind, a.segment, a.g) < std::tie(b.kind, b.segment, b.g);
+  }
+};
+
+struct merged_step {
+  ratio_step step;
+  std::size_t members = 0;
+  std::string largest;
+  double largest_value = -1.0;
+};
+
+} // namespace detail
+
+/// The ratio LP of a program (instructions merged where exact) with the cluster's memory.
+[[nodiscard]] inline ratio_problem ratio_problem_of(const plan& p, const cost_model& m,
+                                                    const ratio_table& at) {
+  const std::size_t n = m.devices();
+  ratio_problem q;
+  q.segments = m.segments().names();
+  for (const auto& d : m.cluster().devices) {
+    q.devices.push_back(d.name);
+    q.capacity.push_back(static_cast<double>(d.memory));
+  }
+  q.memory.assign(n, linear_cost{});
+  std::map<detail::shape_key, detail::merged_step> groups;
+  double constant = 0.0;
+  std::vector<ratio_step> kept;
+  const auto consider = [&](device_costs c, int kind, const std::string& what) {
+    if (c.empty())
+      return;
+    // One segment, device-independent constant, coefficients f * g_d?
+    std::optional<std::size_t> seg;
+    bool simple = true;
+    for (const auto& x : c) {
+      if (x.constant != c[0].constant && !x.terms.empty())
+        simple = false;
+      for (const auto& [s, a] : x.terms) {
+        if (a == 0.0)
+          continue;
+        if (seg && *seg != s)
+          simple = false;
+        seg = s;
+      }
+    }
+    if (!seg) { // constants only: the maximum is a constant
+      double mx = 0.0;
+      for (std::size_t d = 0; d < n; ++d)
+        mx = std::max(mx, c[d].constant);
+      constant += mx;
+      return;
+    }
+    if (!simple) {
+      ratio_step st;
+      st.name = what;
+      (kind == 0 ? st.compute : st.comm) = std::move(c);
+      kept.push_back(std::move(st));
+      return;
+    }
+    std::vector<double> a(n);
+    double amax = 0.0;
+    for (std::size_t d = 0; d < n; ++d) {
+      for (const auto& [s, v] : c[d].terms)
+        if (s == *seg)
+          a[d] += v;
+      amax = std::max(amax, std::abs(a[d]));
+    }
+    detail::shape_key key{kind, *seg, {}};
+    for (double v : a)
+      key.g.push_back(std::llround(v / amax * 1e9));
+    auto& grp = groups[key];
+    if (grp.members == 0) {
+      grp.step.name = what;
+      auto& list = kind == 0 ? grp.step.compute : grp.step.comm;
+      list.assign(n, linear_cost{0.0, {{*seg, 0.0}}});
+    }
+    auto& list = kind == 0 ? grp.step.compute : grp.step.comm;
+    for (std::size_t d = 0; d < n; ++d) {
+      list[d].constant += c[0].constant;
+      list[d].terms[0].second += a[d];
+    }
+    const double v = max_at(c, at).first;
+    if (v > grp.largest_value) {
+      grp.largest_value = v;
+      grp.largest = what;
+    }
+    ++grp.members;
+  };
+  for (const plan_step& s : p.steps) {
+    consider(m.compute(s.node, s.rule), 0, s.name);
+    consider(m.rule_comm(s.node, s.rule, at), 1, s.name + " (vocabulary all-reduce)");
+    for (const transfer& t : s.transfers) {
+      const std::string what = std::string(name(t.kind)) + " " + m.graph()[t.tensor].name;
+      consider(m.comm(t, at), 1, what);
+      consider(m.transfer_compute(t), 0,
+               t.sfb ? "SFB weight gradient of " + m.graph()[t.tensor].name
+                     : "optimizer of " + m.graph()[t.tensor].name);
+      if (t.kind != transfer_kind::to_partial || t.tensor != s.node) {
+        const device_costs mem = m.memory(t.tensor, t.to);
+        for (std::size_t d = 0; d < n; ++d) {
+          q.memory[d].constant += mem[d].constant;
+          for (const auto& term : mem[d].terms)
+            q.memory[d].terms.push_back(term);
+        }
+      }
+    }
+    const device_costs mem = m.output_memory(s.node, s.rule.out);
+    for (std::size_t d = 0; d < n; ++d) {
+      q.memory[d].constant += mem[d].constant;
+      for (const auto& term : mem[d].terms)
+        q.memory[d].terms.push_back(term);
+    }
+  }
+  for (auto& [key, grp] : groups) {
+    if (grp.members > 1)
+      grp.step.name = std::string(key.kind == 0 ? "compute" : "communication") + " of " +
+                      std::to_string(grp.members) + " steps (largest: " + grp.largest + ")";
+    else
+      grp.step.name = grp.largest;
+    q.steps.push_back(std::move(grp.step));
+  }
+  for (auto& st : kept)
+    q.steps.push_back(std::move(st));
+  if (constant > 0.0) {
+    ratio_step st;
+    st.name = "replicated work and fixed-size collectives";
+    st.compute.assign(n, linear_cost{constant, {}});
+    q.steps.push_back(std::move(st));
+  }
+  // Merge memory terms per segment.
+  for (auto& mem : q.memory) {
+    std::vector<std::pair<std::size_t, double>> merged;
+    for (const auto& [s, a] : mem.terms) {
+      auto it = std::find_if(merged.begin(), merged.end(),
+                             [&](const auto& x) { return x.first == s; });
+      if (it == merged.end())
+        merged.emplace_back(s, a);
+      else
+        it->second += a;
+    }
+    mem.terms = std::move(merged);
+  }
+  return q;
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::string where_no_plan(const cost_model& m, const search_result& r) {
+  return "synthesis for cluster " + m.cluster().name + (m.cluster().source.empty() ? "" : " (" +
+                                                        m.cluster().source + ")");
+  (void)r;
+}
+
+[[noreturn]] inline void fail_no_plan(const cost_model& m, const search_result& r) {
+  if (!r.memory_message.empty())
+    throw plan_error(where_no_plan(m, r), "no plan fits in memory: " + r.memory_message,
+                     "use devices with more memory, more devices, or a smaller batch or model");
+  throw plan_error(where_no_plan(m, r), "the search found no plan",
+                   "allow more rules or raise the search budget");
+}
+
+} // namespace detail
+
+/// Synthesizes a plan for `g` on cluster `c`: the search <-> LP loop from speed-proportional
+/// ratios.
+[[nodiscard]] inline plan synthesize(const graph::graph& g, const cluster& c,
+                                     const synth_options& opt = {}, std::string model = "model") {
+  const cost_model m(g, c, segment_map(g, opt.segments));
+  ratio_table r = proportional_ratios(c, m.segments().count());
+  plan best;
+  bool have = false;
+  plan_stats stats;
+  for (std::size_t round = 0; round < std::max<std::size_t>(opt.max_rounds, 1); ++round) {
+    const search_result res = search(m, r, opt.search);
+    stats.expanded += res.expanded;
+    stats.generated += res.generated;
+    stats.search_seconds += res.seconds;
+    stats.rounds = round + 1;
+    if (!res.found) {
+      if (have)
+        break; // keep the best so far (the LP's ratios squeezed memory too far)
+      detail::fail_no_plan(m, res);
+    }
+    plan cur = make_plan(res, m, r, model, "synth");
+    cur.stats = stats;
+    cur.stats.optimal = res.optimal;
+    cur.stats.gap = res.cost > 0.0 ? (res.cost - res.lower_bound) / res.cost : 0.0;
+    const double tol = 1e-9 * std::max(cur.step_time, 1e-300);
+    if (have && !(cur.step_time < best.step_time - tol))
+      break;
+    best = std::move(cur);
+    have = true;
+    if (!opt.solve_lp || c.size() == 1)
+      break;
+    const auto lp_start = std::chrono::steady_clock::now();
+    const ratio_problem q = ratio_problem_of(best, m, r);
+    const ratio_solution sol = solve_ratios(q);
+    stats.lp_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - lp_start).count();
+    best.stats.lp_seconds = stats.lp_seconds;
+    if (sol.status != lp::status::optimal)
+      break;
+    plan moved = best;
+    evaluate(moved, m, sol.ratios);
+    if (!(moved.step_time < best.step_time - tol))
+      break;
+    best = std::move(moved);
+    best.binding.clear();
+    for (const auto& b : sol.bottlenecks)
+      if (best.binding.size() < 6)
+        best.binding.push_back(b.text);
+    r = sol.ratios;
+  }
+  best.stats.rounds = stats.rounds;
+  best.stats.expanded = stats.expanded;
+  best.stats.generated = stats.generated;
+  best.stats.search_seconds = stats.search_seconds;
+  best.stats.lp_seconds = stats.lp_seconds;
+  return best;
+}
+
+/// A baseline plan built by the same search, restricted (see the file comment).
+[[nodiscard]] inline plan make_baseline(const graph::graph& g, const cluster& c, baseline b,
+                                        const synth_options& opt = {},
+                                        std::string model = "model") {
+  const cost_model m(g, c, segment_map(g, opt.segments));
+  const segment_map& seg = m.segments();
+  search_options so = opt.search;
+  so.allow_sfb = false;
+  so.allow_all_to_all = b == baseline::tp;
+  const bool dp = b != baseline::tp;
+  so.allow_rule = [&g, &seg, dp](graph::node_id id, const graph::rule& r) {
+    if (r.kind == graph::rule::family::replicated)
+      return true;
+    if (r.kind != graph::rule::family::split)
+      return !dp; // linear (partial) and expert rules: tensor parallelism only
+    const graph::node& n = g[id];
+    bool batch = false;
+    if (r.out.is_split())
+      batch = seg.is_batch(id, r.out.dim());
+    for (std::size_t k = 0; k < r.arity; ++k)
+      if (r.in[k].is_split())
+        batch = batch || seg.is_batch(n.inputs[k], r.in[k].dim());
+    return dp == batch;
+  };
+  so.allow_load = [&g, &seg, dp](graph::node_id t, placement p) {
+    if (p.is_partial())
+      return false;
+    if (g[t].kind == graph::op::parameter && dp)
+      return p.is_replicated();
+    if (!p.is_split())
+      return true;
+    return dp == seg.is_batch(t, p.dim());
+  };
+  const ratio_table r = b == baseline::dp_cp ? proportional_ratios(c, seg.count())
+                                             : even_ratios(c, seg.count());
+  const search_result res = search(m, r, so);
+  if (!res.found)
+    detail::fail_no_plan(m, res);
+  plan p = make_plan(res, m, r, std::move(model), std::string(name(b)));
+  p.stats.expanded = res.expanded;
+  p.stats.generated = res.generated;
+  p.stats.search_seconds = res.seconds;
+  p.stats.rounds = 1;
+  p.stats.optimal = res.optimal;
+  p.stats.gap = res.cost > 0.0 ? (res.cost - res.lower_bound) / res.cost : 0.0;
+  return p;
+}
+
+} // namespace hspmd::synth

@@ -1,0 +1,369 @@
+// Synthesis: the rule table, the cost model, A* against exhaustive enumeration, admissibility,
+// the ratio loop against the baselines, memory, and plan files.
+#include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/graph/rules.hpp>
+#include <hspmd/models/zoo.hpp>
+#include <hspmd/nn/layers.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace hspmd;
+using namespace hspmd::synth;
+
+namespace {
+
+// A cluster of one node; speeds in flop/s, memory in bytes.
+cluster make_cluster(const std::vector<double>& speeds, double bandwidth = 1e8,
+                     double memory = 1e12, double latency = 1e-6) {
+  std::string devices;
+  for (std::size_t d = 0; d < speeds.size(); ++d)
+    devices += std::string(d == 0 ? "" : ",") + R"({"name": "d)" + std::to_string(d) +
+               R"(", "kind": "test", "speed": )" + std::to_string(speeds[d]) +
+               R"(, "memory": )" + std::to_string(memory) + "}";
+  return parse_cluster(R"({"version": 1, "name": "test", "links": {"intra_node": {"bandwidth": )" +
+                           std::to_string(bandwidth) + R"(, "latency": )" +
+                           std::to_string(latency) + R"(}}, "devices": [)" + devices + "]}",
+                       "test-cluster");
+}
+
+// x (batch, in) -> linear -> relu -> linear -> cross-entropy: 4 computed ops.
+graph::graph tiny_mlp(std::size_t batch, std::size_t in, std::size_t hidden, std::size_t out) {
+  constexpr std::size_t dyn = dynamic_extent;
+  nn::tracer t(dtype::f32, batch);
+  auto x = t.input<float, extents<hspmd::batch, dyn>>("x", in);
+  auto y = t.input<std::int64_t, extents<hspmd::batch>>("y");
+  const nn::linear<float, dyn, dyn> fc1("fc1", in, hidden);
+  const nn::linear<float, dyn, dyn> fc2("fc2", hidden, out);
+  t.set_loss(nn::cross_entropy(fc2(t, nn::relu(fc1(t, x))), y));
+  return t.take();
+}
+
+// Attention-like: x (batch, s, h) -> layer norm -> linear -> softmax -> linear -> reshape ->
+// cross-entropy: 6 computed ops, with a normalized axis and a reshape group.
+graph::graph tiny_block(std::size_t batch, std::size_t s, std::size_t h) {
+  constexpr std::size_t dyn = dynamic_extent;
+  nn::tracer t(dtype::f32, batch);
+  auto x = t.input<float, extents<hspmd::batch, dyn, dyn>>("x", s, h);
+  auto y = t.input<std::int64_t, extents<dyn>>("y", batch * s);
+  const nn::layer_norm<float, dyn> ln{"ln", 1e-5, h};
+  const nn::linear<float, dyn, dyn> a("a", h, 2 * h);
+  const nn::linear<float, dyn, dyn> b("b", 2 * h, h);
+  auto z = b(t, nn::softmax(a(t, ln(t, x))));
+  graph::attributes flat;
+  flat.dims = {batch * s, h};
+  const nn::value<float, extents<dyn, dyn>> logits(
+      t, t.op(graph::op::reshape, {z.id()}, flat), t.bind<extents<dyn, dyn>>(batch * s, h));
+  t.set_loss(nn::cross_entropy(logits, y));
+  return t.take();
+}
+
+bool has_rule(const graph::rule_list& rules, std::vector<placement> in, placement out) {
+  return std::any_of(rules.begin(), rules.end(), [&](const graph::rule& r) {
+    return r.arity == in.size() && std::equal(in.begin(), in.end(), r.in.begin()) && r.out == out;
+  });
+}
+
+const placement R{};
+const placement P{partial{}};
+placement S(std::size_t d) { return placement::split_along(d); }
+
+} // namespace
+
+TEST_CASE("rule table: linear has data, row, column parallel, linear and fallback rules") {
+  const auto g = tiny_mlp(8, 16, 32, 4);
+  const auto fc1 = *g.find("fc1.linear4");
+  const auto rules = graph::rules_of(g, fc1);
+  CHECK(rules.size == 5);
+  CHECK(has_rule(rules, {R, R, R}, R));
+  CHECK(has_rule(rules, {S(0), R, R}, S(0)));    // data parallel
+  CHECK(has_rule(rules, {S(1), S(0), R}, P));    // row parallel: bias added once
+  CHECK(has_rule(rules, {R, S(1), S(0)}, S(1))); // column parallel
+  CHECK(has_rule(rules, {P, R, R}, P));          // linear in x
+  for (const auto& r : rules)
+    CHECK(r.bias_once == r.out.is_partial());
+  // Compile time: the same function, constant-evaluated.
+  constexpr std::array<graph::dims_view, 2> ins{
+      graph::dims_view::of(std::array<std::size_t, 2>{32, 768}),
+      graph::dims_view::of(std::array<std::size_t, 2>{768, 3072})};
+  constexpr auto sig = graph::signature_of(graph::op::matmul, ins,
+                                           graph::dims_view::of(std::array<std::size_t, 2>{32, 3072}));
+  constexpr std::array<placement, 2> row{placement::split_along(1), placement::split_along(0)};
+  static_assert(graph::result_placement(sig, graph::op::matmul, row)->is_partial());
+  constexpr std::array<placement, 2> bad{placement::split_along(0), placement::split_along(0)};
+  static_assert(!graph::result_placement(sig, graph::op::matmul, bad).has_value());
+}
+
+TEST_CASE("rule table: normalized axes, reshape groups, vocabulary and expert parallelism") {
+  const auto g = tiny_block(4, 6, 8);
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const auto& n = g[i];
+    const auto rules = graph::rules_of(g, i);
+    if (n.kind == graph::op::softmax || n.kind == graph::op::layer_norm)
+      for (const auto& r : rules) // never split along the normalized (last) axis
+        CHECK(!(r.out.is_split() && r.out.dim() == n.out.rank() - 1));
+    if (n.kind == graph::op::reshape) { // (4, 6, 8) -> (24, 8): {4, 6} | {24}, {8} | {8}
+      CHECK(has_rule(rules, {S(0)}, S(0)));
+      CHECK(has_rule(rules, {S(2)}, S(1)));
+      CHECK(!has_rule(rules, {S(1)}, S(0))); // 6 is an inner dimension of the group
+    }
+    if (n.kind == graph::op::cross_entropy) {
+      CHECK(has_rule(rules, {S(0), S(0)}, P)); // rows: a sum
+      const auto vocab = std::find_if(rules.begin(), rules.end(),
+                                      [](const graph::rule& r) { return r.vocab_parallel; });
+      REQUIRE(vocab != rules.end());
+      CHECK(vocab->in[0] == S(1));
+      CHECK(vocab->in[1] == R);
+      CHECK(vocab->out == P);
+    }
+  }
+  const auto moe = models::trace_model<float>("bert-moe", {2, 16, 32, 2, 4, 32, 4, 1.0}, 2);
+  bool dispatch = false;
+  bool combine = false;
+  for (graph::node_id i = 0; i < moe.size(); ++i) {
+    const auto rules = graph::rules_of(moe, i);
+    if (moe[i].kind == graph::op::moe_dispatch) {
+      dispatch = has_rule(rules, {S(0), S(0)}, S(1));
+    }
+    if (moe[i].kind == graph::op::moe_combine)
+      combine = has_rule(rules, {S(1), S(0)}, S(0)) && has_rule(rules, {S(0), R}, P);
+    // Expert FFN: buffers (E, C, H) x weights (E, H, F) split by experts.
+    if (moe[i].kind == graph::op::batched_matmul && moe[moe[i].inputs[1]].kind == graph::op::parameter)
+      CHECK(has_rule(rules, {S(0), S(0)}, S(0)));
+  }
+  CHECK(dispatch);
+  CHECK(combine);
+}
+
+TEST_CASE("cost model: bytes, algorithms per uneven split, duals, bucketed gradients") {
+  const auto g = tiny_mlp(1000, 16, 32, 4);
+  const cluster c = make_cluster({3e9, 2e9, 1e9}, 1e8, 1e12, 1e-6);
+  const cost_model m(g, c, segment_map(g, segment_policy::one));
+  const auto h = *g.find("fc1.linear4");
+  CHECK(m.bytes(h) == 1000.0 * 32.0 * 4.0); // bytes, not elements
+  const ratio_table even{{1.0 / 3, 1.0 / 3, 1.0 / 3}};
+  const ratio_table skew{{0.8, 0.1, 0.1}};
+  const auto cost = [&](transfer t, const ratio_table& r) { return max_at(m.comm(t, r), r).first; };
+  const transfer padded{transfer_kind::all_gather, h, S(0), R, uneven_algorithm::padded};
+  const transfer native{transfer_kind::all_gather, h, S(0), R, uneven_algorithm::native};
+  const double b = m.bytes(h);
+  // 3 ranks, one link: alpha = 2 us (n - 1 latencies), beta = 1e-8 s/B; forward + backward dual.
+  CHECK(cost(padded, skew) == Approx(2.0 * (2e-6 + 1e-8 * 2.0 * 0.8 * b)));
+  CHECK(cost(native, skew) == Approx(2.0 * (2e-6 + 1e-8 * (1.0 - 0.1) * b)));
+  CHECK(cost(padded, even) == Approx(cost(native, even)));
+  CHECK(cost(padded, skew) > 1.7 * cost(native, skew)); // why each algorithm is an instruction
+  const transfer ar{transfer_kind::all_reduce, h, P, R};
+  CHECK(cost(ar, even) == Approx(2.0 * (4e-6 + 1e-8 * 4.0 / 3.0 * b)));
+  const transfer slice{transfer_kind::slice, h, R, S(0)};
+  CHECK(cost(slice, skew) == 0.0);
+  // A small weight gradient pays a fraction of a latency (bucketed with the others).
+  const auto w = *g.find("fc1.bias");
+  const transfer grad{transfer_kind::load, w, R, R};
+  CHECK(cost(grad, even) < 4e-6);
+  CHECK(cost(grad, even) > 1e-8 * 4.0 / 3.0 * m.bytes(w));
+  // Compute: the share of the work under a split rule, all of it under the fallback.
+  const auto rules = graph::rules_of(g, h);
+  const auto split = std::find_if(rules.begin(), rules.end(),
+                                  [](const graph::rule& r) { return r.out == S(0) && r.in[0] == S(0); });
+  const double flops = graph::cost_of(g, h).forward_flops + graph::cost_of(g, h).backward_flops;
+  CHECK(max_at(m.compute(h, *split), skew).first == Approx(std::max(0.8 * flops / 3e9, 0.1 * flops / 1e9)));
+  CHECK(max_at(m.compute(h, rules.items[0]), skew).first == Approx(flops / 1e9));
+}
+
+TEST_CASE("A* finds the optimum of exhaustive enumeration on tiny graphs") {
+  struct case_ {
+    graph::graph g;
+    cluster c;
+    ratio_table r;
+  };
+  std::vector<case_> cases;
+  for (const auto& speeds :
+       {std::vector<double>{1e9, 1e9}, std::vector<double>{3e9, 1e9}, std::vector<double>{5e9, 3e9, 1e9}}) {
+    for (double bw : {1e6, 1e8, 1e10}) {
+      const cluster c = make_cluster(speeds, bw);
+      cases.push_back({tiny_mlp(8, 16, 32, 4), c, proportional_ratios(c, 1)});
+      cases.push_back({tiny_mlp(64, 4, 256, 8), c, even_ratios(c, 1)});
+      cases.push_back({tiny_block(4, 6, 8), c, proportional_ratios(c, 1)});
+    }
+  }
+  for (const auto& k : cases) {
+    const cost_model m(k.g, k.c, segment_map(k.g, segment_policy::one));
+    searcher s(m, k.r);
+    REQUIRE(s.order().size() <= 8);
+    const auto found = s.run();
+    REQUIRE(found.found);
+    CHECK(found.optimal);
+    const auto best = s.exhaustive();
+    REQUIRE(best);
+    CHECK(found.cost == Approx(*best).epsilon(1e-12));
+    // The program's cost evaluated from scratch is the search's.
+    const plan p = make_plan(found, m, k.r, "t", "synth");
+    CHECK(p.step_time == Approx(found.cost).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("the heuristic never exceeds the true remaining cost (sampled states)") {
+  std::mt19937 rng(7);
+  std::size_t checked = 0;
+  for (const auto& speeds : {std::vector<double>{1e9, 1e9}, std::vector<double>{5e9, 3e9, 1e9}})
+    for (double bw : {1e6, 1e9}) {
+      const cluster c = make_cluster(speeds, bw);
+      for (const auto& g : {tiny_mlp(16, 8, 32, 4), tiny_block(4, 6, 8)}) {
+        const cost_model m(g, c, segment_map(g, segment_policy::one));
+        searcher s(m, proportional_ratios(c, 1));
+        for (int sample = 0; sample < 12; ++sample) {
+          // A random prefix of rule choices: a random state at a random depth.
+          const std::size_t depth = rng() % (s.order().size() + 1);
+          std::vector<std::size_t> prefix;
+          for (std::size_t k = 0; k < depth; ++k)
+            prefix.push_back(rng() % s.rules(k).size());
+          const auto rest = s.exhaustive(prefix);
+          if (!rest || !std::isfinite(*rest))
+            continue; // that prefix is a dead end
+          CHECK(s.heuristic(depth) <= *rest * (1.0 + 1e-12) + 1e-18);
+          ++checked;
+        }
+      }
+    }
+  CHECK(checked >= 40);
+}
+
+TEST_CASE("synthesis is never worse than the baselines and is deterministic") {
+  models::model_options small;
+  small.layers = 2;
+  small.hidden = 32;
+  small.ffn = 64;
+  small.heads = 2;
+  small.seq = 16;
+  small.vocab = 64;
+  small.experts = 4;
+  for (const auto& speeds : {std::vector<double>{2e10, 1e10}, std::vector<double>{5e10, 3e10, 1e10}}) {
+    for (double bw : {1e7, 1e10}) {
+      const cluster c = make_cluster(speeds, bw);
+      for (const char* name : {"mlp", "bert", "bert-moe", "vit"}) {
+        small.layers = std::string(name) == "bert-moe" ? 2 : 1;
+        const auto g = models::trace_model<float>(name, small, 8 * c.size());
+        const plan p = synthesize(g, c, {}, name);
+        double best = std::numeric_limits<double>::infinity();
+        for (auto b : {baseline::dp_ev, baseline::dp_cp, baseline::tp})
+          best = std::min(best, make_baseline(g, c, b, {}, name).step_time);
+        INFO(name << " on " << c.size() << " devices, bandwidth " << bw);
+        CHECK(p.step_time <= best * (1.0 + 1e-9));
+        if (bw > 1e9 && c.size() == 3) // deterministic: the same plan, bit for bit
+          CHECK(synthesize(g, c, {}, name).hash() == p.hash());
+      }
+    }
+  }
+}
+
+TEST_CASE("baselines: DP replicates every weight on even or proportional ratios; TP splits none "
+          "of the batch") {
+  const auto g = tiny_mlp(32, 16, 64, 4);
+  const cluster c = make_cluster({3e9, 1e9});
+  const plan ev = make_baseline(g, c, baseline::dp_ev);
+  const plan cp = make_baseline(g, c, baseline::dp_cp);
+  const plan tp = make_baseline(g, c, baseline::tp);
+  CHECK(ev.ratios[0] == std::vector<double>{0.5, 0.5});
+  CHECK(cp.ratios[0][0] == Approx(0.75));
+  const segment_map seg(g, segment_policy::one);
+  for (const auto& s : ev.steps) {
+    for (const auto& t : s.transfers)
+      if (g[t.tensor].kind == graph::op::parameter)
+        CHECK(t.to.is_replicated());
+    if (s.kind == graph::op::linear)
+      CHECK(s.rule.in[0] == S(0));
+  }
+  for (const auto& s : tp.steps)
+    for (std::size_t k = 0; k < s.rule.arity; ++k)
+      if (s.rule.in[k].is_split())
+        CHECK(!seg.is_batch(g[s.node].inputs[k], s.rule.in[k].dim()));
+  CHECK(ev.step_time >= cp.step_time); // same program, better ratios
+}
+
+TEST_CASE("SFB replaces a weight-gradient all-reduce when the batch is small") {
+  const auto g = tiny_mlp(2, 1024, 1024, 4); // 4 MiB weight, 2 rows
+  const cluster c = make_cluster({1e12, 1e12}, 1e8);
+  const cost_model m(g, c, segment_map(g, segment_policy::one));
+  search_options only_dp; // data parallel only, so the weight is replicated
+  only_dp.allow_rule = [](graph::node_id, const graph::rule& r) {
+    return r.kind == graph::rule::family::replicated ||
+           (r.kind == graph::rule::family::split && (r.out == S(0) || r.out.is_partial()) &&
+            r.in[0] == S(0));
+  };
+  const auto res = search(m, even_ratios(c, 1), only_dp);
+  REQUIRE(res.found);
+  bool sfb = false;
+  for (const auto& s : res.steps)
+    for (const auto& t : s.transfers)
+      sfb = sfb || (t.sfb && g[t.tensor].name == "fc1.weight");
+  CHECK(sfb);
+  only_dp.allow_sfb = false;
+  const auto without = search(m, even_ratios(c, 1), only_dp);
+  CHECK(without.cost > 5.0 * res.cost);
+}
+
+TEST_CASE("memory: a device too small for any plan is named with bytes; a tight cap changes the "
+          "plan") {
+  const auto g = tiny_mlp(8, 1024, 1024, 4);
+  const cluster tiny = make_cluster({1e9, 1e9}, 1e9, 1e5);
+  try {
+    (void)synthesize(g, tiny);
+    FAIL("expected a memory error");
+  } catch (const plan_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("needs at least") != std::string::npos);
+    CHECK(what.find("d0") != std::string::npos);
+    CHECK(what.find("MiB") != std::string::npos);
+  }
+  // MLP 784-1024-1024-10, batch 4096, fast devices on a 1 GB/s link: unconstrained, the first
+  // layer runs replicated (no gather of its output). 10 % less memory than that plan needs
+  // forces another program, slower but within the cap.
+  models::model_options mlp;
+  mlp.layers = 2;
+  mlp.hidden = 1024;
+  const auto big = models::trace_model<float>("mlp", mlp, 4096);
+  const plan free_plan = synthesize(big, make_cluster({1e13, 1e13}, 1e9, 1e12));
+  const double peak = *std::max_element(free_plan.memory.begin(), free_plan.memory.end());
+  const double cap = std::floor(0.9 * peak);
+  const plan capped = synthesize(big, make_cluster({1e13, 1e13}, 1e9, cap));
+  CHECK(capped.hash() != free_plan.hash());
+  bool differs = false;
+  for (std::size_t i = 0; i < capped.steps.size(); ++i)
+    differs = differs || !(capped.steps[i].rule == free_plan.steps[i].rule);
+  CHECK(differs);
+  for (double b : capped.memory)
+    CHECK(b <= cap);
+  CHECK(capped.step_time > free_plan.step_time);
+}
+
+TEST_CASE("plans round-trip through JSON, hash alike, explain themselves, and refuse another graph") {
+  const auto g = tiny_block(4, 6, 8);
+  const cluster c = make_cluster({3e9, 2e9, 1e9}, 1e7);
+  const plan p = synthesize(g, c, {}, "block");
+  const auto j = to_json(p);
+  const plan q = plan_from_json(nlohmann::json::parse(j.dump()), g, "plan.json");
+  CHECK(q.steps == p.steps);
+  CHECK(q.ratios == p.ratios);
+  CHECK(q.hash() == p.hash());
+  const cost_model m(g, c, segment_map(g, segment_policy::one));
+  const std::string table = explain(p, m);
+  CHECK(table.find("predicted step time") != std::string::npos);
+  CHECK(table.find("ln.layer_norm") != std::string::npos);
+  CHECK(table.find("d2:") != std::string::npos);
+  // Another graph: refused naming the field.
+  const auto other = tiny_block(4, 6, 16);
+  CHECK_THROWS_WITH(plan_from_json(j, other, "plan.json"),
+                    Catch::Contains("plan.json: field graph.hash") &&
+                        Catch::Contains("another graph"));
+  // A hand-edited rule the op does not have.
+  auto bad = j;
+  bad["steps"][0]["out"] = "split(5)";
+  CHECK_THROWS_WITH(plan_from_json(bad, g, "plan.json"),
+                    Catch::Contains("plan.json: field steps[0]") && Catch::Contains("no such rule"));
+}

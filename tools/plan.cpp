@@ -1,0 +1,131 @@
+// hspmd-plan: synthesize the distributed program of a model on a cluster, without MPI, and
+// compare it with the baselines (DP-EV, DP-CP, TP) built by the same machinery.
+//   hspmd-plan --model bert --cluster clusters/hap-testbed.json
+//   hspmd-plan --model vgg19 --cluster clusters/mixed-8.json --explain --json plan.json
+#include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/models/zoo.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+namespace {
+
+std::string seconds(double s) { return hspmd::synth::detail::seconds_text(s); }
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hspmd-plan: synthesize a distributed training program for a model on a cluster "
+               "and compare it with data-parallel (even and speed-proportional) and tensor-"
+               "parallel baselines. Times are the cost model's predictions per training step."};
+  std::string model = "bert";
+  std::string cluster_file;
+  std::size_t batch = 0;
+  std::size_t per_device = 32;
+  hspmd::models::model_options mo;
+  std::string json_out;
+  bool explain = false;
+  bool no_baselines = false;
+  std::string segments = "one";
+  hspmd::synth::synth_options so;
+  std::string list;
+  for (auto n : hspmd::models::model_names)
+    list += (list.empty() ? "" : ", ") + std::string(n);
+  app.add_option("--model", model, "model: " + list)->capture_default_str();
+  app.add_option("--cluster", cluster_file, "cluster file (see docs/cluster-file.md)")->required();
+  app.add_option("--batch", batch, "global batch (default: --per-device times the devices)");
+  app.add_option("--per-device", per_device, "samples per device when --batch is not given")
+      ->capture_default_str();
+  app.add_option("--layers", mo.layers, "transformer layers (bert, bert-moe, vit; default 12) or "
+                                        "hidden layers (mlp; default 2)");
+  app.add_option("--hidden", mo.hidden, "hidden size (default 768; mlp 1024)");
+  app.add_option("--ffn", mo.ffn, "feed-forward size (default 4 x hidden)");
+  app.add_option("--heads", mo.heads, "attention heads (default hidden / 64)");
+  app.add_option("--seq", mo.seq, "sequence length (bert, bert-moe; default 128)");
+  app.add_option("--vocab", mo.vocab, "vocabulary (bert, bert-moe; default 30522)");
+  app.add_option("--experts", mo.experts, "experts per MoE layer (bert-moe; default 8)");
+  app.add_option("--width", mo.width, "channel multiplier (vgg19)")->capture_default_str();
+  app.add_option("--segments", segments,
+                 "ratio vectors: one (every split shares the batch's) or batch-model")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"one", "batch-model"}));
+  app.add_option("--max-expansions", so.search.max_expansions,
+                 "A* states expanded before returning the best plan found with its gap")
+      ->capture_default_str();
+  app.add_option("--max-seconds", so.search.max_seconds, "A* time budget per search")
+      ->capture_default_str();
+  app.add_option("--json", json_out, "write the synthesized plan as JSON to this file");
+  app.add_flag("--explain", explain, "print the plan as a table (ops, placements, collectives, "
+                                     "per-device time and memory, binding LP rows)");
+  app.add_flag("--no-baselines", no_baselines, "synthesize only");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    so.segments = segments == "one" ? hspmd::synth::segment_policy::one
+                                    : hspmd::synth::segment_policy::batch_and_model;
+    const hspmd::cluster c = hspmd::load_cluster(cluster_file);
+    if (batch == 0)
+      batch = per_device * c.size();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto g = hspmd::models::trace_model<float>(model, mo, batch);
+    const auto t1 = std::chrono::steady_clock::now();
+    const auto plan = hspmd::synth::synthesize(g, c, so, model);
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto total = hspmd::graph::total_cost(g);
+    std::printf("model %s, batch %zu: %zu graph nodes, %.1f GFLOP per step; traced in %.3f s\n",
+                model.c_str(), batch, g.size(),
+                (total.forward_flops + total.backward_flops) / 1e9,
+                std::chrono::duration<double>(t1 - t0).count());
+    std::printf("cluster %s: %zu devices on %zu node(s)\n", c.name.c_str(), c.size(),
+                c.nodes().size());
+    std::printf("synthesis: %.3f s (search %.3f s in %zu round(s), %zu states expanded; LP "
+                "%.3f s)%s\n",
+                std::chrono::duration<double>(t2 - t1).count(), plan.stats.search_seconds,
+                plan.stats.rounds, plan.stats.expanded, plan.stats.lp_seconds,
+                plan.stats.optimal ? ""
+                                   : (", budget reached: within " +
+                                      std::to_string(100.0 * plan.stats.gap) + "% of optimal")
+                                         .c_str());
+    std::printf("\n%-8s %14s %14s %14s %10s\n", "plan", "step time", "compute", "comm",
+                "speedup");
+    std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),
+                seconds(plan.compute_time).c_str(), seconds(plan.comm_time).c_str(), "");
+    if (!no_baselines)
+      for (auto b : {hspmd::synth::baseline::dp_ev, hspmd::synth::baseline::dp_cp,
+                     hspmd::synth::baseline::tp}) {
+        try {
+          const auto p = hspmd::synth::make_baseline(g, c, b, so, model);
+          std::printf("%-8s %14s %14s %14s %9.2fx\n", std::string(hspmd::synth::name(b)).c_str(),
+                      seconds(p.step_time).c_str(), seconds(p.compute_time).c_str(),
+                      seconds(p.comm_time).c_str(), p.step_time / plan.step_time);
+        } catch (const hspmd::plan_error& e) {
+          std::printf("%-8s %s\n", std::string(hspmd::synth::name(b)).c_str(), e.what());
+        }
+      }
+    std::printf("(speedup: the baseline's predicted step time over synth's)\n");
+    const hspmd::synth::cost_model m(g, c, hspmd::synth::segment_map(g, so.segments));
+    if (explain)
+      std::cout << "\n" << hspmd::synth::explain(plan, m);
+    if (!json_out.empty()) {
+      std::ofstream f(json_out);
+      f << hspmd::synth::to_json(plan).dump(1) << "\n";
+      if (!f)
+        throw hspmd::config_error(json_out, "cannot write", "a writable path");
+      std::printf("plan written to %s (hash %016llx)\n", json_out.c_str(),
+                  static_cast<unsigned long long>(plan.hash()));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hspmd-plan: %s\n", e.what());
+    return 1;
+  }
+}
