@@ -16,7 +16,9 @@
 
 namespace {
 
-std::string seconds(double s) { return hspmd::synth::detail::seconds_text(s); }
+std::string seconds(double s) {
+  return hspmd::synth::detail::seconds_text(s);
+}
 
 } // namespace
 
@@ -42,8 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "global batch (default: --per-device times the devices)");
   app.add_option("--per-device", per_device, "samples per device when --batch is not given")
       ->capture_default_str();
-  app.add_option("--layers", mo.layers, "transformer layers (bert, bert-moe, vit; default 12) or "
-                                        "hidden layers (mlp; default 2)");
+  app.add_option("--layers", mo.layers,
+                 "transformer layers (bert, bert-moe, vit; default 12) or "
+                 "hidden layers (mlp; default 2)");
   app.add_option("--hidden", mo.hidden, "hidden size (default 768; mlp 1024)");
   app.add_option("--ffn", mo.ffn, "feed-forward size (default 4 x hidden)");
   app.add_option("--heads", mo.heads, "attention heads (default hidden / 64)");
@@ -61,8 +64,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", so.search.max_seconds, "A* time budget per search")
       ->capture_default_str();
   app.add_option("--json", json_out, "write the synthesized plan as JSON to this file");
-  app.add_flag("--explain", explain, "print the plan as a table (ops, placements, collectives, "
-                                     "per-device time and memory, binding LP rows)");
+  app.add_flag("--explain", explain,
+               "print the plan as a table (ops, placements, collectives, "
+               "per-device time and memory, binding LP rows)");
   app.add_flag("--no-baselines", no_baselines, "synthesize only");
   try {
     app.parse(argc, argv);
@@ -82,8 +86,7 @@ int main(int argc, char** argv) {
     const auto t2 = std::chrono::steady_clock::now();
     const auto total = hspmd::graph::total_cost(g);
     std::printf("model %s, batch %zu: %zu graph nodes, %.1f GFLOP per step; traced in %.3f s\n",
-                model.c_str(), batch, g.size(),
-                (total.forward_flops + total.backward_flops) / 1e9,
+                model.c_str(), batch, g.size(), (total.forward_flops + total.backward_flops) / 1e9,
                 std::chrono::duration<double>(t1 - t0).count());
     std::printf("cluster %s: %zu devices on %zu node(s)\n", c.name.c_str(), c.size(),
                 c.nodes().size());
@@ -95,8 +98,7 @@ int main(int argc, char** argv) {
                                    : (", budget reached: within " +
                                       std::to_string(100.0 * plan.stats.gap) + "% of optimal")
                                          .c_str());
-    std::printf("\n%-8s %14s %14s %14s %10s\n", "plan", "step time", "compute", "comm",
-                "speedup");
+    std::printf("\n%-8s %14s %14s %14s %10s\n", "plan", "step time", "compute", "comm", "speedup");
     std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),
                 seconds(plan.compute_time).c_str(), seconds(plan.comm_time).c_str(), "");
     if (!no_baselines)

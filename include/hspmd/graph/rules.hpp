@@ -72,11 +72,11 @@ struct signature {
   /// Linear rules: `joint`: partial in all of `linear_in` together (add: a + b); `each`: partial
   /// in one of them, the others replicated (matmul: A . B).
   enum class linearity : std::uint8_t { none, joint, each } linear = linearity::none;
-  std::uint8_t linear_in = 0;       ///< bitmask of operands
-  std::optional<std::size_t> bias;  ///< operand added once per output element (linear, conv2d)
-  label vocabulary = no_label;      ///< cross-entropy: split with two row all-reduces
-  bool hand_written = false;        ///< moe_dispatch / moe_combine: rules listed by hand
-  bool known = true;                ///< false for input / parameter (loaded, not computed)
+  std::uint8_t linear_in = 0;      ///< bitmask of operands
+  std::optional<std::size_t> bias; ///< operand added once per output element (linear, conv2d)
+  label vocabulary = no_label;     ///< cross-entropy: split with two row all-reduces
+  bool hand_written = false;       ///< moe_dispatch / moe_combine: rules listed by hand
+  bool known = true;               ///< false for input / parameter (loaded, not computed)
 };
 
 /// One way to run a node locally.
@@ -84,8 +84,8 @@ struct rule {
   std::array<placement, max_operands> in{};
   std::size_t arity = 0;
   placement out = replicated{};
-  bool split_work = false; ///< each rank computes its share; otherwise all of the op
-  bool bias_once = false;  ///< the bias (operand `signature::bias`) is added by one rank only
+  bool split_work = false;     ///< each rank computes its share; otherwise all of the op
+  bool bias_once = false;      ///< the bias (operand `signature::bias`) is added by one rank only
   bool vocab_parallel = false; ///< cross-entropy: per-row max and sum are all-reduced
   enum class family : std::uint8_t { replicated, split, linear, expert } kind = family::replicated;
 

@@ -23,8 +23,8 @@ inline constexpr std::array<std::string_view, 5> model_names = {"mlp", "bert", "
 
 /// Sizes a user may change; 0 keeps the model's default.
 struct model_options {
-  std::size_t layers = 0;  ///< transformer layers (bert, bert-moe, vit), hidden layers (mlp)
-  std::size_t hidden = 0;  ///< hidden size; FFN is 4x unless `ffn` is given
+  std::size_t layers = 0; ///< transformer layers (bert, bert-moe, vit), hidden layers (mlp)
+  std::size_t hidden = 0; ///< hidden size; FFN is 4x unless `ffn` is given
   std::size_t ffn = 0;
   std::size_t heads = 0;   ///< default: hidden / 64
   std::size_t seq = 0;     ///< bert, bert-moe

@@ -19,10 +19,10 @@
 // alpha + beta (n - 1) B r_d, of alpha + beta B (1 - r_d), ...) so that the LP sees a maximum of
 // linear functions. Every instruction carries its backward dual too: all-gather <-> reduce-
 // scatter (same algorithm), all-reduce <-> all-reduce, all-to-all <-> all-to-all, slice <->
-// nothing (the gradient of a slice is a partial sum), to-partial <-> slice; loading a parameter replicated costs the
-// all-reduce of its gradient, or with SFB the all-gathers of the layer's input and output
-// gradient plus the full weight gradient on every device. Weight-gradient all-reduces are
-// bucketed (as every data-parallel trainer does): a gradient of b bytes pays alpha * b / bucket
+// nothing (the gradient of a slice is a partial sum), to-partial <-> slice; loading a parameter
+// replicated costs the all-reduce of its gradient, or with SFB the all-gathers of the layer's input
+// and output gradient plus the full weight gradient on every device. Weight-gradient all-reduces
+// are bucketed (as every data-parallel trainer does): a gradient of b bytes pays alpha * b / bucket
 // of the latency (at most one alpha), so many small gradients (biases, norms) do not each pay a
 // full round of latencies.
 // Optimizer: Adam's update, 12 FLOPs per parameter element, on each device's share.
@@ -69,7 +69,7 @@ enum class transfer_kind : std::uint8_t {
   reduce_scatter, ///< partial -> split (backward: all-gather)
   all_reduce,     ///< partial -> replicated (backward: all-reduce)
   all_to_all,     ///< split(i) -> split(j) (backward: all-to-all back)
-  to_partial, ///< replicated or split -> partial: one rank keeps it / zero padding (free)
+  to_partial,     ///< replicated or split -> partial: one rank keeps it / zero padding (free)
 };
 inline constexpr std::size_t transfer_kind_count = 7;
 
@@ -143,7 +143,9 @@ public:
     return policy_ == segment_policy::one ? std::vector<std::string>{"batch"}
                                           : std::vector<std::string>{"batch", "model"};
   }
-  [[nodiscard]] std::size_t count() const noexcept { return policy_ == segment_policy::one ? 1 : 2; }
+  [[nodiscard]] std::size_t count() const noexcept {
+    return policy_ == segment_policy::one ? 1 : 2;
+  }
   /// True when splitting `tensor` along `dim` divides the batch (data parallelism).
   [[nodiscard]] bool is_batch(graph::node_id tensor, std::size_t dim) const {
     return batch_class_.at(find(index(tensor, dim)));
@@ -286,8 +288,7 @@ public:
       const auto [x, dy, seg] = sfb_factors(t.tensor);
       const double fb = x + dy;
       const double share = 1.0 - min_share(ratios, seg);
-      const alpha_beta& p =
-          params(collective::all_gather_v, uneven_algorithm::native, fb * share);
+      const alpha_beta& p = params(collective::all_gather_v, uneven_algorithm::native, fb * share);
       device_costs c(n);
       for (std::size_t d = 0; d < n; ++d)
         c[d] = {p.alpha + p.beta * fb, {{seg, -p.beta * fb}}};
@@ -343,10 +344,10 @@ public:
     if (t.kind != transfer_kind::load || !is_parameter(t.tensor))
       return {};
     const double elems = static_cast<double>((*g_)[t.tensor].out.size());
-    device_costs c = work(optimizer_flops_per_element * elems,
-                          t.to.is_split() ? std::optional<std::size_t>(
-                                                segments_.of(t.tensor, t.to.dim()))
-                                          : std::nullopt);
+    device_costs c =
+        work(optimizer_flops_per_element * elems,
+             t.to.is_split() ? std::optional<std::size_t>(segments_.of(t.tensor, t.to.dim()))
+                             : std::nullopt);
     if (t.sfb) {
       const auto [x, dy, seg] = sfb_factors(t.tensor);
       (void)x;
@@ -379,9 +380,7 @@ public:
 
   /// Can parameter `w` have its gradient by SFB? (One consumer, a matmul or linear whose input
   /// rows are split.) `rows_split` says whether the consumer's rule splits the rows.
-  [[nodiscard]] bool sfb_possible(graph::node_id w) const {
-    return sfb_consumer(w).has_value();
-  }
+  [[nodiscard]] bool sfb_possible(graph::node_id w) const { return sfb_consumer(w).has_value(); }
 
   [[nodiscard]] bool is_parameter(graph::node_id t) const {
     return (*g_)[t].kind == graph::op::parameter;

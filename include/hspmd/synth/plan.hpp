@@ -39,8 +39,8 @@ struct plan_stats {
   std::size_t rounds = 0;    ///< search <-> LP rounds
   double search_seconds = 0.0;
   double lp_seconds = 0.0;
-  double gap = 0.0;     ///< (cost - lower bound) / cost of the last search; 0 when optimal
-  bool optimal = true;  ///< the last search finished within its budgets
+  double gap = 0.0;    ///< (cost - lower bound) / cost of the last search; 0 when optimal
+  bool optimal = true; ///< the last search finished within its budgets
 };
 
 /// A synthesized (or baseline) distributed program.
@@ -54,12 +54,12 @@ struct plan {
   std::vector<std::string> device_names;
   segment_policy segments = segment_policy::one;
   std::vector<std::string> segment_names{"batch"};
-  ratio_table ratios;             ///< [segment][device]
+  ratio_table ratios; ///< [segment][device]
   std::vector<plan_step> steps;
-  double step_time = 0.0;         ///< predicted seconds per training step
-  double compute_time = 0.0;      ///< its compute part
-  double comm_time = 0.0;         ///< its communication part
-  std::vector<double> memory;     ///< predicted bytes per device
+  double step_time = 0.0;           ///< predicted seconds per training step
+  double compute_time = 0.0;        ///< its compute part
+  double comm_time = 0.0;           ///< its communication part
+  std::vector<double> memory;       ///< predicted bytes per device
   std::vector<std::string> binding; ///< the ratio LP's binding rows, in words
   plan_stats stats;
 
@@ -179,9 +179,8 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   j["cluster"] = {{"name", p.cluster_name},
                   {"fingerprint", detail::hex(p.cluster_fingerprint)},
                   {"devices", p.device_names}};
-  j["segments"] = {
-      {"policy", p.segments == segment_policy::one ? "one" : "batch_and_model"},
-      {"names", p.segment_names}};
+  j["segments"] = {{"policy", p.segments == segment_policy::one ? "one" : "batch_and_model"},
+                   {"names", p.segment_names}};
   j["ratios"] = p.ratios;
   j["step_time"] = p.step_time;
   j["compute_time"] = p.compute_time;
@@ -222,14 +221,16 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   }
   j["steps"] = steps;
   if (with_stats)
-    j["search"] = {{"expanded", p.stats.expanded},   {"generated", p.stats.generated},
-                   {"rounds", p.stats.rounds},       {"search_seconds", p.stats.search_seconds},
+    j["search"] = {{"expanded", p.stats.expanded},     {"generated", p.stats.generated},
+                   {"rounds", p.stats.rounds},         {"search_seconds", p.stats.search_seconds},
                    {"lp_seconds", p.stats.lp_seconds}, {"gap", p.stats.gap},
                    {"optimal", p.stats.optimal}};
   return j;
 }
 
-inline std::uint64_t plan::hash() const { return fnv1a64(to_json(*this, false).dump()); }
+inline std::uint64_t plan::hash() const {
+  return fnv1a64(to_json(*this, false).dump());
+}
 
 /// Reads a plan written by `to_json` for graph `g`; throws `config_error` naming `source`, the
 /// field and the fix (e.g. a plan made for another graph).
@@ -257,8 +258,8 @@ inline std::uint64_t plan::hash() const { return fnv1a64(to_json(*this, false).d
   const auto strings = [&](const nlohmann::json& o, std::string_view path, const char* key) {
     std::vector<std::string> out;
     const std::string at = hspmd::detail::json_child(path, key);
-    for (const auto& v : expect_array(src, require_key(src, o, path, key, "an array"), at,
-                                      "an array of strings")) {
+    for (const auto& v :
+         expect_array(src, require_key(src, o, path, key, "an array"), at, "an array of strings")) {
       if (!v.is_string())
         src.fail(at, "has " + hspmd::detail::json_kind(v), "an array of strings");
       out.push_back(v.get<std::string>());
@@ -286,14 +287,17 @@ inline std::uint64_t plan::hash() const { return fnv1a64(to_json(*this, false).d
   plan p;
   p.model = str(j, "", "model");
   p.strategy = str(j, "", "strategy");
-  const auto& gj = expect_object(src, require_key(src, j, "", "graph", "an object"), "graph", "an object");
+  const auto& gj =
+      expect_object(src, require_key(src, j, "", "graph", "an object"), "graph", "an object");
   p.graph_nodes = static_cast<std::size_t>(num(gj, "graph", "nodes"));
   p.graph_hash = std::stoull(str(gj, "graph", "hash"), nullptr, 16);
   if (p.graph_hash != graph_hash(g) || p.graph_nodes != g.size())
-    src.fail("graph.hash", "the plan was made for another graph (" + detail::hex(p.graph_hash) +
-                               ", this one is " + detail::hex(graph_hash(g)) + ")",
+    src.fail("graph.hash",
+             "the plan was made for another graph (" + detail::hex(p.graph_hash) +
+                 ", this one is " + detail::hex(graph_hash(g)) + ")",
              "a plan synthesized for this model, batch and configuration");
-  const auto& cj = expect_object(src, require_key(src, j, "", "cluster", "an object"), "cluster", "an object");
+  const auto& cj =
+      expect_object(src, require_key(src, j, "", "cluster", "an object"), "cluster", "an object");
   p.cluster_name = str(cj, "cluster", "name");
   p.cluster_fingerprint = std::stoull(str(cj, "cluster", "fingerprint"), nullptr, 16);
   p.device_names = strings(cj, "cluster", "devices");
@@ -326,7 +330,8 @@ inline std::uint64_t plan::hash() const { return fnv1a64(to_json(*this, false).d
   p.comm_time = num(j, "", "comm_time");
   p.memory = numbers(require_key(src, j, "", "memory", "an array"), "memory");
   p.binding = strings(j, "", "binding");
-  const auto& steps = expect_array(src, require_key(src, j, "", "steps", "an array"), "steps", "an array");
+  const auto& steps =
+      expect_array(src, require_key(src, j, "", "steps", "an array"), "steps", "an array");
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const std::string path = hspmd::detail::json_child("steps", i);
     const auto& st = expect_object(src, steps[i], path, "an object");
@@ -370,8 +375,8 @@ inline std::uint64_t plan::hash() const { return fnv1a64(to_json(*this, false).d
     if (std::find(rules.begin(), rules.end(), s.rule) == rules.end())
       src.fail(path, "op " + std::string(graph::name(s.kind)) + " has no such rule",
                "placements one of the op's rules allows");
-    const auto& ts =
-        expect_array(src, require_key(src, st, path, "transfers", "an array"), path + ".transfers", "an array");
+    const auto& ts = expect_array(src, require_key(src, st, path, "transfers", "an array"),
+                                  path + ".transfers", "an array");
     for (std::size_t k = 0; k < ts.size(); ++k) {
       const std::string tp = hspmd::detail::json_child(path + ".transfers", k);
       transfer t;
@@ -469,8 +474,8 @@ namespace detail {
                                                        : "-");
     o << line;
     for (const transfer& t : s.transfers)
-      if (t.kind != transfer_kind::load || t.sfb || (m.is_parameter(t.tensor) &&
-                                                     t.to.is_replicated() && m.devices() > 1))
+      if (t.kind != transfer_kind::load || t.sfb ||
+          (m.is_parameter(t.tensor) && t.to.is_replicated() && m.devices() > 1))
         o << "      + " << detail::transfer_text(t, g, m) << "\n";
   }
   o << "\nper device (segment shares, predicted memory):\n";

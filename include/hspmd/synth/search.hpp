@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,11 +47,14 @@ struct search_options {
   std::function<bool(graph::node_id, const graph::rule&)> allow_rule;
   /// Placements an input or parameter may be loaded in; all but partial when empty.
   std::function<bool(graph::node_id, placement)> allow_load;
-  bool allow_sfb = true;      ///< SFB as an alternative to a weight-gradient all-reduce
+  bool allow_sfb = true; ///< SFB as an alternative to a weight-gradient all-reduce
   bool allow_all_to_all = true;
   std::vector<uneven_algorithm> algorithms = {uneven_algorithm::padded, uneven_algorithm::grouped,
                                               uneven_algorithm::native};
   bool check_memory = true; ///< prune states that exceed a device's memory
+  /// Keep states with equal facts that trade cost for memory (exact under tight memory, but
+  /// many more states). `search` retries with it when the fast search finds nothing that fits.
+  bool memory_pareto = false;
 };
 
 /// One step of a found program.
@@ -93,6 +97,7 @@ struct search_state {
   std::size_t parent = std::numeric_limits<std::size_t>::max();
   std::size_t choice = 0; ///< index into the choices of the search
   bool closed = false;
+  bool dead = false; ///< dominated by another state of the same step
 };
 
 [[nodiscard]] inline std::uint64_t hash_facts(std::size_t step, const std::vector<fact>& f) {
@@ -125,6 +130,8 @@ public:
     states_.clear();
     choices_.clear();
     index_.clear();
+    by_step_.assign(order_.size() + 2, {});
+    prune_ = true;
     detail::search_state s0;
     states_.push_back(s0);
     index_[detail::hash_facts(0, {})].push_back(0);
@@ -138,7 +145,8 @@ public:
       const auto [f, depth_key, id] = open.top();
       open.pop();
       (void)depth_key;
-      if (states_[id].closed || f > states_[id].g + h_[states_[id].step] + 1e-15)
+      if (states_[id].closed || states_[id].dead ||
+          f > states_[id].g + h_[states_[id].step] + 1e-15 * std::max(1.0, f))
         continue; // stale entry
       if (states_[id].step == order_.size()) {
         goal = id;
@@ -174,13 +182,13 @@ public:
       while (!open.empty()) {
         const auto [f, depth_key, id] = open.top();
         open.pop();
-        if (states_[id].closed)
+        if (states_[id].closed || states_[id].dead)
           continue;
         lb = std::min(lb, f);
         const auto& s = states_[id];
         if (!any || s.step > states_[deepest].step ||
-            (s.step == states_[deepest].step && s.g + h_[s.step] < states_[deepest].g +
-                                                                       h_[states_[deepest].step]))
+            (s.step == states_[deepest].step &&
+             s.g + h_[s.step] < states_[deepest].g + h_[states_[deepest].step]))
           deepest = id;
         any = true;
       }
@@ -198,6 +206,19 @@ public:
     return res;
   }
 
+  /// Debug: the states generated at step k (facts as "tensor:mask" and g).
+  [[nodiscard]] std::vector<std::pair<double, std::string>> states_at(std::size_t k) const {
+    std::vector<std::pair<double, std::string>> out;
+    for (const auto& st : states_)
+      if (st.step == k) {
+        std::string f;
+        for (const auto& x : st.facts)
+          f += (*g_)[x.tensor].name + ":" + std::to_string(x.mask) + " ";
+        out.emplace_back(st.g, f + (st.closed ? "[closed]" : ""));
+      }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
   /// The heuristic at step k (exposed for tests of admissibility).
   [[nodiscard]] double heuristic(std::size_t k) const { return h_.at(k); }
   /// The computed nodes in search order.
@@ -210,6 +231,8 @@ public:
     states_.clear();
     choices_.clear();
     index_.clear();
+    by_step_.assign(order_.size() + 2, {});
+    prune_ = false;
     states_.push_back({});
     std::size_t at = 0;
     for (std::size_t r : prefix) {
@@ -222,9 +245,7 @@ public:
     return enumerate(at) - states_[at].g;
   }
   /// Rules allowed at search step k.
-  [[nodiscard]] const std::vector<graph::rule>& rules(std::size_t k) const {
-    return rules_.at(k);
-  }
+  [[nodiscard]] const std::vector<graph::rule>& rules(std::size_t k) const { return rules_.at(k); }
 
 private:
   struct choice {
@@ -270,12 +291,7 @@ private:
                          "no rule is allowed for this op",
                          "allow at least the replicated fallback (check pinned placements)");
     }
-    for (std::size_t k = order_.size(); k-- > 0;) {
-      double best = std::numeric_limits<double>::infinity();
-      for (const graph::rule& r : rules_[k])
-        best = std::min(best, unavoidable(k, r));
-      h_[k] = h_[k + 1] + best;
-    }
+    build_heuristic();
     capacity_.clear();
     for (const auto& d : m_->cluster().devices)
       capacity_.push_back(static_cast<double>(d.memory));
@@ -287,8 +303,8 @@ private:
       for (std::size_t d = 0; d < floor_.size(); ++d) {
         double best = std::numeric_limits<double>::infinity();
         for (placement p : options)
-          best = std::min(best, value_at((output ? m_->output_memory(t, p) : m_->memory(t, p))[d],
-                                         ratios_, d));
+          best = std::min(
+              best, value_at((output ? m_->output_memory(t, p) : m_->memory(t, p))[d], ratios_, d));
         if (std::isfinite(best))
           floor_[d] += best;
       }
@@ -308,11 +324,7 @@ private:
           loads.push_back(placement_of_code(c));
       smallest(loads, t, false);
     }
-    // Memory is tight when some device's floor is a quarter of its capacity or more: then
-    // states with equal facts are merged only when one is both cheaper and smaller.
-    pareto_ = false;
-    for (std::size_t d = 0; d < floor_.size(); ++d)
-      pareto_ = pareto_ || (opt_.check_memory && 4.0 * floor_[d] > capacity_[d]);
+    pareto_ = opt_.check_memory && opt_.memory_pareto;
   }
 
   // Why nothing fitted: a device whose floor exceeds its memory, or the closest miss.
@@ -340,21 +352,137 @@ private:
         double best = std::numeric_limits<double>::infinity();
         for (const transfer& tr : load_options(k, r, i))
           best = std::min(best, price(tr));
-        if (std::isfinite(best))
-          c += best;
+        c += best; // infinite: this rule cannot load the parameter it alone uses
       }
     }
     return c;
   }
 
+  // Cheapest way, over one or more conversions, from placement code a to code b of tensor t.
+  [[nodiscard]] std::vector<double> conversion_distances(graph::node_id t) const {
+    const std::size_t codes = 2 + (*g_)[t].out.rank();
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> d(codes * codes, inf);
+    for (std::size_t a = 0; a < codes; ++a) {
+      d[a * codes + a] = 0.0;
+      for (std::size_t b = 0; b < codes; ++b) {
+        if (a == b)
+          continue;
+        for (const transfer& tr :
+             conversions(t, static_cast<detail::mask_t>(1U << a), placement_of_code(b)))
+          d[a * codes + b] = std::min(d[a * codes + b], price(tr));
+      }
+    }
+    for (std::size_t via = 0; via < codes; ++via)
+      for (std::size_t a = 0; a < codes; ++a)
+        for (std::size_t b = 0; b < codes; ++b)
+          d[a * codes + b] = std::min(d[a * codes + b], d[a * codes + via] + d[via * codes + b]);
+    return d;
+  }
+
+  // The heuristic h(k) = sum over remaining ops j of base(j) + N_k(loss, partial), where
+  //   base(j)   = min over j's rules of what j alone pays (compute, own communication, loads of
+  //               parameters only j uses), and
+  //   N_k(t, p) = a lower bound of what it costs, beyond every op's base, to have tensor t in
+  //               placement p, counting only ops at step >= k:
+  //               min over the producer's rules r of [ (r's cost - base) +
+  //                   sum over r's operands u of N_k(u, r's placement of u) / uses(u) ] +
+  //               the cheapest conversions from r's output placement to p;
+  //               0 for tensors made before step k (a state there may have paid already).
+  // Each op's extra cost and each conversion reaches the loss split over its consumers (shares
+  // of 1 / uses), so the total charged is at most what any program pays: admissible. It sees
+  // that a tensor-parallel layer needs a replicated input (an all-gather, or replicated work
+  // upstream) where a data-parallel one pays its weight-gradient all-reduce. N_k is computed at
+  // checkpoints c and used for every k <= c (fewer ops counted: still a lower bound).
+  void build_heuristic() {
+    const std::size_t steps = order_.size();
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> base(steps);
+    std::vector<double> base_min(steps, inf);
+    for (std::size_t k = 0; k < steps; ++k)
+      for (const graph::rule& r : rules_[k]) {
+        base[k].push_back(unavoidable(k, r));
+        base_min[k] = std::min(base_min[k], base[k].back());
+      }
+    std::vector<std::size_t> first_use(g_->size(), std::numeric_limits<std::size_t>::max());
+    for (std::size_t k = steps; k-- > 0;)
+      for (graph::node_id t : (*g_)[order_[k]].inputs)
+        first_use[t] = k;
+    const graph::node_id loss = *g_->loss();
+    std::vector<std::vector<double>> dist(g_->size());
+    for (graph::node_id t = 0; t < g_->size(); ++t)
+      if ((uses_[t] > 0 || t == loss) && !m_->is_parameter(t))
+        dist[t] = conversion_distances(t);
+    const auto extra_at = [&](std::size_t c) {
+      std::vector<std::array<double, placement_codes>> n(g_->size());
+      for (graph::node_id t = 0; t < g_->size(); ++t) {
+        n[t].fill(0.0);
+        if (dist[t].empty())
+          continue;
+        const std::size_t codes = 2 + (*g_)[t].out.rank();
+        const auto kind = (*g_)[t].kind;
+        if (kind == graph::op::input) {
+          if (first_use[t] < c)
+            continue;
+          std::array<double, placement_codes> best;
+          best.fill(inf);
+          for (std::size_t q = 0; q < codes; ++q)
+            if (load_allowed(t, placement_of_code(q)))
+              for (std::size_t p = 0; p < codes; ++p)
+                best[p] = std::min(best[p], dist[t][q * codes + p]);
+          for (std::size_t p = 0; p < codes; ++p)
+            n[t][p] = std::isfinite(best[p]) ? best[p] : 0.0;
+          continue;
+        }
+        const std::size_t k = step_of_[t];
+        if (k >= steps || k < c)
+          continue;
+        std::array<double, placement_codes> best;
+        best.fill(inf);
+        const graph::node& nd = (*g_)[t];
+        for (std::size_t r = 0; r < rules_[k].size(); ++r) {
+          if (!std::isfinite(base[k][r]))
+            continue;
+          double v = base[k][r] - base_min[k];
+          for (std::size_t i = 0; i < rules_[k][r].arity; ++i) {
+            const graph::node_id u = nd.inputs[i];
+            if (uses_[u] > 0)
+              v += n[u][code_of(rules_[k][r].in[i])] / static_cast<double>(uses_[u]);
+          }
+          const std::size_t from = code_of(rules_[k][r].out);
+          for (std::size_t p = 0; p < codes; ++p)
+            best[p] = std::min(best[p], v + dist[t][from * codes + p]);
+        }
+        for (std::size_t p = 0; p < codes; ++p)
+          n[t][p] = std::isfinite(best[p]) ? best[p] : 0.0;
+      }
+      return n[loss][code_of(partial{})];
+    };
+    std::vector<double> h(steps + 1, 0.0);
+    const std::size_t stride =
+        std::max<std::size_t>(1, static_cast<std::size_t>(std::sqrt(static_cast<double>(steps))));
+    double checkpoint_value = 0.0;
+    std::size_t checkpoint = steps;
+    double base_suffix = 0.0;
+    for (std::size_t k = steps; k-- > 0;) {
+      base_suffix += base_min[k];
+      if (k % stride == 0 || k + 1 == steps) {
+        checkpoint = k;
+        checkpoint_value = extra_at(k);
+      }
+      (void)checkpoint;
+      h[k] = base_suffix + checkpoint_value;
+    }
+    h_ = std::move(h);
+  }
+
   // (communication, compute) seconds of a transfer at the search's ratios, memoized.
   [[nodiscard]] std::pair<double, double> priced(const transfer& t) const {
-    const std::uint64_t key = (std::uint64_t{t.tensor} << 20U) |
-                              (std::uint64_t{static_cast<std::uint8_t>(t.kind)} << 16U) |
-                              (std::uint64_t{code_of(t.from)} << 12U) |
-                              (std::uint64_t{code_of(t.to)} << 8U) |
-                              (std::uint64_t{static_cast<std::uint8_t>(t.algorithm)} << 4U) |
-                              (t.sfb ? 1U : 0U);
+    const std::uint64_t key =
+        (std::uint64_t{t.tensor} << 20U) |
+        (std::uint64_t{static_cast<std::uint8_t>(t.kind)} << 16U) |
+        (std::uint64_t{code_of(t.from)} << 12U) | (std::uint64_t{code_of(t.to)} << 8U) |
+        (std::uint64_t{static_cast<std::uint8_t>(t.algorithm)} << 4U) | (t.sfb ? 1U : 0U);
     if (const auto it = prices_.find(key); it != prices_.end())
       return it->second;
     const std::pair<double, double> v{max_at(m_->comm(t, ratios_), ratios_).first,
@@ -447,9 +575,9 @@ private:
         mem[0] += b;
     };
     const auto find = [&](graph::node_id t) -> detail::fact* {
-      const auto it = std::lower_bound(
-          facts.begin(), facts.end(), t,
-          [](const detail::fact& f, graph::node_id v) { return f.tensor < v; });
+      const auto it =
+          std::lower_bound(facts.begin(), facts.end(), t,
+                           [](const detail::fact& f, graph::node_id v) { return f.tensor < v; });
       return it != facts.end() && it->tensor == t ? &*it : nullptr;
     };
     for (std::size_t i = 0; i < r.arity; ++i) {
@@ -485,11 +613,10 @@ private:
       add_memory(t, p);
       if (f == nullptr) {
         const detail::fact nf{t, detail::bit(p)};
-        facts.insert(std::lower_bound(facts.begin(), facts.end(), t,
-                                      [](const detail::fact& x, graph::node_id v) {
-                                        return x.tensor < v;
-                                      }),
-                     nf);
+        facts.insert(
+            std::lower_bound(facts.begin(), facts.end(), t,
+                             [](const detail::fact& x, graph::node_id v) { return x.tensor < v; }),
+            nf);
       } else {
         f->mask = static_cast<detail::mask_t>(f->mask | detail::bit(p));
       }
@@ -502,11 +629,10 @@ private:
       ch.transfers.push_back({transfer_kind::to_partial, nid, r.out, partial{}});
       out_mask = static_cast<detail::mask_t>(out_mask | detail::bit(partial{}));
     }
-    facts.insert(std::lower_bound(facts.begin(), facts.end(), nid,
-                                  [](const detail::fact& x, graph::node_id v) {
-                                    return x.tensor < v;
-                                  }),
-                 detail::fact{nid, out_mask});
+    facts.insert(
+        std::lower_bound(facts.begin(), facts.end(), nid,
+                         [](const detail::fact& x, graph::node_id v) { return x.tensor < v; }),
+        detail::fact{nid, out_mask});
     // Drop what no later step reads.
     std::erase_if(facts, [&](const detail::fact& x) { return last_use_[x.tensor] <= k; });
     if (opt_.check_memory && !fits(mem))
@@ -528,7 +654,8 @@ private:
       const bool cheaper = g < o.g - 1e-15 * std::max(1.0, g);
       if (!cheaper && (!pareto_ || mem_le(o.memory, mem)))
         return; // dominated
-      if (cheaper && !o.closed && (!pareto_ || mem_le(mem, o.memory))) {
+      if (cheaper && !o.dead && (!pareto_ || mem_le(mem, o.memory))) {
+        o.closed = false; // reopened: A* with an inconsistent (but admissible) heuristic
         o.g = g;
         o.memory = mem;
         o.parent = id;
@@ -537,6 +664,31 @@ private:
         emit(other);
         return;
       }
+    }
+    // Dominance: a state at the same step whose every tensor is available in at least the
+    // same placements, for no more cost (and, when memory is exact, no more memory), reaches
+    // everything this one reaches at no more cost.
+    const auto covers = [](const std::vector<detail::fact>& a, const std::vector<detail::fact>& b) {
+      if (a.size() != b.size())
+        return false;
+      for (std::size_t i = 0; i < a.size(); ++i)
+        if (a[i].tensor != b[i].tensor || (a[i].mask & b[i].mask) != b[i].mask)
+          return false;
+      return true;
+    };
+    auto& same_step = by_step_[k + 1];
+    if (prune_) {
+      for (std::size_t other : same_step) {
+        const auto& o = states_[other];
+        if (o.g <= g && (!pareto_ || mem_le(o.memory, mem)) && covers(o.facts, facts))
+          return;
+      }
+      for (std::size_t other : same_step) {
+        auto& o = states_[other];
+        if (!o.dead && g <= o.g && (!pareto_ || mem_le(mem, o.memory)) && covers(facts, o.facts))
+          o.dead = true; // dominated: never expanded (again)
+      }
+      std::erase_if(same_step, [&](std::size_t other) { return states_[other].dead; });
     }
     detail::search_state s;
     s.step = k + 1;
@@ -548,6 +700,8 @@ private:
     choices_.push_back(std::move(ch));
     states_.push_back(std::move(s));
     bucket.push_back(states_.size() - 1);
+    if (prune_)
+      same_step.push_back(states_.size() - 1);
     emit(states_.size() - 1);
   }
 
@@ -577,6 +731,7 @@ private:
   [[nodiscard]] std::optional<std::size_t> greedy(std::size_t id) {
     while (states_[id].step < order_.size()) {
       index_.clear(); // no merging: every successor is a new state
+      prune_ = false;
       std::optional<std::size_t> best;
       for (std::size_t r = 0; r < rules_[states_[id].step].size(); ++r)
         expand_rule(id, r, [&](std::size_t child) {
@@ -637,15 +792,28 @@ private:
   std::vector<detail::search_state> states_;
   std::vector<choice> choices_;
   std::unordered_map<std::uint64_t, std::vector<std::size_t>> index_;
+  std::vector<std::vector<std::size_t>> by_step_; ///< states per step, for dominance
+  bool prune_ = true;                             ///< false while enumerating exhaustively
   double least_over_ = std::numeric_limits<double>::infinity();
   std::string memory_message_;
 };
 
-/// Runs A* on `m` at `ratios`.
+/// Runs A* on `m` at `ratios`. States with equal facts merge keeping the cheaper; when that
+/// finds nothing within memory, the search runs again keeping the smaller too.
 [[nodiscard]] inline search_result search(const cost_model& m, const ratio_table& ratios,
                                           const search_options& opt = {}) {
   searcher s(m, ratios, opt);
-  return s.run();
+  search_result r = s.run();
+  if (r.found || !opt.check_memory || opt.memory_pareto || r.memory_message.empty())
+    return r;
+  search_options careful = opt;
+  careful.memory_pareto = true;
+  searcher again(m, ratios, careful);
+  search_result r2 = again.run();
+  r2.expanded += r.expanded;
+  r2.generated += r.generated;
+  r2.seconds += r.seconds;
+  return r2;
 }
 
 } // namespace hspmd::synth

@@ -57,8 +57,7 @@ enum class baseline : std::uint8_t { dp_ev, dp_cp, tp };
 
 /// Even ratios.
 [[nodiscard]] inline ratio_table even_ratios(const cluster& c, std::size_t segments) {
-  return ratio_table(segments,
-                     std::vector<double>(c.size(), 1.0 / static_cast<double>(c.size())));
+  return ratio_table(segments, std::vector<double>(c.size(), 1.0 / static_cast<double>(c.size())));
 }
 
 namespace detail {
@@ -201,8 +200,8 @@ struct merged_step {
   for (auto& mem : q.memory) {
     std::vector<std::pair<std::size_t, double>> merged;
     for (const auto& [s, a] : mem.terms) {
-      auto it = std::find_if(merged.begin(), merged.end(),
-                             [&](const auto& x) { return x.first == s; });
+      auto it =
+          std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == s; });
       if (it == merged.end())
         merged.emplace_back(s, a);
       else
@@ -216,8 +215,8 @@ struct merged_step {
 namespace detail {
 
 [[nodiscard]] inline std::string where_no_plan(const cost_model& m, const search_result& r) {
-  return "synthesis for cluster " + m.cluster().name + (m.cluster().source.empty() ? "" : " (" +
-                                                        m.cluster().source + ")");
+  return "synthesis for cluster " + m.cluster().name +
+         (m.cluster().source.empty() ? "" : " (" + m.cluster().source + ")");
   (void)r;
 }
 
@@ -322,8 +321,8 @@ namespace detail {
       return true;
     return dp == seg.is_batch(t, p.dim());
   };
-  const ratio_table r = b == baseline::dp_cp ? proportional_ratios(c, seg.count())
-                                             : even_ratios(c, seg.count());
+  const ratio_table r =
+      b == baseline::dp_cp ? proportional_ratios(c, seg.count()) : even_ratios(c, seg.count());
   const search_result res = search(m, r, so);
   if (!res.found)
     detail::fail_no_plan(m, res);

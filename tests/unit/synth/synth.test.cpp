@@ -25,8 +25,8 @@ cluster make_cluster(const std::vector<double>& speeds, double bandwidth = 1e8,
   std::string devices;
   for (std::size_t d = 0; d < speeds.size(); ++d)
     devices += std::string(d == 0 ? "" : ",") + R"({"name": "d)" + std::to_string(d) +
-               R"(", "kind": "test", "speed": )" + std::to_string(speeds[d]) +
-               R"(, "memory": )" + std::to_string(memory) + "}";
+               R"(", "kind": "test", "speed": )" + std::to_string(speeds[d]) + R"(, "memory": )" +
+               std::to_string(memory) + "}";
   return parse_cluster(R"({"version": 1, "name": "test", "links": {"intra_node": {"bandwidth": )" +
                            std::to_string(bandwidth) + R"(, "latency": )" +
                            std::to_string(latency) + R"(}}, "devices": [)" + devices + "]}",
@@ -58,8 +58,8 @@ graph::graph tiny_block(std::size_t batch, std::size_t s, std::size_t h) {
   auto z = b(t, nn::softmax(a(t, ln(t, x))));
   graph::attributes flat;
   flat.dims = {batch * s, h};
-  const nn::value<float, extents<dyn, dyn>> logits(
-      t, t.op(graph::op::reshape, {z.id()}, flat), t.bind<extents<dyn, dyn>>(batch * s, h));
+  const nn::value<float, extents<dyn, dyn>> logits(t, t.op(graph::op::reshape, {z.id()}, flat),
+                                                   t.bind<extents<dyn, dyn>>(batch * s, h));
   t.set_loss(nn::cross_entropy(logits, y));
   return t.take();
 }
@@ -72,7 +72,9 @@ bool has_rule(const graph::rule_list& rules, std::vector<placement> in, placemen
 
 const placement R{};
 const placement P{partial{}};
-placement S(std::size_t d) { return placement::split_along(d); }
+placement S(std::size_t d) {
+  return placement::split_along(d);
+}
 
 } // namespace
 
@@ -92,8 +94,8 @@ TEST_CASE("rule table: linear has data, row, column parallel, linear and fallbac
   constexpr std::array<graph::dims_view, 2> ins{
       graph::dims_view::of(std::array<std::size_t, 2>{32, 768}),
       graph::dims_view::of(std::array<std::size_t, 2>{768, 3072})};
-  constexpr auto sig = graph::signature_of(graph::op::matmul, ins,
-                                           graph::dims_view::of(std::array<std::size_t, 2>{32, 3072}));
+  constexpr auto sig = graph::signature_of(
+      graph::op::matmul, ins, graph::dims_view::of(std::array<std::size_t, 2>{32, 3072}));
   constexpr std::array<placement, 2> row{placement::split_along(1), placement::split_along(0)};
   static_assert(graph::result_placement(sig, graph::op::matmul, row)->is_partial());
   constexpr std::array<placement, 2> bad{placement::split_along(0), placement::split_along(0)};
@@ -134,7 +136,8 @@ TEST_CASE("rule table: normalized axes, reshape groups, vocabulary and expert pa
     if (moe[i].kind == graph::op::moe_combine)
       combine = has_rule(rules, {S(1), S(0)}, S(0)) && has_rule(rules, {S(0), R}, P);
     // Expert FFN: buffers (E, C, H) x weights (E, H, F) split by experts.
-    if (moe[i].kind == graph::op::batched_matmul && moe[moe[i].inputs[1]].kind == graph::op::parameter)
+    if (moe[i].kind == graph::op::batched_matmul &&
+        moe[moe[i].inputs[1]].kind == graph::op::parameter)
       CHECK(has_rule(rules, {S(0), S(0)}, S(0)));
   }
   CHECK(dispatch);
@@ -169,10 +172,12 @@ TEST_CASE("cost model: bytes, algorithms per uneven split, duals, bucketed gradi
   CHECK(cost(grad, even) > 1e-8 * 4.0 / 3.0 * m.bytes(w));
   // Compute: the share of the work under a split rule, all of it under the fallback.
   const auto rules = graph::rules_of(g, h);
-  const auto split = std::find_if(rules.begin(), rules.end(),
-                                  [](const graph::rule& r) { return r.out == S(0) && r.in[0] == S(0); });
+  const auto split = std::find_if(rules.begin(), rules.end(), [](const graph::rule& r) {
+    return r.out == S(0) && r.in[0] == S(0);
+  });
   const double flops = graph::cost_of(g, h).forward_flops + graph::cost_of(g, h).backward_flops;
-  CHECK(max_at(m.compute(h, *split), skew).first == Approx(std::max(0.8 * flops / 3e9, 0.1 * flops / 1e9)));
+  CHECK(max_at(m.compute(h, *split), skew).first ==
+        Approx(std::max(0.8 * flops / 3e9, 0.1 * flops / 1e9)));
   CHECK(max_at(m.compute(h, rules.items[0]), skew).first == Approx(flops / 1e9));
 }
 
@@ -183,8 +188,8 @@ TEST_CASE("A* finds the optimum of exhaustive enumeration on tiny graphs") {
     ratio_table r;
   };
   std::vector<case_> cases;
-  for (const auto& speeds :
-       {std::vector<double>{1e9, 1e9}, std::vector<double>{3e9, 1e9}, std::vector<double>{5e9, 3e9, 1e9}}) {
+  for (const auto& speeds : {std::vector<double>{1e9, 1e9}, std::vector<double>{3e9, 1e9},
+                             std::vector<double>{5e9, 3e9, 1e9}}) {
     for (double bw : {1e6, 1e8, 1e10}) {
       const cluster c = make_cluster(speeds, bw);
       cases.push_back({tiny_mlp(8, 16, 32, 4), c, proportional_ratios(c, 1)});
@@ -243,7 +248,8 @@ TEST_CASE("synthesis is never worse than the baselines and is deterministic") {
   small.seq = 16;
   small.vocab = 64;
   small.experts = 4;
-  for (const auto& speeds : {std::vector<double>{2e10, 1e10}, std::vector<double>{5e10, 3e10, 1e10}}) {
+  for (const auto& speeds :
+       {std::vector<double>{2e10, 1e10}, std::vector<double>{5e10, 3e10, 1e10}}) {
     for (double bw : {1e7, 1e10}) {
       const cluster c = make_cluster(speeds, bw);
       for (const char* name : {"mlp", "bert", "bert-moe", "vit"}) {
@@ -342,7 +348,8 @@ TEST_CASE("memory: a device too small for any plan is named with bytes; a tight 
   CHECK(capped.step_time > free_plan.step_time);
 }
 
-TEST_CASE("plans round-trip through JSON, hash alike, explain themselves, and refuse another graph") {
+TEST_CASE(
+    "plans round-trip through JSON, hash alike, explain themselves, and refuse another graph") {
   const auto g = tiny_block(4, 6, 8);
   const cluster c = make_cluster({3e9, 2e9, 1e9}, 1e7);
   const plan p = synthesize(g, c, {}, "block");
@@ -365,5 +372,6 @@ TEST_CASE("plans round-trip through JSON, hash alike, explain themselves, and re
   auto bad = j;
   bad["steps"][0]["out"] = "split(5)";
   CHECK_THROWS_WITH(plan_from_json(bad, g, "plan.json"),
-                    Catch::Contains("plan.json: field steps[0]") && Catch::Contains("no such rule"));
+                    Catch::Contains("plan.json: field steps[0]") &&
+                        Catch::Contains("no such rule"));
 }
