@@ -434,15 +434,19 @@ namespace detail {
   return b;
 }
 
+[[nodiscard]] inline std::string short_text(placement p) {
+  return p.is_replicated() ? "R" : p.is_partial() ? "P" : "S" + std::to_string(p.dim());
+}
+
 [[nodiscard]] inline std::string transfer_text(const transfer& t, const graph::graph& g,
                                                const cost_model& m) {
   std::string s = std::string(name(t.kind));
   if (t.kind == transfer_kind::all_gather || t.kind == transfer_kind::reduce_scatter)
     s += "/" + std::string(name(t.algorithm));
   if (t.kind == transfer_kind::load)
-    s += " " + t.to.to_string() + (t.sfb ? " (grad by SFB)" : "");
+    s += " " + short_text(t.to) + (t.sfb ? " (gradient by SFB)" : " (gradient all-reduce)");
   else
-    s += " " + t.from.to_string() + "->" + t.to.to_string();
+    s += " " + short_text(t.from) + "->" + short_text(t.to);
   s += " " + g[t.tensor].name;
   if (t.kind != transfer_kind::slice && t.kind != transfer_kind::to_partial)
     s += " " + bytes_text(m.bytes(t.tensor));
@@ -458,16 +462,21 @@ namespace detail {
   const graph::graph& g = m.graph();
   std::ostringstream o;
   char line[512];
-  std::snprintf(line, sizeof line, "%-5s %-16s %-34s %-40s %-10s %-10s %s\n", "step", "op", "node",
+  o << "placements: R replicated, P partial, S<d> split along dimension d\n";
+  std::snprintf(line, sizeof line, "%-5s %-16s %-34s %-34s %-10s %-10s %s\n", "step", "op", "node",
                 "placements in -> out", "compute", "comm", "bottleneck");
   o << line;
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const plan_step& s = p.steps[i];
     std::string pl;
     for (std::size_t k = 0; k < s.rule.arity; ++k)
-      pl += (k == 0 ? "" : ", ") + s.rule.in[k].to_string();
-    pl += " -> " + s.rule.out.to_string();
-    std::snprintf(line, sizeof line, "%-5zu %-16s %-34.34s %-40.40s %-10s %-10s %s\n", i,
+      pl += (k == 0 ? "" : ",") + detail::short_text(s.rule.in[k]);
+    pl += " -> " + detail::short_text(s.rule.out);
+    if (s.rule.bias_once)
+      pl += " (bias once)";
+    if (s.rule.vocab_parallel)
+      pl += " (vocabulary parallel)";
+    std::snprintf(line, sizeof line, "%-5zu %-16s %-34.34s %-34.34s %-10s %-10s %s\n", i,
                   std::string(graph::name(s.kind)).c_str(), s.name.c_str(), pl.c_str(),
                   detail::seconds_text(s.compute).c_str(), detail::seconds_text(s.comm).c_str(),
                   s.bottleneck < p.device_names.size() ? p.device_names[s.bottleneck].c_str()

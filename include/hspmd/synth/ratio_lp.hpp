@@ -214,6 +214,8 @@ inline std::string bytes_text(double b) {
     s << b / 1073741824.0 << " GiB";
   else if (b >= 1048576.0)
     s << b / 1048576.0 << " MiB";
+  else if (b >= 1024.0)
+    s << b / 1024.0 << " KiB";
   else
     s << b << " B";
   return s.str();

@@ -269,15 +269,15 @@ namespace detail {
     best.stats.lp_seconds = stats.lp_seconds;
     if (sol.status != lp::status::optimal)
       break;
+    best.binding.clear(); // the LP's view of this program, moved or not
+    for (const auto& b : sol.bottlenecks)
+      if (best.binding.size() < 6)
+        best.binding.push_back(b.text);
     plan moved = best;
     evaluate(moved, m, sol.ratios);
     if (!(moved.step_time < best.step_time - tol))
       break;
     best = std::move(moved);
-    best.binding.clear();
-    for (const auto& b : sol.bottlenecks)
-      if (best.binding.size() < 6)
-        best.binding.push_back(b.text);
     r = sol.ratios;
   }
   best.stats.rounds = stats.rounds;
