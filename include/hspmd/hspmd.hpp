@@ -30,6 +30,7 @@
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/graph/rules.hpp>
 
 #include <hspmd/nn/layers.hpp>
 #include <hspmd/nn/ops.hpp>
@@ -40,8 +41,13 @@
 #include <hspmd/models/mlp.hpp>
 #include <hspmd/models/vgg.hpp>
 #include <hspmd/models/vit.hpp>
+#include <hspmd/models/zoo.hpp>
 
+#include <hspmd/synth/cost.hpp>
+#include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/ratio_lp.hpp>
+#include <hspmd/synth/search.hpp>
+#include <hspmd/synth/synthesize.hpp>
 
 #if defined(HSPMD_HAS_BLAS)
 #include <hspmd/exec/executor.hpp>
