@@ -35,8 +35,12 @@ void synth_model(benchmark::State& state, const char* model, std::size_t per_dev
   state.counters["predicted_step_s"] = predicted;
 }
 
-void bert_base(benchmark::State& state) { synth_model(state, "bert", 32); }
-void vit(benchmark::State& state) { synth_model(state, "vit", 8); }
+void bert_base(benchmark::State& state) {
+  synth_model(state, "bert", 32);
+}
+void vit(benchmark::State& state) {
+  synth_model(state, "vit", 8);
+}
 
 } // namespace
 

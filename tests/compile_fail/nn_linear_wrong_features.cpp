@@ -1,7 +1,8 @@
 // A linear layer expecting 128 input features fed a (batch, 256) tensor.
-// hspmd-expect-error: the input's last dimension \(its features\) does not match the layer's input
-// size hspmd-expect-error: features_must_match<hspmd::nn::functional::detail::input_features<256>,
-// hspmd::nn::functional::detail::layer_expects<128> >
+// clang-format off
+// hspmd-expect-error: the input's last dimension \(its features\) does not match the layer's input size
+// hspmd-expect-error: features_must_match<hspmd::nn::functional::detail::input_features<256>, hspmd::nn::functional::detail::layer_expects<128> >
+// clang-format on
 #include <hspmd/nn/layers.hpp>
 
 int main() {

@@ -35,6 +35,8 @@ inline void print(std::ostream& os, const graph& g) {
                   std::string(name(n.kind)).c_str(), n.name.c_str(), n.out.to_string().c_str(),
                   c.forward_flops / 1e9, c.backward_flops / 1e9, g.loss() == i ? "  <- loss" : "");
     os << line;
+    if (n.pin)
+      os << "       pinned " << n.pin->to_string() << "\n";
   }
   const node_cost t = total_cost(g);
   std::snprintf(line, sizeof line, "%5s  %-15s %-30s %-22s %12.6f %12.6f\n", "", "total", "", "",
@@ -55,6 +57,8 @@ inline void print(std::ostream& os, const graph& g) {
       j["batch_dim"] = *n.out.batch_dim;
     if (n.attrs != attributes{})
       j["attrs"] = {{"scalar", n.attrs.scalar}, {"dims", n.attrs.dims}, {"flag", n.attrs.flag}};
+    if (n.pin)
+      j["pin"] = n.pin->to_string();
     if (n.kind == op::parameter)
       j["init"] = {{"kind", n.init.how == initializer::kind::normal ? "normal" : "constant"},
                    {"value", n.init.value}};
@@ -99,6 +103,9 @@ inline void print(std::ostream& os, const graph& g) {
         n.attrs.dims = jn.at("attrs").at("dims").get<std::vector<std::size_t>>();
         n.attrs.flag = jn.at("attrs").at("flag").get<bool>();
       }
+      if (jn.contains("pin"))
+        n.pin =
+            placement::parse(jn.at("pin").get<std::string>(), source + ": field " + at + ".pin");
       if (jn.contains("init")) {
         n.init.how = jn.at("init").at("kind").get<std::string>() == "normal"
                          ? initializer::kind::normal

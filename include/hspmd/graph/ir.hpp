@@ -13,6 +13,7 @@
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/extents.hpp>
+#include <hspmd/core/placement.hpp>
 
 #include <array>
 #include <cstddef>
@@ -113,6 +114,9 @@ struct node {
   hspmd::shape out; ///< static shape of the output (batch dimension marked)
   dtype type = dtype::f32;
   initializer init; ///< parameters only
+  /// A placement the model fixed in its types (manual SPMD): the node runs locally on its
+  /// operands' pinned placements and yields this one; the synthesizer keeps it.
+  std::optional<placement> pin;
   friend bool operator==(const node&, const node&) = default;
 };
 

@@ -42,6 +42,15 @@ inline constexpr std::size_t max_rank = 8;     ///< dimensions of a tensor the r
 inline constexpr std::size_t max_operands = 8; ///< inputs of one node the rules handle
 inline constexpr std::size_t max_rules = 24;   ///< rules of one node
 
+/// Placements as small codes, for bit masks and types: 0 replicated, 1 partial, 2 + d split(d).
+inline constexpr std::size_t placement_codes = 2 + max_rank;
+[[nodiscard]] constexpr std::uint8_t code_of(placement p) noexcept {
+  return p.is_replicated() ? 0 : p.is_partial() ? 1 : static_cast<std::uint8_t>(2 + p.dim());
+}
+[[nodiscard]] constexpr placement placement_of_code(std::size_t c) noexcept {
+  return c == 0 ? placement{} : c == 1 ? placement{partial{}} : placement::split_along(c - 2);
+}
+
 /// A shape without the heap, for constant evaluation.
 struct dims_view {
   std::array<std::size_t, max_rank> d{};
@@ -555,6 +564,84 @@ constexpr void moe_rules(op kind, rule_list& out) {
 /// The rules of node `id` of `g`.
 [[nodiscard]] inline rule_list rules_of(const graph& g, node_id id) {
   return rules_of(signature_of(g, id), g[id].kind);
+}
+
+} // namespace hspmd::graph
+
+namespace hspmd::graph {
+
+/// What pinned operand placements imply for an op's output (manual SPMD).
+struct pin_outcome {
+  enum class kind : std::uint8_t {
+    unpinned, ///< no operand pinned, or the rules that fit leave the output open
+    pinned,   ///< every rule that fits the pinned operands yields `out`
+    no_rule,  ///< no rule runs the op locally on the pinned operands
+  } what = kind::unpinned;
+  placement out;
+  bool has_fix = false;        ///< no_rule: redistributing one operand would help
+  std::size_t fix_operand = 0; ///< ... this one
+  placement fix;               ///< ... to this placement
+};
+
+namespace detail {
+[[nodiscard]] constexpr bool fits_pins(const rule& r,
+                                       std::span<const std::optional<placement>> pins) {
+  for (std::size_t i = 0; i < pins.size() && i < r.arity; ++i)
+    if (pins[i] && !(*pins[i] == r.in[i]))
+      return false;
+  return r.arity == pins.size();
+}
+} // namespace detail
+
+/// The output placement an op must have when some operands are pinned: the placement every
+/// fitting rule yields, or no rule (with the one-operand redistribution that would make one
+/// fit, trying replicated first, then splits, then partial).
+[[nodiscard]] constexpr pin_outcome propagate_pins(const signature& s, op kind,
+                                                   std::span<const std::optional<placement>> pins) {
+  pin_outcome o;
+  bool any = false;
+  for (const auto& p : pins)
+    any = any || p.has_value();
+  if (!any || !s.known)
+    return o;
+  const rule_list rules = rules_of(s, kind);
+  bool found = false;
+  bool same = true;
+  for (const rule& r : rules)
+    if (detail::fits_pins(r, pins)) {
+      if (found && !(r.out == o.out))
+        same = false;
+      o.out = r.out;
+      found = true;
+    }
+  if (found) {
+    o.what = same ? pin_outcome::kind::pinned : pin_outcome::kind::unpinned;
+    return o;
+  }
+  o.what = pin_outcome::kind::no_rule;
+  for (std::size_t i = 0; i < pins.size() && !o.has_fix; ++i) {
+    if (!pins[i])
+      continue;
+    std::array<std::optional<placement>, max_operands> trial{};
+    for (std::size_t k = 0; k < pins.size(); ++k)
+      trial[k] = pins[k];
+    const std::size_t rank = s.in_rank[i];
+    for (std::size_t c = 0; c < 2 + rank && !o.has_fix; ++c) {
+      const placement cand = c == 0      ? placement{}
+                             : c <= rank ? placement::split_along(c - 1)
+                                         : placement{partial{}};
+      trial[i] = cand;
+      for (const rule& r : rules)
+        if (detail::fits_pins(
+                r, std::span<const std::optional<placement>>(trial.data(), pins.size()))) {
+          o.has_fix = true;
+          o.fix_operand = i;
+          o.fix = cand;
+          break;
+        }
+    }
+  }
+  return o;
 }
 
 } // namespace hspmd::graph

@@ -48,8 +48,8 @@ struct linear {
   linear(std::string n, std::size_t in_size, std::size_t out_size, bool with_bias = true)
       : name(std::move(n)), bias(with_bias), in(in_size), out(out_size) {}
 
-  template <extents_type E>
-  auto operator()(tracer& t, const value<T, E>& x) const {
+  template <extents_type E, class P>
+  auto operator()(tracer& t, const value<T, E, P>& x) const {
     const auto scope = t.scope(name);
     const auto w = t.parameter<T>("weight", weight_extents(),
                                   normal_init(1.0 / std::sqrt(static_cast<double>(in))));
@@ -75,8 +75,8 @@ struct layer_norm {
   double eps = 1e-5;
   std::size_t size = L;
 
-  template <extents_type E>
-  value<T, E> operator()(tracer& t, const value<T, E>& x) const {
+  template <extents_type E, class P>
+  auto operator()(tracer& t, const value<T, E, P>& x) const {
     const auto scope = t.scope(name);
     const auto e = extents<L>::from_dims({size}, "nn::layer_norm");
     const auto gamma = t.parameter<T>("gamma", e, constant_init(1.0));
@@ -92,8 +92,8 @@ struct embedding {
   std::size_t vocabulary = V;
   std::size_t hidden = H;
 
-  template <extents_type EI>
-  auto operator()(tracer& t, const value<std::int64_t, EI>& ids) const {
+  template <extents_type EI, class P>
+  auto operator()(tracer& t, const value<std::int64_t, EI, P>& ids) const {
     const auto scope = t.scope(name);
     const auto table =
         t.parameter<T>("table", extents<V, H>::from_dims({vocabulary, hidden}, "nn::embedding"),
@@ -220,8 +220,8 @@ struct conv2d {
   std::size_t in_channels = C;
   std::size_t out_channels = K;
 
-  template <extents_type E>
-  requires(E::rank() == 4) auto operator()(tracer& t, const value<T, E>& x) const {
+  template <extents_type E, class P>
+  requires(E::rank() == 4) auto operator()(tracer& t, const value<T, E, P>& x) const {
     const auto scope = t.scope(name);
     const auto fan_in = static_cast<double>(in_channels * kernel * kernel);
     const auto w = t.parameter<T>("weight",

@@ -3,14 +3,19 @@
 // checked at compile time with the rules of core/shape_rules.hpp (the message names the rule and
 // the sizes), runtime sizes when the node is added (`shape_error` naming the node).
 
+#include <hspmd/core/collectives.hpp>
 #include <hspmd/core/extents.hpp>
+#include <hspmd/core/placement.hpp>
 #include <hspmd/core/shape_rules.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/graph/rules.hpp>
 #include <hspmd/nn/tracer.hpp>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 #include <utility>
 
 // Typed ops live in nn::functional (like PyTorch's torch.nn.functional); the ones whose names do
@@ -55,6 +60,84 @@ inline constexpr bool last_dim_fits = std::conditional_t<
     extents_may_match(X::static_extent(X::rank() - 1), K), std::true_type,
     features_must_match<input_features<X::static_extent(X::rank() - 1)>, layer_expects<K>>>::value;
 
+// ---- compile-time placement algebra (manual SPMD) -------------------------------------------
+// The static shape of E for the rule table: runtime extents count as large (splittable).
+template <extents_type E>
+[[nodiscard]] constexpr graph::dims_view static_dims() {
+  graph::dims_view v;
+  v.rank = E::rank();
+  for (std::size_t i = 0; i < E::rank(); ++i)
+    v.d[i] = is_static_extent(E::static_extent(i)) ? E::static_extent(i) : std::size_t{1} << 20U;
+  return v;
+}
+
+template <std::size_t C>
+struct pin_from_code {
+  using type = split<C - 2>;
+};
+template <>
+struct pin_from_code<0> {
+  using type = replicated;
+};
+template <>
+struct pin_from_code<1> {
+  using type = partial;
+};
+
+// The template arguments of `no_placement_rule` are what the compiler prints: the op, the
+// operands' placements and the redistribution to insert.
+template <graph::op O>
+struct op_ {};
+template <class... Ps>
+struct operands_pinned_as {};
+template <std::size_t I, class P>
+struct insert_redistribute_on_operand {};
+struct no_single_redistribution_helps {};
+
+template <class Op, class Operands, class Fix>
+struct no_placement_rule {
+  static_assert(sizeof(Op) == 0,
+                "hspmd::nn: no placement rule runs this op locally on its operands' pinned "
+                "placements; the instantiation names the op (op_<...>), the placements "
+                "(operands_pinned_as<...>) and the fix (insert_redistribute_on_operand<I, P>: "
+                "wrap operand I in nn::redistribute<P>(...))");
+  using type = unpinned;
+};
+
+template <graph::pin_outcome::kind K, std::size_t C, class Error>
+struct pick_pin {
+  using type = unpinned;
+};
+template <std::size_t C, class Error>
+struct pick_pin<graph::pin_outcome::kind::pinned, C, Error> {
+  using type = typename pin_from_code<C>::type;
+};
+template <std::size_t C, class Error>
+struct pick_pin<graph::pin_outcome::kind::no_rule, C, Error> {
+  using type = typename Error::type;
+};
+
+// The pin of op O's result (extents R) on operand value types Vs, by the rule table.
+template <graph::op O, extents_type R, class... Vs>
+struct pin_result {
+  static constexpr std::array<graph::dims_view, sizeof...(Vs)> ins{
+      static_dims<typename Vs::extents_type>()...};
+  static constexpr std::array<std::optional<placement>, sizeof...(Vs)> pins{
+      pin_of<typename Vs::placement_type>...};
+  static constexpr graph::pin_outcome outcome =
+      graph::propagate_pins(graph::signature_of(O, ins, static_dims<R>()), O, pins);
+  using fix = std::conditional_t<
+      outcome.has_fix,
+      insert_redistribute_on_operand<outcome.fix_operand,
+                                     typename pin_from_code<graph::code_of(outcome.fix)>::type>,
+      no_single_redistribution_helps>;
+  using type = typename pick_pin<
+      outcome.what, graph::code_of(outcome.out),
+      no_placement_rule<op_<O>, operands_pinned_as<typename Vs::placement_type...>, fix>>::type;
+};
+template <graph::op O, extents_type R, class... Vs>
+using pin_result_t = typename pin_result<O, R, Vs...>::type;
+
 template <extents_type E>
 [[nodiscard]] E extents_of(const hspmd::shape& s) {
   std::array<std::size_t, E::rank()> dims{};
@@ -65,146 +148,190 @@ template <extents_type E>
 } // namespace detail
 
 /// x (..., k) times w (k, n): (..., n). The weight is shared by all leading dimensions.
-template <class T, extents_type EX, std::size_t K, std::size_t N>
+template <class T, extents_type EX, std::size_t K, std::size_t N, class PX, class PW>
 requires(detail::last_dim_fits<EX, K>)
-    [[nodiscard]] auto matmul(const value<T, EX>& x, const value<T, extents<K, N>>& w) {
+    [[nodiscard]] auto matmul(const value<T, EX, PX>& x, const value<T, extents<K, N>, PW>& w) {
   using R = detail::replace_last_t<EX, N>;
+  using P =
+      detail::pin_result_t<graph::op::matmul, R, value<T, EX, PX>, value<T, extents<K, N>, PW>>;
   tracer& t = x.owner();
   const auto id = t.op(graph::op::matmul, {x.id(), w.id()});
-  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+  return value<T, R, P>(t, id, detail::extents_of<R>(t.graph()[id].out));
 }
 
 /// x (..., k) times w (k, n) plus bias (n).
-template <class T, extents_type EX, std::size_t K, std::size_t N, std::size_t NB>
+template <class T, extents_type EX, std::size_t K, std::size_t N, std::size_t NB, class PX,
+          class PW, class PB>
 requires(detail::last_dim_fits<EX, K>)
-    [[nodiscard]] auto linear(const value<T, EX>& x, const value<T, extents<K, N>>& w,
-                              const value<T, extents<NB>>& b) {
+    [[nodiscard]] auto linear(const value<T, EX, PX>& x, const value<T, extents<K, N>, PW>& w,
+                              const value<T, extents<NB>, PB>& b) {
   using R = detail::replace_last_t<EX, N>;
+  using P = detail::pin_result_t<graph::op::linear, R, value<T, EX, PX>,
+                                 value<T, extents<K, N>, PW>, value<T, extents<NB>, PB>>;
   tracer& t = x.owner();
   const auto id = t.op(graph::op::linear, {x.id(), w.id(), b.id()});
-  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+  return value<T, R, P>(t, id, detail::extents_of<R>(t.graph()[id].out));
 }
 
 namespace detail {
-template <class T, extents_type E>
-value<T, E> unary(graph::op o, const value<T, E>& x, graph::attributes a = {}) {
+template <graph::op O, class T, extents_type E, class P>
+auto unary(const value<T, E, P>& x, graph::attributes a = {}) {
   tracer& t = x.owner();
-  return {t, t.op(o, {x.id()}, std::move(a)), x.extents()};
+  return value<T, E, pin_result_t<O, E, value<T, E, P>>>(t, t.op(O, {x.id()}, std::move(a)),
+                                                         x.extents());
 }
-template <class T, extents_type EA, extents_type EB>
-auto binary(graph::op o, const value<T, EA>& a, const value<T, EB>& b) {
+template <graph::op O, class T, extents_type EA, extents_type EB, class PA, class PB>
+auto binary(const value<T, EA, PA>& a, const value<T, EB, PB>& b) {
   using R = elementwise_extents_t<EA, EB>;
   tracer& t = a.owner();
-  const auto id = t.op(o, {a.id(), b.id()});
-  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+  const auto id = t.op(O, {a.id(), b.id()});
+  return value<T, R, pin_result_t<O, R, value<T, EA, PA>, value<T, EB, PB>>>(
+      t, id, detail::extents_of<R>(t.graph()[id].out));
 }
 } // namespace detail
 
 /// Elementwise a + b (equal extents).
-template <class T, extents_type EA, extents_type EB>
-[[nodiscard]] auto add(const value<T, EA>& a, const value<T, EB>& b) {
-  return detail::binary(graph::op::add, a, b);
+template <class T, extents_type EA, extents_type EB, class PA, class PB>
+[[nodiscard]] auto add(const value<T, EA, PA>& a, const value<T, EB, PB>& b) {
+  return detail::binary<graph::op::add>(a, b);
 }
 /// Elementwise a - b (equal extents).
-template <class T, extents_type EA, extents_type EB>
-[[nodiscard]] auto sub(const value<T, EA>& a, const value<T, EB>& b) {
-  return detail::binary(graph::op::sub, a, b);
+template <class T, extents_type EA, extents_type EB, class PA, class PB>
+[[nodiscard]] auto sub(const value<T, EA, PA>& a, const value<T, EB, PB>& b) {
+  return detail::binary<graph::op::sub>(a, b);
 }
 /// Elementwise a * b (equal extents).
-template <class T, extents_type EA, extents_type EB>
-[[nodiscard]] auto mul(const value<T, EA>& a, const value<T, EB>& b) {
-  return detail::binary(graph::op::mul, a, b);
+template <class T, extents_type EA, extents_type EB, class PA, class PB>
+[[nodiscard]] auto mul(const value<T, EA, PA>& a, const value<T, EB, PB>& b) {
+  return detail::binary<graph::op::mul>(a, b);
 }
 /// a + b where b covers a's trailing dimensions (a bias, a position table): a's extents.
-template <class T, extents_type EA, extents_type EB>
+template <class T, extents_type EA, extents_type EB, class PA, class PB>
 requires(EB::rank() <= EA::rank())
-    [[nodiscard]] value<T, EA> add_broadcast(const value<T, EA>& a, const value<T, EB>& b) {
+    [[nodiscard]] auto add_broadcast(const value<T, EA, PA>& a, const value<T, EB, PB>& b) {
   tracer& t = a.owner();
-  return {t, t.op(graph::op::add, {a.id(), b.id()}), a.extents()};
+  using P = detail::pin_result_t<graph::op::add, EA, value<T, EA, PA>, value<T, EB, PB>>;
+  return value<T, EA, P>(t, t.op(graph::op::add, {a.id(), b.id()}), a.extents());
 }
 /// x * c.
-template <class T, extents_type E>
-[[nodiscard]] value<T, E> scale(const value<T, E>& x, double c) {
+template <class T, extents_type E, class P>
+[[nodiscard]] auto scale(const value<T, E, P>& x, double c) {
   graph::attributes a;
   a.scalar = c;
-  return detail::unary(graph::op::scale, x, a);
+  return detail::unary<graph::op::scale>(x, a);
 }
-template <class T, extents_type E>
-[[nodiscard]] value<T, E> relu(const value<T, E>& x) {
-  return detail::unary(graph::op::relu, x);
+template <class T, extents_type E, class P>
+[[nodiscard]] auto relu(const value<T, E, P>& x) {
+  return detail::unary<graph::op::relu>(x);
 }
-template <class T, extents_type E>
-[[nodiscard]] value<T, E> gelu(const value<T, E>& x) {
-  return detail::unary(graph::op::gelu, x);
+template <class T, extents_type E, class P>
+[[nodiscard]] auto gelu(const value<T, E, P>& x) {
+  return detail::unary<graph::op::gelu>(x);
 }
-template <class T, extents_type E>
-[[nodiscard]] value<T, E> tanh(const value<T, E>& x) {
-  return detail::unary(graph::op::tanh, x);
+template <class T, extents_type E, class P>
+[[nodiscard]] auto tanh(const value<T, E, P>& x) {
+  return detail::unary<graph::op::tanh>(x);
 }
-template <class T, extents_type E>
-[[nodiscard]] value<T, E> sigmoid(const value<T, E>& x) {
-  return detail::unary(graph::op::sigmoid, x);
+template <class T, extents_type E, class P>
+[[nodiscard]] auto sigmoid(const value<T, E, P>& x) {
+  return detail::unary<graph::op::sigmoid>(x);
 }
 /// Softmax over the last dimension.
-template <class T, extents_type E>
-[[nodiscard]] value<T, E> softmax(const value<T, E>& x) {
-  return detail::unary(graph::op::softmax, x);
+template <class T, extents_type E, class P>
+[[nodiscard]] auto softmax(const value<T, E, P>& x) {
+  return detail::unary<graph::op::softmax>(x);
 }
 /// Log-softmax over the last dimension.
-template <class T, extents_type E>
-[[nodiscard]] value<T, E> log_softmax(const value<T, E>& x) {
-  return detail::unary(graph::op::log_softmax, x);
+template <class T, extents_type E, class P>
+[[nodiscard]] auto log_softmax(const value<T, E, P>& x) {
+  return detail::unary<graph::op::log_softmax>(x);
 }
 
 /// Layer normalization over the last dimension with scale gamma and shift beta.
-template <class T, extents_type E, std::size_t L1, std::size_t L2>
-[[nodiscard]] value<T, E> layer_norm(const value<T, E>& x, const value<T, extents<L1>>& gamma,
-                                     const value<T, extents<L2>>& beta, double eps = 1e-5) {
+template <class T, extents_type E, std::size_t L1, std::size_t L2, class P, class PG, class PB>
+[[nodiscard]] auto layer_norm(const value<T, E, P>& x, const value<T, extents<L1>, PG>& gamma,
+                              const value<T, extents<L2>, PB>& beta, double eps = 1e-5) {
   tracer& t = x.owner();
   graph::attributes a;
   a.scalar = eps;
-  return {t, t.op(graph::op::layer_norm, {x.id(), gamma.id(), beta.id()}, a), x.extents()};
+  using R = detail::pin_result_t<graph::op::layer_norm, E, value<T, E, P>,
+                                 value<T, extents<L1>, PG>, value<T, extents<L2>, PB>>;
+  return value<T, E, R>(t, t.op(graph::op::layer_norm, {x.id(), gamma.id(), beta.id()}, a),
+                        x.extents());
 }
 
 /// Rows of `table` (V, H) picked by integer ids (...): (..., H).
-template <class T, std::size_t V, std::size_t H, extents_type EI>
-[[nodiscard]] auto embedding(const value<T, extents<V, H>>& table,
-                             const value<std::int64_t, EI>& ids) {
+template <class T, std::size_t V, std::size_t H, extents_type EI, class PT, class PI>
+[[nodiscard]] auto embedding(const value<T, extents<V, H>, PT>& table,
+                             const value<std::int64_t, EI, PI>& ids) {
   using R = typename detail::append<EI, H>::type;
+  using P = detail::pin_result_t<graph::op::embedding, R, value<T, extents<V, H>, PT>,
+                                 value<std::int64_t, EI, PI>>;
   tracer& t = table.owner();
   const auto id = t.op(graph::op::embedding, {table.id(), ids.id()});
-  return value<T, R>(t, id, detail::extents_of<R>(t.graph()[id].out));
+  return value<T, R, P>(t, id, detail::extents_of<R>(t.graph()[id].out));
 }
 
 /// Sum over rows of -log softmax(logits)[target]: logits (N, V), integer targets (N).
-template <class T, extents_type EL, extents_type ET>
+template <class T, extents_type EL, extents_type ET, class PL, class PT>
 requires(EL::rank() == 2 && ET::rank() == 1)
-    [[nodiscard]] value<T, extents<>> cross_entropy(const value<T, EL>& logits,
-                                                    const value<std::int64_t, ET>& targets) {
+    [[nodiscard]] auto cross_entropy(const value<T, EL, PL>& logits,
+                                     const value<std::int64_t, ET, PT>& targets) {
   tracer& t = logits.owner();
-  return {t, t.op(graph::op::cross_entropy, {logits.id(), targets.id()}), extents<>{}};
+  using P = detail::pin_result_t<graph::op::cross_entropy, extents<>, value<T, EL, PL>,
+                                 value<std::int64_t, ET, PT>>;
+  return value<T, extents<>, P>(t, t.op(graph::op::cross_entropy, {logits.id(), targets.id()}),
+                                extents<>{});
 }
 
 /// Sum of all elements.
-template <class T, extents_type E>
-[[nodiscard]] value<T, extents<>> sum(const value<T, E>& x) {
+template <class T, extents_type E, class P>
+[[nodiscard]] auto sum(const value<T, E, P>& x) {
   tracer& t = x.owner();
-  return {t, t.op(graph::op::sum, {x.id()}), extents<>{}};
+  using R = detail::pin_result_t<graph::op::sum, extents<>, value<T, E, P>>;
+  return value<T, extents<>, R>(t, t.op(graph::op::sum, {x.id()}), extents<>{});
 }
 /// Mean of all elements.
-template <class T, extents_type E>
-[[nodiscard]] value<T, extents<>> mean(const value<T, E>& x) {
+template <class T, extents_type E, class P>
+[[nodiscard]] auto mean(const value<T, E, P>& x) {
   tracer& t = x.owner();
-  return {t, t.op(graph::op::mean, {x.id()}), extents<>{}};
+  using R = detail::pin_result_t<graph::op::mean, extents<>, value<T, E, P>>;
+  return value<T, extents<>, R>(t, t.op(graph::op::mean, {x.id()}), extents<>{});
 }
 
 /// The same elements with extents `to` (the element count must match).
-template <class T, extents_type E, extents_type To>
-[[nodiscard]] value<T, To> reshape(const value<T, E>& x, const To& to) {
+/// (Its rules depend on the sizes: a pinned operand pins the node at run time, not the type.)
+template <class T, extents_type E, extents_type To, class P>
+[[nodiscard]] value<T, To> reshape(const value<T, E, P>& x, const To& to) {
   tracer& t = x.owner();
   graph::attributes a;
   a.dims = to.shape().dims;
   return {t, t.op(graph::op::reshape, {x.id()}, a), to};
+}
+
+/// The collective that moves a tensor from placement From to To (decided at compile time):
+/// split -> replicated all-gather, partial -> replicated all-reduce, partial -> split
+/// reduce-scatter, split -> split all-to-all, replicated -> split a local slice (none).
+template <placement_type From, placement_type To>
+[[nodiscard]] constexpr std::optional<collective> redistribution() {
+  constexpr placement f = placement_of<From>;
+  constexpr placement t = placement_of<To>;
+  if constexpr (f == t || (f.is_replicated() && !t.is_partial()))
+    return std::nullopt; // nothing to move (a slice is local)
+  else if constexpr (t.is_replicated())
+    return f.is_split() ? collective::all_gather_v : collective::all_reduce;
+  else if constexpr (t.is_split())
+    return f.is_partial() ? collective::reduce_scatter_v : collective::all_to_all_v;
+  else
+    return std::nullopt; // to partial: one rank keeps it, the others zero (local)
+}
+
+/// x moved to placement To: the value is pinned to To and the synthesizer inserts the collective
+/// (`redistribution<From, To>()` when x is pinned).
+template <placement_type To, class T, extents_type E, class P>
+[[nodiscard]] value<T, E, To> redistribute(const value<T, E, P>& x) {
+  tracer& t = x.owner();
+  return {t, t.redistribute(x.id(), placement_of<To>), x.extents()};
 }
 
 } // namespace hspmd::nn::functional
@@ -218,6 +345,8 @@ using functional::log_softmax;
 using functional::matmul;
 using functional::mean;
 using functional::mul;
+using functional::redistribute;
+using functional::redistribution;
 using functional::relu;
 using functional::reshape;
 using functional::scale;
@@ -238,10 +367,11 @@ using image_extents_t =
 } // namespace detail
 
 /// 2-D convolution: x (N, C, H, W), weight (K, C, R, S), bias (K) -> (N, K, Ho, Wo).
-template <class T, extents_type E, extents_type EW, extents_type EB>
+template <class T, extents_type E, extents_type EW, extents_type EB, class PX, class PW, class PB>
 requires(E::rank() == 4 && EW::rank() == 4 && EB::rank() == 1)
-    [[nodiscard]] auto conv2d(const value<T, E>& x, const value<T, EW>& w, const value<T, EB>& b,
-                              std::size_t stride = 1, std::size_t padding = 0) {
+    [[nodiscard]] auto conv2d(const value<T, E, PX>& x, const value<T, EW, PW>& w,
+                              const value<T, EB, PB>& b, std::size_t stride = 1,
+                              std::size_t padding = 0) {
   using R = detail::image_extents_t<E>;
   tracer& t = x.owner();
   const auto id = t.op(graph::op::conv2d, {x.id(), w.id(), b.id()},
@@ -250,9 +380,9 @@ requires(E::rank() == 4 && EW::rank() == 4 && EB::rank() == 1)
 }
 
 /// Max pooling with a square kernel.
-template <class T, extents_type E>
+template <class T, extents_type E, class P>
 requires(E::rank() == 4)
-    [[nodiscard]] auto max_pool2d(const value<T, E>& x, std::size_t kernel, std::size_t stride) {
+    [[nodiscard]] auto max_pool2d(const value<T, E, P>& x, std::size_t kernel, std::size_t stride) {
   using R = detail::image_extents_t<E>;
   tracer& t = x.owner();
   const auto id =
@@ -261,9 +391,9 @@ requires(E::rank() == 4)
 }
 
 /// Adaptive average pooling to (ho, wo).
-template <class T, extents_type E>
-requires(E::rank() == 4)
-    [[nodiscard]] auto adaptive_avg_pool2d(const value<T, E>& x, std::size_t ho, std::size_t wo) {
+template <class T, extents_type E, class P>
+requires(E::rank() == 4) [[nodiscard]] auto adaptive_avg_pool2d(const value<T, E, P>& x,
+                                                                std::size_t ho, std::size_t wo) {
   using R = detail::image_extents_t<E>;
   tracer& t = x.owner();
   const auto id =
@@ -272,8 +402,8 @@ requires(E::rank() == 4)
 }
 
 /// (N, ...) -> (N, product of the rest).
-template <class T, extents_type E>
-requires(E::rank() >= 2) [[nodiscard]] auto flatten(const value<T, E>& x) {
+template <class T, extents_type E, class P>
+requires(E::rank() >= 2) [[nodiscard]] auto flatten(const value<T, E, P>& x) {
   using R = extents<E::static_extent(0), dynamic_extent>;
   const std::size_t n = x.extent(0);
   const std::size_t rest = n == 0 ? 0 : x.extents().size() / n;
@@ -281,8 +411,8 @@ requires(E::rank() >= 2) [[nodiscard]] auto flatten(const value<T, E>& x) {
 }
 
 /// x repeated to the extents `to` (numpy broadcasting); `to`'s batch dimension stays marked.
-template <class T, extents_type E, extents_type To>
-[[nodiscard]] value<T, To> broadcast_to(const value<T, E>& x, const To& to) {
+template <class T, extents_type E, extents_type To, class P>
+[[nodiscard]] value<T, To> broadcast_to(const value<T, E, P>& x, const To& to) {
   tracer& t = x.owner();
   graph::attributes a;
   a.dims = to.shape().dims;
@@ -291,9 +421,9 @@ template <class T, extents_type E, extents_type To>
 }
 
 /// Concatenation of two values along dimension Axis (made a runtime size in the result).
-template <std::size_t Axis, class T, extents_type EA, extents_type EB>
+template <std::size_t Axis, class T, extents_type EA, extents_type EB, class PA, class PB>
 requires(EA::rank() == EB::rank() && Axis < EA::rank())
-    [[nodiscard]] auto concat(const value<T, EA>& a, const value<T, EB>& b) {
+    [[nodiscard]] auto concat(const value<T, EA, PA>& a, const value<T, EB, PB>& b) {
   using R = with_runtime_dim_t<EA, Axis>;
   tracer& t = a.owner();
   const auto id = t.op(graph::op::concat, {a.id(), b.id()}, graph::attributes{0.0, {Axis}, false});

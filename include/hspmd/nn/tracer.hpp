@@ -18,12 +18,15 @@
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/extents.hpp>
+#include <hspmd/core/placement.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/graph/rules.hpp>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -34,12 +37,28 @@ namespace hspmd::nn {
 
 class tracer;
 
-/// A traced tensor: a node of a tracer's graph with typed extents.
-template <class T, extents_type E>
+/// The placement of a value that the synthesizer decides (nothing pinned in the type).
+struct unpinned {};
+
+/// `unpinned`, or a placement type (`replicated`, `partial`, `split<D>`) that pins the value.
+template <class P>
+concept pin_type = placement_type<P> || std::same_as<P, unpinned>;
+
+/// The placement a pin type fixes, if any.
+template <pin_type P>
+inline constexpr std::optional<placement> pin_of = std::nullopt;
+template <placement_type P>
+inline constexpr std::optional<placement> pin_of<P> = placement_of<P>;
+
+/// A traced tensor: a node of a tracer's graph with typed extents and, optionally, a placement
+/// pinned in its type (manual SPMD: ops on pinned values run locally and their results' pins
+/// follow from the rule table at compile time; see nn/ops.hpp).
+template <class T, extents_type E, pin_type P = unpinned>
 class value {
 public:
   using element_type = T;
   using extents_type = E;
+  using placement_type = P;
   value(tracer& t, graph::node_id id, const E& e) : tracer_(&t), id_(id), extents_(e) {}
 
   [[nodiscard]] graph::node_id id() const noexcept { return id_; }
@@ -94,20 +113,25 @@ public:
   /// A data input with extents E: `batch` dimensions take the bound batch size, other runtime
   /// dimensions are given in order. `type` defaults to the tracer's element type (token ids and
   /// labels are i64).
-  template <class T, extents_type E, std::integral... Ds>
-  value<T, E> input(std::string name, Ds... runtime_dims) {
+  /// `P` pins its placement (e.g. `split<0>`: every rank reads its share of the batch).
+  template <class T, extents_type E, pin_type P = unpinned, std::integral... Ds>
+  value<T, E, P> input(std::string name, Ds... runtime_dims) {
+    static_assert(!std::same_as<P, partial>, "nn::tracer: an input cannot be partial");
     const E e = bind<E>(runtime_dims...);
     graph::node n;
     n.kind = graph::op::input;
     n.name = std::move(name);
     n.out = e.shape();
     n.type = std::is_integral_v<T> ? dtype::i64 : type_;
+    n.pin = pin_of<P>;
     return {*this, add(std::move(n)), e};
   }
 
-  /// The parameter named qualified(leaf), created with `init` on first use.
-  template <class T, extents_type E>
-  value<T, E> parameter(std::string_view leaf, const E& e, graph::initializer init) {
+  /// The parameter named qualified(leaf), created with `init` on first use; `P` pins its
+  /// placement (e.g. `split<1>` for a column-parallel weight).
+  template <class T, extents_type E, pin_type P = unpinned>
+  value<T, E, P> parameter(std::string_view leaf, const E& e, graph::initializer init) {
+    static_assert(!std::same_as<P, partial>, "nn::tracer: a parameter cannot be partial");
     const std::string full = qualified(leaf);
     if (const auto id = g_.find(full)) {
       if (g_[*id].kind != graph::op::parameter || g_[*id].out != e.shape())
@@ -123,6 +147,7 @@ public:
     n.out = e.shape();
     n.type = type_;
     n.init = init;
+    n.pin = pin_of<P>;
     return {*this, add(std::move(n)), e};
   }
 
@@ -136,12 +161,27 @@ public:
     n.type = type_;
     n.name = qualified(std::string(graph::name(kind)) + std::to_string(g_.size()));
     n.out = graph::infer_shape(g_, n);
+    propagate_pins(n);
+    return add(std::move(n));
+  }
+
+  /// Appends an identity node whose output is pinned to `p` (a redistribution: the
+  /// synthesizer inserts the collective that moves the operand there).
+  graph::node_id redistribute(graph::node_id x, placement p) {
+    graph::node n;
+    n.kind = graph::op::reshape;
+    n.inputs = {x};
+    n.attrs.dims = g_[x].out.dims;
+    n.type = g_[x].type;
+    n.name = qualified("redistribute" + std::to_string(g_.size()));
+    n.out = graph::infer_shape(g_, n);
+    n.pin = p;
     return add(std::move(n));
   }
 
   /// Marks the scalar loss.
-  template <class T, extents_type E>
-  void set_loss(const value<T, E>& loss) {
+  template <class T, extents_type E, pin_type P>
+  void set_loss(const value<T, E, P>& loss) {
     g_.set_loss(loss.id());
   }
 
@@ -171,6 +211,40 @@ public:
 
 private:
   graph::node_id add(graph::node n) { return g_.add(std::move(n)); }
+
+  // Pins of operands fix the output's placement where the rule table allows only one (the
+  // same function the typed ops evaluate at compile time, here with the runtime shapes, for
+  // ops whose rules depend on attributes such as a permutation).
+  void propagate_pins(graph::node& n) const {
+    std::array<std::optional<placement>, graph::max_operands> pins{};
+    bool any = false;
+    const std::size_t arity = std::min(n.inputs.size(), graph::max_operands);
+    std::array<graph::dims_view, graph::max_operands> dims{};
+    for (std::size_t i = 0; i < arity; ++i) {
+      pins[i] = g_[n.inputs[i]].pin;
+      any = any || pins[i].has_value();
+      dims[i] = graph::dims_view::of(g_[n.inputs[i]].out.dims);
+    }
+    if (!any)
+      return;
+    const auto sig =
+        graph::signature_of(n.kind, std::span<const graph::dims_view>(dims.data(), arity),
+                            graph::dims_view::of(n.out.dims), n.attrs.dims, n.attrs.flag);
+    const auto o = graph::propagate_pins(
+        sig, n.kind, std::span<const std::optional<placement>>(pins.data(), arity));
+    if (o.what == graph::pin_outcome::kind::pinned) {
+      n.pin = o.out;
+    } else if (o.what == graph::pin_outcome::kind::no_rule) {
+      std::string got;
+      for (std::size_t i = 0; i < arity; ++i)
+        got += (i == 0 ? "" : ", ") + (pins[i] ? pins[i]->to_string() : std::string("unpinned"));
+      throw plan_error("node \"" + n.name + "\" (" + std::string(graph::name(n.kind)) + ")",
+                       "no placement rule runs it locally on operands pinned (" + got + ")",
+                       o.has_fix ? "insert redistribute<" + o.fix.to_string() + "> on operand " +
+                                       std::to_string(o.fix_operand)
+                                 : std::string("redistribute its operands"));
+    }
+  }
 
   dtype type_;
   std::size_t batch_;

@@ -28,9 +28,12 @@ struct multi_head_attention {
   double dropout = 0.0; ///< on the attention probabilities
   std::size_t hidden = H;
 
-  template <extents_type E>
+  // Composite layers work on the unpinned view of x: pins propagate through their nodes at
+  // run time (tracer::op), not through their types.
+  template <extents_type E, class P>
   requires(E::rank() == 3) value<T, E>
-  operator()(tracer& t, const value<T, E>& x) const {
+  operator()(tracer& t, const value<T, E, P>& pinned_x) const {
+    const value<T, E> x(t, pinned_x.id(), pinned_x.extents());
     const auto scope = t.scope(name);
     if (heads == 0 || hidden % heads != 0)
       throw plan_error("multi_head_attention \"" + t.qualified("") + "\"",
@@ -84,8 +87,9 @@ struct moe {
   std::size_t hidden = H;
   std::size_t ffn = F;
 
-  template <extents_type E>
-  value<T, E> operator()(tracer& t, const value<T, E>& x) const {
+  template <extents_type E, class P>
+  value<T, E> operator()(tracer& t, const value<T, E, P>& pinned_x) const {
+    const value<T, E> x(t, pinned_x.id(), pinned_x.extents());
     const auto scope = t.scope(name);
     if (experts < 2)
       throw plan_error("moe \"" + t.qualified("") + "\"", std::to_string(experts) + " experts",
@@ -133,9 +137,10 @@ struct transformer_block {
   std::size_t moe_experts = 0;
   double capacity_factor = 1.25;
 
-  template <extents_type E>
+  template <extents_type E, class P>
   requires(E::rank() == 3) value<T, E>
-  operator()(tracer& t, const value<T, E>& x) const {
+  operator()(tracer& t, const value<T, E, P>& pinned_x) const {
+    const value<T, E> x(t, pinned_x.id(), pinned_x.extents());
     const auto scope = t.scope(name);
     const layer_norm<T, H> ln1{"ln1", 1e-5, hidden};
     const layer_norm<T, H> ln2{"ln2", 1e-5, hidden};

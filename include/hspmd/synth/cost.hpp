@@ -52,14 +52,9 @@
 
 namespace hspmd::synth {
 
-/// Placements as small codes, for bit masks: 0 replicated, 1 partial, 2 + d split(d).
-inline constexpr std::size_t placement_codes = 2 + graph::max_rank;
-[[nodiscard]] constexpr std::uint8_t code_of(placement p) noexcept {
-  return p.is_replicated() ? 0 : p.is_partial() ? 1 : static_cast<std::uint8_t>(2 + p.dim());
-}
-[[nodiscard]] constexpr placement placement_of_code(std::size_t c) noexcept {
-  return c == 0 ? placement{} : c == 1 ? placement{partial{}} : placement::split_along(c - 2);
-}
+using graph::code_of;
+using graph::placement_codes;
+using graph::placement_of_code;
 
 /// What a transfer does to its tensor.
 enum class transfer_kind : std::uint8_t {

@@ -280,16 +280,19 @@ private:
     h_.assign(order_.size() + 1, 0.0);
     for (std::size_t k = 0; k < order_.size(); ++k) {
       const graph::node_id id = order_[k];
+      const auto& pin = (*g_)[id].pin; // a placement the model fixed in its types
       for (const graph::rule& r : graph::rules_of(*g_, id))
-        if (!opt_.allow_rule || opt_.allow_rule(id, r))
+        if ((!pin || r.out == *pin) && (!opt_.allow_rule || opt_.allow_rule(id, r)))
           rules_[k].push_back(r);
       for (const graph::rule& r : rules_[k])
         rule_cost_[k].emplace_back(max_at(m_->compute(id, r), ratios_).first,
                                    max_at(m_->rule_comm(id, r, ratios_), ratios_).first);
       if (rules_[k].empty())
         throw plan_error("synthesis: node \"" + (*g_)[id].name + "\"",
-                         "no rule is allowed for this op",
-                         "allow at least the replicated fallback (check pinned placements)");
+                         pin ? "no rule of this op yields its pinned placement " +
+                                   pin->to_string() + " within the allowed rules"
+                             : std::string("no rule is allowed for this op"),
+                         "pin a placement the op can produce, or allow more rules");
     }
     build_heuristic();
     capacity_.clear();
@@ -498,6 +501,8 @@ private:
   [[nodiscard]] bool load_allowed(graph::node_id t, placement p) const {
     if (p.is_partial())
       return false;
+    if (const auto& pin = (*g_)[t].pin; pin && !(*pin == p))
+      return false; // pinned input or parameter
     return !opt_.allow_load || opt_.allow_load(t, p);
   }
 
