@@ -56,11 +56,12 @@ struct plan {
   std::vector<std::string> segment_names{"batch"};
   ratio_table ratios; ///< [segment][device]
   std::vector<plan_step> steps;
-  double step_time = 0.0;           ///< predicted seconds per training step
-  double compute_time = 0.0;        ///< its compute part
-  double comm_time = 0.0;           ///< its communication part
-  std::vector<double> memory;       ///< predicted bytes per device
-  std::vector<std::string> binding; ///< the ratio LP's binding rows, in words
+  double step_time = 0.0;             ///< predicted seconds per training step
+  double compute_time = 0.0;          ///< its compute part
+  double comm_time = 0.0;             ///< its communication part
+  std::vector<double> memory;         ///< predicted bytes per device
+  std::vector<double> device_compute; ///< predicted compute seconds per device (all steps)
+  std::vector<std::string> binding;   ///< the ratio LP's binding rows, in words
   plan_stats stats;
 
   /// FNV-1a of the canonical JSON without the search statistics: equal on every rank that
@@ -118,7 +119,15 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
         mem[d].terms.push_back(term);
     }
   };
+  p.device_compute.assign(m.devices(), 0.0);
+  const auto add_compute = [&](const device_costs& dc) {
+    for (std::size_t d = 0; d < dc.size(); ++d)
+      p.device_compute[d] += value_at(dc[d], ratios, d);
+  };
   for (plan_step& s : p.steps) {
+    add_compute(m.compute(s.node, s.rule));
+    for (const transfer& t : s.transfers)
+      add_compute(m.transfer_compute(t));
     const auto [c, at] = max_at(m.compute(s.node, s.rule), ratios);
     s.compute = c;
     s.bottleneck = at;
@@ -186,6 +195,7 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   j["compute_time"] = p.compute_time;
   j["comm_time"] = p.comm_time;
   j["memory"] = p.memory;
+  j["device_compute"] = p.device_compute;
   j["binding"] = p.binding;
   json steps = json::array();
   for (const plan_step& s : p.steps) {
@@ -329,6 +339,8 @@ inline std::uint64_t plan::hash() const {
   p.compute_time = num(j, "", "compute_time");
   p.comm_time = num(j, "", "comm_time");
   p.memory = numbers(require_key(src, j, "", "memory", "an array"), "memory");
+  p.device_compute =
+      numbers(require_key(src, j, "", "device_compute", "an array"), "device_compute");
   p.binding = strings(j, "", "binding");
   const auto& steps =
       expect_array(src, require_key(src, j, "", "steps", "an array"), "steps", "an array");
@@ -487,11 +499,13 @@ namespace detail {
           (m.is_parameter(t.tensor) && t.to.is_replicated() && m.devices() > 1))
         o << "      + " << detail::transfer_text(t, g, m) << "\n";
   }
-  o << "\nper device (segment shares, predicted memory):\n";
+  o << "\nper device (segment shares, compute seconds, predicted memory):\n";
   for (std::size_t d = 0; d < p.device_names.size(); ++d) {
     o << "  " << p.device_names[d] << ":";
     for (std::size_t s = 0; s < p.ratios.size(); ++s)
       o << " " << p.segment_names[s] << " " << detail::percent(p.ratios[s][d]);
+    if (d < p.device_compute.size())
+      o << ", compute " << detail::seconds_text(p.device_compute[d]);
     o << ", memory " << detail::bytes_text(p.memory.at(d)) << " of "
       << detail::bytes_text(static_cast<double>(m.cluster().devices[d].memory)) << "\n";
   }

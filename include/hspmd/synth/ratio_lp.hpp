@@ -481,7 +481,8 @@ struct ratio_options {
         t << ": memory binds (" << -dual << " s of step time per extra byte of each device)";
       else
         t << ": " << (mn.what == bottleneck::kind::compute ? "compute" : "communication")
-          << " in step " << p.steps[step].name << " is the bottleneck (share " << dual << ")";
+          << (p.steps[step].name.find(" steps (") != std::string::npos ? " in " : " in step ")
+          << p.steps[step].name << " is the bottleneck (share " << dual << ")";
       b.text = t.str();
       out.bottlenecks.push_back(std::move(b));
     };

@@ -182,8 +182,7 @@ struct merged_step {
   }
   for (auto& [key, grp] : groups) {
     if (grp.members > 1)
-      grp.step.name = std::string(key.kind == 0 ? "compute" : "communication") + " of " +
-                      std::to_string(grp.members) + " steps (largest: " + grp.largest + ")";
+      grp.step.name = std::to_string(grp.members) + " steps (largest: " + grp.largest + ")";
     else
       grp.step.name = grp.largest;
     q.steps.push_back(std::move(grp.step));

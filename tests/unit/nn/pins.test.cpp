@@ -64,9 +64,10 @@ TEST_CASE("pins propagate at run time through ops whose rules need the sizes") {
   CHECK(t.graph()[flat.id()].pin == placement::split_along(0));
   auto inner = t.input<float, extents<batch, 6, 8>, split<1>>("inner");
   // 6 is an inner dimension of the (4, 6) -> 24 group: no rule keeps it split.
-  CHECK_THROWS_WITH(nn::reshape(inner, extents<dynamic_extent, 8>(24)),
-                    Catch::Contains("no placement rule runs it locally on operands pinned (split(1))") &&
-                        Catch::Contains("insert redistribute<replicated> on operand 0"));
+  CHECK_THROWS_WITH(
+      nn::reshape(inner, extents<dynamic_extent, 8>(24)),
+      Catch::Contains("no placement rule runs it locally on operands pinned (split(1))") &&
+          Catch::Contains("insert redistribute<replicated> on operand 0"));
 }
 
 TEST_CASE("the synthesizer keeps every pin") {

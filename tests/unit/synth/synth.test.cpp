@@ -358,6 +358,13 @@ TEST_CASE(
   CHECK(q.steps == p.steps);
   CHECK(q.ratios == p.ratios);
   CHECK(q.hash() == p.hash());
+  CHECK(q.device_compute == p.device_compute);
+  // Each device's compute over all steps is at most the sum of per-step maxima.
+  REQUIRE(p.device_compute.size() == 3);
+  for (double s : p.device_compute) {
+    CHECK(s > 0.0);
+    CHECK(s <= p.compute_time * (1.0 + 1e-12));
+  }
   const cost_model m(g, c, segment_map(g, segment_policy::one));
   const std::string table = explain(p, m);
   CHECK(table.find("predicted step time") != std::string::npos);
@@ -374,4 +381,33 @@ TEST_CASE(
   CHECK_THROWS_WITH(plan_from_json(bad, g, "plan.json"),
                     Catch::Contains("plan.json: field steps[0]") &&
                         Catch::Contains("no such rule"));
+}
+
+TEST_CASE("budgets end the search with a complete plan and an honest gap") {
+  models::model_options small;
+  small.layers = 2;
+  small.hidden = 32;
+  small.heads = 2;
+  small.seq = 8;
+  small.vocab = 64;
+  const auto g = models::trace_model<float>("bert", small, 8);
+  const cluster c = make_cluster({3e9, 2e9, 1e9}, 1e7);
+  const cost_model m(g, c, segment_map(g, segment_policy::one));
+  const auto r = proportional_ratios(c, 1);
+  const auto best = search(m, r);
+  REQUIRE(best.optimal);
+  search_options tight;
+  tight.max_expansions = 3;
+  const auto cut = search(m, r, tight);
+  REQUIRE(cut.found);
+  CHECK(!cut.optimal);
+  CHECK(cut.steps.size() == best.steps.size()); // every op placed
+  CHECK(cut.cost >= best.cost * (1.0 - 1e-12));
+  CHECK(cut.lower_bound <= best.cost * (1.0 + 1e-12));
+  CHECK(make_plan(cut, m, r, "t", "synth").step_time == Approx(cut.cost).epsilon(1e-12));
+  synth_options so;
+  so.search.max_expansions = 3;
+  const plan p = synthesize(g, c, so);
+  CHECK(!p.stats.optimal);
+  CHECK(p.stats.gap >= 0.0);
 }
