@@ -14,6 +14,7 @@
 #include <hspmd/core/hash.hpp>
 #include <hspmd/core/rng.hpp>
 #include <hspmd/exec/kernels.hpp>
+#include <hspmd/exec/layout.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
 
@@ -25,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <numbers>
 #include <ostream>
@@ -94,9 +96,20 @@ public:
   /// Allocates every node's value and gradient and materializes the parameters from `seed`:
   /// element i of parameter P is N(0, stddev^2) drawn at (seed, fnv1a64(P's name), i), so any
   /// rank can materialize any slice of any parameter identically.
-  explicit executor(const graph::graph& g, std::uint64_t seed = 0) : g_(g), seed_(seed) {
+  ///
+  /// `layouts` (one per node, or none): where each node's value sits in the whole tensor when
+  /// `g` is one rank's local graph (exec/lower.hpp); parameters, dropout masks, means, causal
+  /// masks and vocabulary ranges then follow global positions.
+  explicit executor(const graph::graph& g, std::uint64_t seed = 0,
+                    std::vector<node_layout> layouts = {})
+      : g_(g), seed_(seed), layouts_(std::move(layouts)) {
     if (!g.loss())
       throw plan_error("executor", "the graph has no loss", "mark one with tracer::set_loss");
+    if (!layouts_.empty() && layouts_.size() != g.size())
+      throw plan_error("executor",
+                       std::to_string(layouts_.size()) + " layouts for " +
+                           std::to_string(g.size()) + " nodes",
+                       "give one layout per node or none");
     val_.resize(g.size());
     grad_.resize(g.size());
     ids_.resize(g.size());
@@ -144,17 +157,36 @@ public:
   /// Runs every node; returns the loss.
   T forward() {
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      timed(i, false, [&] { run_forward(i); });
+      forward_node(i);
     return val_[*g_.loss()][0];
   }
 
   /// d loss / d every node (inputs included). Gradients are recomputed from zero each call.
   void backward() {
+    begin_backward();
+    for (graph::node_id i = static_cast<graph::node_id>(g_.size()); i-- > 0;)
+      backward_node(i);
+  }
+
+  /// One node's forward (inputs and parameters: nothing). For drivers that interleave
+  /// communication with the nodes (exec/distributed.hpp).
+  void forward_node(graph::node_id i) {
+    timed(i, false, [&] { run_forward(i); });
+  }
+  /// Zeroes every gradient and seeds d loss / d loss = 1.
+  void begin_backward() {
     for (auto& gr : grad_)
       std::fill(gr.begin(), gr.end(), T{});
     grad_[*g_.loss()][0] = T{1};
-    for (graph::node_id i = static_cast<graph::node_id>(g_.size()); i-- > 0;)
-      timed(i, true, [&] { run_backward(i); });
+  }
+  /// One node's backward: adds its inputs' gradients (after `begin_backward`, in reverse order).
+  void backward_node(graph::node_id i) {
+    timed(i, true, [&] { run_backward(i); });
+  }
+  /// Sums `data` element-wise over the ranks sharing a vocabulary-parallel cross-entropy
+  /// (`max`: the maximum instead); required when a layout says `vocab_parallel`.
+  void set_row_reduce(std::function<void(std::span<T> data, bool max)> f) {
+    row_reduce_ = std::move(f);
   }
 
   /// Seconds spent per op kind, forward and backward, while profiling is on.
@@ -174,6 +206,13 @@ public:
   [[nodiscard]] std::span<const T> value(graph::node_id id) const { return val_.at(id); }
   [[nodiscard]] std::span<T> grad(graph::node_id id) { return grad_.at(id); }
   [[nodiscard]] std::span<const T> grad(graph::node_id id) const { return grad_.at(id); }
+  /// The value of an integer node (token ids, labels).
+  [[nodiscard]] std::span<std::int64_t> ids(graph::node_id id) { return ids_.at(id); }
+  [[nodiscard]] std::span<const std::int64_t> ids(graph::node_id id) const { return ids_.at(id); }
+  /// The layout of a node; nullptr when the graph is not a local one.
+  [[nodiscard]] const node_layout* layout(graph::node_id id) const {
+    return layouts_.empty() ? nullptr : &layouts_.at(id);
+  }
 
   /// The parameter node named `name`; throws `plan_error` when there is none.
   [[nodiscard]] graph::node_id parameter(std::string_view name) const {
@@ -221,8 +260,14 @@ private:
       return;
     }
     const rng_key key{seed_, fnv1a64(n.name)};
+    const node_layout* l = layout(id);
     for (std::size_t i = 0; i < v.size(); ++i)
-      v[i] = static_cast<T>(n.init.value * normal01(key, i));
+      v[i] = static_cast<T>(n.init.value * normal01(key, l != nullptr ? l->global_index(i) : i));
+  }
+
+  [[nodiscard]] bool skip_bias(graph::node_id id) const {
+    const node_layout* l = layout(id);
+    return l != nullptr && l->skip_bias;
   }
 
   [[nodiscard]] const graph::node& in_node(const graph::node& n, std::size_t k) const {
@@ -265,7 +310,7 @@ private:
       const auto [m, k, nn] = matmul_dims(n);
       gemm(transpose::no, transpose::no, m, nn, k, T{1}, in(n, 0).data(), k, in(n, 1).data(), nn,
            T{0}, out.data(), nn);
-      if (n.kind == op::linear) {
+      if (n.kind == op::linear && !skip_bias(id)) {
         const auto& b = in(n, 2);
         for (std::size_t i = 0; i < m; ++i)
           for (std::size_t j = 0; j < nn; ++j)
@@ -339,10 +384,16 @@ private:
       const auto& x = in(n, 0);
       const std::size_t l = n.out.dims.back();
       const bool causal = n.kind == op::softmax && n.attrs.flag;
+      // Query rows: the second-to-last dimension (a local piece may start at an offset).
+      const std::size_t nq = n.out.rank() >= 2 ? n.out.dims[n.out.rank() - 2] : 1;
+      const node_layout* lay = layout(id);
+      const std::size_t q0 =
+          lay != nullptr && n.out.rank() >= 2 ? lay->offset_of(n.out.rank() - 2) : 0;
       for (std::size_t r = 0; r < rows(n.out); ++r) {
         const T* xr = x.data() + r * l;
         T* yr = out.data() + r * l;
-        const std::size_t seen = causal ? r % l + 1 : l; // query r % S sees keys 0 .. r % S
+        const std::size_t seen =
+            causal ? q0 + r % std::max<std::size_t>(nq, 1) + 1 : l; // query q sees keys 0 .. q
         const T mx = *std::max_element(xr, xr + seen);
         T s{0};
         for (std::size_t j = 0; j < seen; ++j)
@@ -384,11 +435,14 @@ private:
     case op::embedding: {
       const auto& table = in(n, 0);
       const auto& ids = ids_[n.inputs[1]];
-      const std::size_t v = in_node(n, 0).out.dims[0];
+      const auto [v0, v, total] = vocab_range(n);
       const std::size_t h = in_node(n, 0).out.dims[1];
       for (std::size_t t = 0; t < ids.size(); ++t) {
-        const auto row = checked_id(n, ids[t], v, "token id");
-        std::copy_n(table.data() + row * h, h, out.data() + t * h);
+        const auto row = checked_id(n, ids[t], total, "token id");
+        if (row >= v0 && row < v0 + v)
+          std::copy_n(table.data() + (row - v0) * h, h, out.data() + t * h);
+        else
+          std::fill_n(out.data() + t * h, h, T{0}); // another rank's rows (a partial sum)
       }
       return;
     }
@@ -396,18 +450,33 @@ private:
       const auto& logits = in(n, 0);
       const auto& targets = ids_[n.inputs[1]];
       const std::size_t v = in_node(n, 0).out.dims[1];
+      const auto [v0, vv, vocab] = vocab_range(n);
+      const node_layout* lay = layout(id);
+      const bool vocab_parallel = lay != nullptr && lay->vocab_parallel;
       auto& lse = aux_[id]; // per row: log-sum-exp, reused by the backward
       lse.resize(targets.size());
-      T total{0};
       for (std::size_t r = 0; r < targets.size(); ++r) {
         const T* lr = logits.data() + r * v;
-        const auto t = checked_id(n, targets[r], v, "target");
-        const T mx = *std::max_element(lr, lr + v);
-        T s{0};
+        lse[r] = v == 0 ? -std::numeric_limits<T>::infinity() : *std::max_element(lr, lr + v);
+      }
+      if (vocab_parallel) // the row maxima over every rank's piece of the vocabulary
+        row_reduce(lse, true);
+      std::vector<T> sums(targets.size(), T{0});
+      for (std::size_t r = 0; r < targets.size(); ++r) {
+        const T* lr = logits.data() + r * v;
         for (std::size_t j = 0; j < v; ++j)
-          s += std::exp(lr[j] - mx);
-        lse[r] = mx + std::log(s);
-        total += lse[r] - lr[t];
+          sums[r] += std::exp(lr[j] - lse[r]);
+      }
+      if (vocab_parallel)
+        row_reduce(sums, false);
+      T total{0};
+      for (std::size_t r = 0; r < targets.size(); ++r) {
+        const auto t = checked_id(n, targets[r], vocab, "target");
+        lse[r] += std::log(sums[r]);
+        if (!vocab_parallel || lay->owner)
+          total += lse[r];
+        if (t >= v0 && t < v0 + vv)
+          total -= logits[r * v + t - v0];
       }
       out[0] = total;
       return;
@@ -418,7 +487,7 @@ private:
       T s{0};
       for (T v : x)
         s += v;
-      out[0] = n.kind == op::sum ? s : s / static_cast<T>(std::max<std::size_t>(x.size(), 1));
+      out[0] = n.kind == op::sum ? s : s / static_cast<T>(global_count(n.inputs[0]));
       return;
     }
     case op::reshape:
@@ -436,11 +505,22 @@ private:
         const rng_key key{seed_ ^ (step_ * 0x9E3779B97F4A7C15ULL), fnv1a64(n.name)};
         const auto keep = static_cast<T>(1.0 / (1.0 - p));
         std::vector<double> u(std::min<std::size_t>(mask.size(), 4096));
-        for (std::size_t at = 0; at < mask.size(); at += u.size()) {
-          const std::size_t len = std::min(u.size(), mask.size() - at);
-          fill_uniform01_u32(key, at, len, u.data());
-          for (std::size_t i = 0; i < len; ++i)
-            mask[at + i] = u[i] >= p ? keep : T{0};
+        // Runs of consecutive global indices (a local piece is one run per outer index).
+        const node_layout* lay = layout(id);
+        std::size_t run = mask.size();
+        if (lay != nullptr && lay->split) {
+          run = lay->length;
+          for (std::size_t d = *lay->split + 1; d < lay->global.size(); ++d)
+            run *= lay->global[d];
+        }
+        for (std::size_t r0 = 0; run > 0 && r0 < mask.size(); r0 += run) {
+          const std::size_t g0 = lay != nullptr ? lay->global_index(r0) : r0;
+          for (std::size_t at = 0; at < run; at += u.size()) {
+            const std::size_t len = std::min(u.size(), run - at);
+            fill_uniform01_u32(key, g0 + at, len, u.data());
+            for (std::size_t i = 0; i < len; ++i)
+              mask[r0 + at + i] = u[i] >= p ? keep : T{0};
+          }
         }
       }
       for (std::size_t i = 0; i < out.size(); ++i)
@@ -517,7 +597,7 @@ private:
            din(n, 0).data(), k);
       gemm(transpose::yes, transpose::no, k, nn, m, T{1}, in(n, 0).data(), k, g.data(), nn, T{1},
            din(n, 1).data(), nn);
-      if (n.kind == op::linear) {
+      if (n.kind == op::linear && !skip_bias(id)) {
         auto& db = din(n, 2);
         for (std::size_t i = 0; i < m; ++i)
           for (std::size_t j = 0; j < nn; ++j)
@@ -667,10 +747,13 @@ private:
       auto& dtable = din(n, 0);
       const auto& ids = ids_[n.inputs[1]];
       const std::size_t h = in_node(n, 0).out.dims[1];
+      const auto [v0, v, total] = vocab_range(n);
       for (std::size_t t = 0; t < ids.size(); ++t) {
         const auto row = static_cast<std::size_t>(ids[t]);
+        if (row < v0 || row >= v0 + v)
+          continue;
         for (std::size_t j = 0; j < h; ++j)
-          dtable[row * h + j] += g[t * h + j];
+          dtable[(row - v0) * h + j] += g[t * h + j];
       }
       return;
     }
@@ -680,19 +763,21 @@ private:
       const auto& targets = ids_[n.inputs[1]];
       const std::size_t v = in_node(n, 0).out.dims[1];
       const auto& lse = aux_[id];
+      const auto [v0, vv, total] = vocab_range(n);
       for (std::size_t r = 0; r < targets.size(); ++r) {
         const T* lr = logits.data() + r * v;
         for (std::size_t j = 0; j < v; ++j) // g * softmax(l) - g * onehot(t)
           dl[r * v + j] += g[0] * std::exp(lr[j] - lse[r]);
-        dl[r * v + static_cast<std::size_t>(targets[r])] -= g[0];
+        const auto t = static_cast<std::size_t>(targets[r]);
+        if (t >= v0 && t < v0 + vv)
+          dl[r * v + t - v0] -= g[0];
       }
       return;
     }
     case op::sum:
     case op::mean: {
       auto& dx = din(n, 0);
-      const T each =
-          n.kind == op::sum ? g[0] : g[0] / static_cast<T>(std::max<std::size_t>(dx.size(), 1));
+      const T each = n.kind == op::sum ? g[0] : g[0] / static_cast<T>(global_count(n.inputs[0]));
       for (T& d : dx)
         d += each;
       return;
@@ -787,9 +872,10 @@ private:
         T* y = val_[id].data() + b * ws[0] * plane;
         gemm(transpose::no, transpose::no, ws[0], plane, crs, T{1}, in(n, 1).data(), crs,
              col.data(), plane, T{0}, y, plane);
-        for (std::size_t k = 0; k < ws[0]; ++k)
-          for (std::size_t p = 0; p < plane; ++p)
-            y[k * plane + p] += in(n, 2)[k];
+        if (!skip_bias(id))
+          for (std::size_t k = 0; k < ws[0]; ++k)
+            for (std::size_t p = 0; p < plane; ++p)
+              y[k * plane + p] += in(n, 2)[k];
         continue;
       }
       const T* dy = grad_[id].data() + b * ws[0] * plane;
@@ -802,9 +888,10 @@ private:
         if (from < image)
           dx[from] += dcol[at];
       });
-      for (std::size_t k = 0; k < ws[0]; ++k)
-        for (std::size_t p = 0; p < plane; ++p)
-          din(n, 2)[k] += dy[k * plane + p];
+      if (!skip_bias(id))
+        for (std::size_t k = 0; k < ws[0]; ++k)
+          for (std::size_t p = 0; p < plane; ++p)
+            din(n, 2)[k] += dy[k * plane + p];
     }
   }
 
@@ -958,6 +1045,31 @@ private:
     }
   }
 
+  // The rows of an embedding table / columns of cross-entropy logits this node holds: first,
+  // count, and the whole vocabulary.
+  struct vocab_span {
+    std::size_t first, count, total;
+  };
+  [[nodiscard]] vocab_span vocab_range(const graph::node& n) const {
+    const std::size_t axis = n.kind == op::embedding ? 0 : 1;
+    const std::size_t local = in_node(n, 0).out.dims[axis];
+    const node_layout* l = layout(n.inputs[0]);
+    if (l == nullptr)
+      return {0, local, local};
+    return {l->offset_of(axis), local, l->global.at(axis)};
+  }
+  // Elements of the whole tensor node `id` holds a piece of.
+  [[nodiscard]] std::size_t global_count(graph::node_id id) const {
+    const node_layout* l = layout(id);
+    return std::max<std::size_t>(l != nullptr ? l->global_size() : g_[id].out.size(), 1);
+  }
+  void row_reduce(std::vector<T>& v, bool max) {
+    if (!row_reduce_)
+      throw plan_error("executor", "a vocabulary-parallel cross-entropy without a communicator",
+                       "run local graphs through exec::distributed_executor");
+    row_reduce_(std::span<T>(v), max);
+  }
+
   static T phi(T x) { // standard normal CDF
     return static_cast<T>(0.5) * (T{1} + std::erf(x / std::numbers::sqrt2_v<T>));
   }
@@ -1000,6 +1112,8 @@ private:
 
   const graph::graph& g_;
   std::uint64_t seed_;
+  std::vector<node_layout> layouts_;
+  std::function<void(std::span<T>, bool)> row_reduce_;
   std::uint64_t step_ = 0;
   bool training_ = true;
   bool profiling_ = false;
