@@ -50,8 +50,11 @@
 #include <hspmd/synth/synthesize.hpp>
 
 #if defined(HSPMD_HAS_BLAS)
+#include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/kernels.hpp>
+#include <hspmd/exec/layout.hpp>
+#include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/trainer.hpp>
 #endif

@@ -27,6 +27,7 @@
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/sfb.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
@@ -34,6 +35,7 @@
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -108,13 +110,16 @@ void copy_box(const E* src, const std::vector<std::size_t>& src_dims,
 
 /// One rank's share of a distributed training step (see the file comment).
 template <std::floating_point T, class Comm>
-requires communicator<Comm, T> && communicator<Comm, std::int64_t>
+requires communicator<Comm, T> && communicator<Comm, std::int64_t> &&
+    communicator<Comm, std::uint64_t>
 class distributed_executor {
 public:
-  /// Lowers `p` for this rank and materializes the rank's pieces of the parameters.
+  /// Checks that every rank holds the same model, cluster, ratios and plan (collective; any
+  /// difference throws `plan_error` on every rank naming it), lowers `p` for this rank and
+  /// materializes the rank's pieces of the parameters.
   distributed_executor(const graph::graph& g, const synth::plan& p, Comm& comm,
                        std::uint64_t seed = 0)
-      : g_(g), comm_(&comm), prog_(checked_lower(g, p, comm)),
+      : g_(g), comm_(&comm), prog_(agreed_lower(g, p, comm)),
         ex_(prog_.local, seed, prog_.layouts) {
     ex_.set_row_reduce([this](std::span<T> v, bool max) {
       comm_->all_reduce(v, max ? reduce_op::max : reduce_op::sum);
@@ -163,6 +168,12 @@ public:
     synchronize_gradients();
   }
 
+  /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute).
+  template <class Optimizer>
+  void update(Optimizer& opt) {
+    compute([&] { opt.step(ex_); });
+  }
+
   /// Squared L2 norm of the whole gradient (every parameter element counted once).
   [[nodiscard]] double grad_norm_squared() {
     double s = 0.0;
@@ -189,19 +200,48 @@ public:
     for (graph::node_id i = 0; i < prog_.local.size(); ++i)
       if (prog_.global[i] == *gid && !prog_.where[i].is_partial())
         return assemble(i);
-    throw plan_error("distributed executor", "the plan keeps no whole or split version of " +
-                                                 std::string(name),
+    throw plan_error("distributed executor",
+                     "the plan keeps no whole or split version of " + std::string(name),
                      "gather a parameter or a tensor the plan does not leave partial");
   }
 
 private:
-  static local_program checked_lower(const graph::graph& g, const synth::plan& p, Comm& comm) {
+  // Before any training collective: every rank compares what it was given with every other.
+  static void agree(const graph::graph& g, const synth::plan& p, Comm& comm) {
+    std::string ratios;
+    for (const auto& seg : p.ratios)
+      for (double r : seg)
+        ratios += std::to_string(r) + " ";
+    const std::array<std::pair<const char*, const char*>, 4> what = {{
+        {"model (traced graph)", "trace the same model with the same sizes and batch"},
+        {"cluster file", "give every rank the same cluster file"},
+        {"sharding ratios", "synthesize once, or from the same inputs, on every rank"},
+        {"plan", "give every rank the same plan file or synthesis options"},
+    }};
+    const std::array<std::uint64_t, 4> mine = {synth::graph_hash(g), p.cluster_fingerprint,
+                                               fnv1a64(ratios), p.hash()};
+    const auto n = static_cast<std::size_t>(comm.size());
+    std::vector<std::uint64_t> all(4 * n);
+    comm.all_gather_v(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(all),
+                      std::vector<std::size_t>(n, 4));
+    for (std::size_t k = 0; k < what.size(); ++k)
+      for (std::size_t r = 1; r < n; ++r)
+        if (all[4 * r + k] != all[k])
+          throw plan_error("rank " + std::to_string(r),
+                           std::string("its ") + what[k].first + " differs from rank 0's (hash " +
+                               synth::detail::hex(all[4 * r + k]) + " vs " +
+                               synth::detail::hex(all[k]) + "); no training step was run",
+                           what[k].second);
+  }
+
+  static local_program agreed_lower(const graph::graph& g, const synth::plan& p, Comm& comm) {
     if (p.device_names.size() != static_cast<std::size_t>(comm.size()))
       throw plan_error("plan " + p.strategy + " for " + p.cluster_name,
                        "has " + std::to_string(p.device_names.size()) + " devices but " +
                            std::to_string(comm.size()) + " ranks run it",
                        "launch one rank per device of the cluster (mpirun -np " +
                            std::to_string(p.device_names.size()) + ")");
+    agree(g, p, comm);
     return lower(g, p, static_cast<std::size_t>(comm.rank()));
   }
 
@@ -215,9 +255,9 @@ private:
     const auto start = std::chrono::steady_clock::now();
     f();
     const auto took = std::chrono::steady_clock::now() - start;
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                           took * (slowdown_ - 1.0));
+    const auto until =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * (slowdown_ - 1.0));
     while (std::chrono::steady_clock::now() < until) {
     }
   }

@@ -42,10 +42,10 @@ struct lowered_transfer {
 
 /// One rank's program.
 struct local_program {
-  graph::graph local;                   ///< the rank's graph (ids are local)
-  std::vector<node_layout> layouts;     ///< per local node
-  std::vector<graph::node_id> global;   ///< per local node: the tensor (global node) it holds
-  std::vector<placement> where;         ///< per local node: the placement of that version
+  graph::graph local;                 ///< the rank's graph (ids are local)
+  std::vector<node_layout> layouts;   ///< per local node
+  std::vector<graph::node_id> global; ///< per local node: the tensor (global node) it holds
+  std::vector<placement> where;       ///< per local node: the placement of that version
   std::vector<std::vector<std::size_t>> lengths; ///< per local node: every rank's split lengths
   std::vector<std::optional<std::size_t>> transfer_of; ///< per local node: its transfer, if any
   std::vector<lowered_transfer> transfers;
@@ -152,8 +152,9 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
                                          std::size_t rank) {
   const std::size_t ranks = p.device_names.size();
   if (rank >= ranks)
-    throw plan_error("lowering", "rank " + std::to_string(rank) + " but the plan has " +
-                                     std::to_string(ranks) + " devices",
+    throw plan_error("lowering",
+                     "rank " + std::to_string(rank) + " but the plan has " + std::to_string(ranks) +
+                         " devices",
                      "run with as many ranks as the cluster has devices");
   if (!g.loss())
     throw plan_error("lowering", "the graph has no loss", "mark one with tracer::set_loss");
@@ -183,9 +184,10 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
     l.global = g[t].out.dims;
     if (where.is_split()) {
       if (where.dim() >= l.global.size())
-        throw plan_error("lowering", "tensor " + g[t].name + " split along dimension " +
-                                         std::to_string(where.dim()) + " of a rank-" +
-                                         std::to_string(l.global.size()) + " tensor",
+        throw plan_error("lowering",
+                         "tensor " + g[t].name + " split along dimension " +
+                             std::to_string(where.dim()) + " of a rank-" +
+                             std::to_string(l.global.size()) + " tensor",
                          "regenerate the plan for this graph");
       const auto all = lengths_of(t, where.dim());
       l.split = where.dim();
@@ -213,8 +215,9 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
   const auto need = [&](graph::node_id t, placement where, const std::string& step) {
     const auto v = out.version(t, where);
     if (!v)
-      throw plan_error("lowering", "step " + step + " reads " + detail::where_text(g[t], where) +
-                                       ", which no earlier step or transfer makes",
+      throw plan_error("lowering",
+                       "step " + step + " reads " + detail::where_text(g[t], where) +
+                           ", which no earlier step or transfer makes",
                        "regenerate the plan (synth::synthesize) for this graph");
     return *v;
   };
@@ -256,8 +259,9 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
     const graph::rule& r = s.rule;
     if ((n.kind == graph::op::moe_dispatch || n.kind == graph::op::moe_combine) &&
         r.kind != graph::rule::family::replicated)
-      throw plan_error("lowering", "step " + s.name + " runs " + std::string(graph::name(n.kind)) +
-                                       " sharded; the executor runs MoE routing replicated only",
+      throw plan_error("lowering",
+                       "step " + s.name + " runs " + std::string(graph::name(n.kind)) +
+                           " sharded; the executor runs MoE routing replicated only",
                        "synthesize with MoE ops pinned replicated");
     for (const synth::transfer& t : s.transfers)
       if (t.tensor != s.node)
@@ -265,9 +269,9 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
     graph::node ln = n;
     ln.pin.reset();
     if (r.arity != n.inputs.size())
-      throw plan_error("lowering", "step " + s.name + " has a rule for " +
-                                       std::to_string(r.arity) + " operands",
-                       "regenerate the plan for this graph");
+      throw plan_error(
+          "lowering", "step " + s.name + " has a rule for " + std::to_string(r.arity) + " operands",
+          "regenerate the plan for this graph");
     for (std::size_t k = 0; k < n.inputs.size(); ++k)
       ln.inputs[k] = need(n.inputs[k], r.in[k], s.name);
     const graph::node_id id = add(std::move(ln), s.node, r.out, std::nullopt);

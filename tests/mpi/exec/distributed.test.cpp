@@ -14,10 +14,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -158,8 +158,9 @@ void equivalence(const std::string& model, const models::model_options& o, std::
   sfb.strategy = "dp-cp+sfb";
   for (synth::plan_step& s : sfb.steps)
     for (synth::transfer& t : s.transfers)
-      if ((s.kind == graph::op::linear || s.kind == graph::op::matmul) && t.kind == synth::transfer_kind::load &&
-          t.tensor == g[s.node].inputs[1] && t.to.is_replicated() && s.rule.in[0].is_split() &&
+      if ((s.kind == graph::op::linear || s.kind == graph::op::matmul) &&
+          t.kind == synth::transfer_kind::load && t.tensor == g[s.node].inputs[1] &&
+          t.to.is_replicated() && s.rule.in[0].is_split() &&
           s.rule.in[0].dim() + 1 < g[g[s.node].inputs[0]].out.rank())
         t.sfb = true;
   plans.push_back(sfb);
@@ -234,4 +235,30 @@ TEST_CASE("MLP: distributed training equals the single process (f32, f64)") {
 TEST_CASE("BERT-small: distributed training equals the single process (f32, f64)") {
   equivalence<float>("bert", small_bert(), 4, 40, 1e-5, 1e6);
   equivalence<double>("bert", small_bert(), 4, 40, 1e-10, 1e6);
+}
+
+TEST_CASE("ranks given different clusters stop before any training collective, naming it") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto g = models::trace_model<float>("mlp", small_mlp(), 12);
+  // Every rank its own link bandwidth when there are several ranks: different cluster files.
+  const cluster c = make_cluster(n, 1e6 * double(1 + comm.rank()));
+  const synth::plan p = synth::make_baseline(g, c, synth::baseline::dp_ev, {}, "mlp");
+  if (n == 1) {
+    CHECK_NOTHROW(exec::distributed_executor<float, mpi_communicator>(g, p, comm, 7));
+    return;
+  }
+  CHECK_THROWS_WITH((exec::distributed_executor<float, mpi_communicator>(g, p, comm, 7)),
+                    Catch::Contains("rank 1: its cluster file differs from rank 0's") &&
+                        Catch::Contains("give every rank the same cluster file"));
+  // A plan for another model (the batch differs on rank 1).
+  const auto other = models::trace_model<float>("mlp", small_mlp(), comm.rank() == 1 ? 6 : 12);
+  const cluster same = make_cluster(n, 1e6);
+  const synth::plan q = synth::make_baseline(other, same, synth::baseline::dp_ev, {}, "mlp");
+  CHECK_THROWS_WITH((exec::distributed_executor<float, mpi_communicator>(other, q, comm, 7)),
+                    Catch::Contains("rank 1: its model (traced graph) differs"));
+  // The right number of ranks is checked first.
+  synth::plan bigger = synth::make_baseline(g, make_cluster(n + 1, 1e6), synth::baseline::dp_ev);
+  CHECK_THROWS_WITH((exec::distributed_executor<float, mpi_communicator>(g, bigger, comm, 7)),
+                    Catch::Contains("launch one rank per device"));
 }
