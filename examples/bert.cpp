@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
       std::printf("data: %s, %zu tokens, vocabulary %zu (%zu unknown)\n", o.data.front().c_str(),
                   corpus.tokens().size(), corpus.vocabulary().size(), corpus.unknown_count());
       return example::train(c.moe_experts > 0 ? "bert-moe" : "bert", g, o,
-                            [&](hspmd::exec::executor<float>& ex, std::size_t step) {
+                            [&](example::input_sink& ex, std::size_t step) {
                               corpus.batch(step, o.batch, c.seq, tokens, targets);
                               ex.set_input("tokens", tokens);
                               ex.set_input("targets", targets);
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     }
     example::markov_text text(c.vocab, o.seed);
     return example::train(c.moe_experts > 0 ? "bert-moe" : "bert", g, o,
-                          [&](hspmd::exec::executor<float>& ex, std::size_t) {
+                          [&](example::input_sink& ex, std::size_t) {
                             text.batch(o.batch, c.seq, tokens, targets);
                             ex.set_input("tokens", tokens);
                             ex.set_input("targets", targets);

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     std::vector<float> teacher(c.inputs * c.classes);
     for (auto& v : teacher)
       v = nd(rng);
-    return example::train("mlp", g, o, [&](hspmd::exec::executor<float>& ex, std::size_t) {
+    return example::train("mlp", g, o, [&](example::input_sink& ex, std::size_t) {
       std::vector<float> x(o.batch * c.inputs);
       std::vector<std::int64_t> y(o.batch);
       for (auto& v : x)

@@ -1,18 +1,22 @@
 #pragma once
-// Shared driver of the example models: common flags, synthetic data generators, and a
-// single-process training run with a summary of what was measured.
+// Shared driver of the example models: common flags, synthetic data generators, and a training
+// run, single process or, with --cluster, on every rank of an MPI job with a synthesized or
+// baseline plan, with a summary of what was measured.
 
 #include <hspmd/hspmd.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace example {
@@ -27,6 +31,35 @@ struct common_options {
   std::vector<std::string> data; ///< text file (LM) or CIFAR-10 .bin files (images)
   bool print_graph = false;
   bool profile = false;
+  std::string cluster;        ///< distributed run over MPI on this cluster (one rank per device)
+  std::string plan = "synth"; ///< synth, dp-ev, dp-cp or tp
+  bool explain = false;
+};
+
+/// Where a step's whole batch goes: the single-process executor, or every rank's distributed
+/// executor (each keeps its piece).
+class input_sink {
+public:
+  virtual ~input_sink() = default;
+  virtual void set_input(std::string_view name, std::span<const float> v) = 0;
+  virtual void set_input(std::string_view name, std::span<const std::int64_t> v) = 0;
+};
+/// Feeds step `step`'s batch.
+using feed_fn = std::function<void(input_sink&, std::size_t)>;
+
+template <class Executor>
+class sink_of final : public input_sink {
+public:
+  explicit sink_of(Executor& ex) : ex_(&ex) {}
+  void set_input(std::string_view name, std::span<const float> v) override {
+    ex_->set_input(name, v);
+  }
+  void set_input(std::string_view name, std::span<const std::int64_t> v) override {
+    ex_->set_input(name, v);
+  }
+
+private:
+  Executor* ex_;
 };
 
 inline void add_common(CLI::App& app, common_options& o) {
@@ -41,12 +74,30 @@ inline void add_common(CLI::App& app, common_options& o) {
                  "seeded synthetic data when absent");
   app.add_flag("--print-graph", o.print_graph, "print the traced graph (op, name, shape, FLOPs)");
   app.add_flag("--profile", o.profile, "time each op kind and print where a step's time goes");
+#if defined(HSPMD_HAS_MPI)
+  app.add_option("--cluster", o.cluster,
+                 "train distributed on this cluster file, one MPI rank per device "
+                 "(mpirun -np N ...); single process when absent");
+  app.add_option("--plan", o.plan, "with --cluster: the plan to run")
+      ->check(CLI::IsMember({"synth", "dp-ev", "dp-cp", "tp"}))
+      ->capture_default_str();
+  app.add_flag("--explain", o.explain, "with --cluster: print the plan's explain table");
+#endif
 }
 
 /// Traces nothing itself: trains `g` for `o.steps` with Adam, feeding each step with `feed`,
 /// and prints the model size, FLOPs per step, progress and a summary. Returns 0.
+#if defined(HSPMD_HAS_MPI)
+int train_distributed(const std::string& model, const hspmd::graph::graph& g,
+                      const common_options& o, const feed_fn& feed);
+#endif
+
 inline int train(const std::string& model, const hspmd::graph::graph& g, const common_options& o,
-                 const std::function<void(hspmd::exec::executor<float>&, std::size_t)>& feed) {
+                 const feed_fn& feed) {
+#if defined(HSPMD_HAS_MPI)
+  if (!o.cluster.empty())
+    return train_distributed(model, g, o, feed);
+#endif
   std::size_t params = 0;
   for (auto id : g.parameters())
     params += g[id].out.size();
@@ -63,7 +114,13 @@ inline int train(const std::string& model, const hspmd::graph::graph& g, const c
   tr.clip = o.clip;
   tr.samples_per_step = o.batch;
   const auto start = std::chrono::steady_clock::now();
-  const auto losses = tr.run(o.steps, feed, &std::cout);
+  const auto losses = tr.run(
+      o.steps,
+      [&](hspmd::exec::executor<float>& e, std::size_t step) {
+        sink_of<hspmd::exec::executor<float>> sink(e);
+        feed(sink, step);
+      },
+      &std::cout);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!losses.empty())
@@ -136,6 +193,88 @@ private:
   std::mt19937_64 rng_;
   std::vector<float> protos_;
 };
+
+#if defined(HSPMD_HAS_MPI)
+/// The distributed run: every rank reads the cluster, traces (done by the caller), synthesizes
+/// the plan or builds the baseline, agrees with the others, and trains; rank 0 prints.
+inline int train_distributed(const std::string& model, const hspmd::graph::graph& g,
+                             const common_options& o, const feed_fn& feed) {
+  int argc = 0;
+  char** argv = nullptr;
+  hspmd::mpi_environment env(argc, argv);
+  return hspmd::run_guarded([&] {
+    namespace synth = hspmd::synth;
+    hspmd::mpi_communicator comm;
+    const bool root = comm.rank() == 0;
+    const hspmd::cluster cl = hspmd::load_cluster(o.cluster);
+    hspmd::check_rank_count(cl, static_cast<std::size_t>(comm.size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    const synth::plan p =
+        o.plan == "synth"   ? synth::synthesize(g, cl, {}, model)
+        : o.plan == "dp-ev" ? synth::make_baseline(g, cl, synth::baseline::dp_ev, {}, model)
+        : o.plan == "dp-cp" ? synth::make_baseline(g, cl, synth::baseline::dp_cp, {}, model)
+                            : synth::make_baseline(g, cl, synth::baseline::tp, {}, model);
+    const double plan_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto me = static_cast<std::size_t>(comm.rank());
+    if (root) {
+      std::printf("%s: %zu graph nodes, batch %zu, cluster \"%s\" (%zu ranks)\n", model.c_str(),
+                  g.size(), o.batch, cl.name.c_str(), cl.size());
+      std::printf("plan %s (%.0f ms): predicted step %.2f ms; shares", p.strategy.c_str(),
+                  1e3 * plan_seconds, 1e3 * p.step_time);
+      for (std::size_t d = 0; d < p.device_names.size(); ++d)
+        std::printf(" %s %.1f%%", p.device_names[d].c_str(), 100.0 * p.ratios[0][d]);
+      std::printf("\n");
+      if (o.explain)
+        std::cout << synth::explain(p, synth::cost_model(g, cl, synth::segment_map(g, p.segments)));
+    }
+    hspmd::exec::distributed_executor<float, hspmd::mpi_communicator> dx(g, p, comm, o.seed);
+    dx.set_slowdown(cl.devices.at(me).slowdown);
+    hspmd::exec::adam opt(o.lr);
+    sink_of<decltype(dx)> sink(dx);
+    std::vector<double> times;
+    double first = 0.0;
+    double last = 0.0;
+    for (std::size_t s = 0; s < o.steps; ++s) {
+      comm.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      feed(sink, s);
+      dx.set_step(s);
+      const double loss = dx.forward();
+      dx.backward();
+      if (o.clip > 0.0)
+        dx.clip_grad_norm(o.clip);
+      dx.update(opt);
+      const double step = comm.all_reduce(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+          hspmd::reduce_op::max);
+      times.push_back(step);
+      (s == 0 ? first : last) = loss;
+      last = loss;
+      if (root && (s + 1 == o.steps || (s + 1) % std::max<std::size_t>(1, o.steps / 20) == 0)) {
+        const std::size_t width = 24;
+        std::string bar(width * (s + 1) / o.steps, '#');
+        bar.resize(width, '.');
+        std::printf("step %5zu/%-5zu [%s] loss %10.4f  %8.2f ms/step\n", s + 1, o.steps,
+                    bar.c_str(), loss, 1e3 * step);
+        std::fflush(stdout);
+      }
+    }
+    if (root && !times.empty()) {
+      auto sorted = times;
+      if (sorted.size() > 2)
+        sorted.erase(sorted.begin()); // the first step warms up
+      std::sort(sorted.begin(), sorted.end());
+      const double median = sorted[sorted.size() / 2];
+      std::printf("%s: loss %.4f -> %.4f over %zu steps; step time measured %.2f ms (median), "
+                  "predicted %.2f ms (%+.0f%%)\n",
+                  model.c_str(), first, last, times.size(), 1e3 * median, 1e3 * p.step_time,
+                  100.0 * (p.step_time - median) / median);
+    }
+    return 0;
+  });
+}
+#endif
 
 /// Runs `body` and turns an hspmd error into one line on stderr and exit code 1.
 template <class F>

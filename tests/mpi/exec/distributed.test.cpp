@@ -140,11 +140,10 @@ void check_same(const result<T>& got, const result<T>& want, double tol, const s
 
 // Every plan strategy at every ratio vector for this rank count.
 template <class T>
-void equivalence(const std::string& model, const models::model_options& o, std::size_t batch,
-                 std::size_t id_limit, double tol, double bandwidth) {
+void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
+                 double bandwidth) {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  const auto g = models::trace_model<T>(model, o, batch);
   const auto want = single<T>(g, id_limit);
   const cluster c = make_cluster(n, bandwidth);
   std::vector<synth::plan> plans;
@@ -209,6 +208,12 @@ void equivalence(const std::string& model, const models::model_options& o, std::
     }
 }
 
+template <class T>
+void equivalence(const std::string& model, const models::model_options& o, std::size_t batch,
+                 std::size_t id_limit, double tol, double bandwidth) {
+  equivalence<T>(model, models::trace_model<T>(model, o, batch), id_limit, tol, bandwidth);
+}
+
 models::model_options small_mlp() {
   models::model_options o;
   o.layers = 2;
@@ -235,6 +240,22 @@ TEST_CASE("MLP: distributed training equals the single process (f32, f64)") {
 TEST_CASE("BERT-small: distributed training equals the single process (f32, f64)") {
   equivalence<float>("bert", small_bert(), 4, 40, 1e-5, 1e6);
   equivalence<double>("bert", small_bert(), 4, 40, 1e-10, 1e6);
+}
+
+TEST_CASE("ViT-small and VGG-small: distributed training equals the single process (f32)") {
+  models::vit_config vit;
+  vit.image = 8;
+  vit.layers = 1;
+  vit.hidden = 16;
+  vit.ffn = 32;
+  vit.heads = 2;
+  equivalence<float>("vit", models::trace_vit<float>(vit, 4), 10, 1e-5, 1e6);
+  models::vgg_config vgg;
+  vgg.stages = {{4, 4}, {8}, {8}};
+  vgg.image = 8;
+  vgg.fc = 16;
+  vgg.pooled = 1;
+  equivalence<float>("vgg", models::trace_vgg<float>(vgg, 4), 10, 1e-5, 1e6);
 }
 
 TEST_CASE("ranks given different clusters stop before any training collective, naming it") {
