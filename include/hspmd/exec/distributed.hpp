@@ -336,29 +336,20 @@ private:
         return false;
     return true; // rank-major blocks are the whole tensor's layout
   }
-  // whole (global layout) <-> rank-major blocks of a split version.
+  // whole (global layout) <-> rank-major blocks of a split version: `into_blocks` copies (or
+  // adds) the whole into blocks, otherwise the blocks into the whole.
   template <class E>
-  void to_blocks(const E* whole, graph::node_id sv, E* blocks, bool add) const {
+  void reblock(const E* from, graph::node_id sv, E* to, bool into_blocks, bool add) const {
     const node_layout& l = prog_.layouts[sv];
     const auto v = view_of(sv);
     const std::vector<std::size_t> zero(l.global.size(), 0);
     for (std::size_t r = 0; r < v.counts.size(); ++r) {
       auto start = zero;
       start[*l.split] = v.offsets[r];
-      detail::copy_box(whole, l.global, start, blocks + v.starts[r], v.dims[r], zero, v.dims[r],
-                       add);
-    }
-  }
-  template <class E>
-  void from_blocks(const E* blocks, graph::node_id sv, E* whole, bool add) const {
-    const node_layout& l = prog_.layouts[sv];
-    const auto v = view_of(sv);
-    const std::vector<std::size_t> zero(l.global.size(), 0);
-    for (std::size_t r = 0; r < v.counts.size(); ++r) {
-      auto start = zero;
-      start[*l.split] = v.offsets[r];
-      detail::copy_box(blocks + v.starts[r], v.dims[r], zero, whole, l.global, start, v.dims[r],
-                       add);
+      if (into_blocks)
+        detail::copy_box(from, l.global, start, to + v.starts[r], v.dims[r], zero, v.dims[r], add);
+      else
+        detail::copy_box(from + v.starts[r], v.dims[r], zero, to, l.global, start, v.dims[r], add);
     }
   }
 
@@ -373,7 +364,7 @@ private:
     if (leading(sv) && !add)
       std::copy(blocks.begin(), blocks.end(), whole);
     else
-      from_blocks(blocks.data(), sv, whole, add);
+      reblock(blocks.data(), sv, whole, false, add);
   }
   // reduce-scatter of the whole partial tensor `whole` to this rank's piece of split version
   // `sv` (set or add).
@@ -382,7 +373,7 @@ private:
                     uneven_algorithm alg) {
     const auto v = view_of(sv);
     std::vector<E> blocks(whole.size());
-    to_blocks(whole.data(), sv, blocks.data(), false);
+    reblock(whole.data(), sv, blocks.data(), true, false);
     const auto me = static_cast<std::size_t>(comm_->rank());
     std::vector<E> mine(v.counts[me]);
     comm_->reduce_scatter_v(std::span<const E>(blocks), std::span<E>(mine),
