@@ -10,6 +10,8 @@
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
+#include "../../support/test_cluster.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -25,16 +27,12 @@ using namespace hspmd;
 
 namespace {
 
+// n devices, d0 the fastest: speeds n, n - 1, ..., 1 Gflop/s.
 cluster make_cluster(std::size_t n, double bandwidth) {
-  std::string devices;
+  std::vector<double> speeds;
   for (std::size_t d = 0; d < n; ++d)
-    devices += std::string(d == 0 ? "" : ",") + R"({"name": "d)" + std::to_string(d) +
-               R"(", "kind": "test", "speed": )" + std::to_string(1e9 * double(n - d)) +
-               R"(, "memory": 1e12})";
-  return parse_cluster(R"({"version": 1, "name": "test", "links": {"intra_node": {"bandwidth": )" +
-                           std::to_string(bandwidth) + R"(, "latency": 1e-6}}, "devices": [)" +
-                           devices + "]}",
-                       "test-cluster");
+    speeds.push_back(1e9 * double(n - d));
+  return test::make_cluster(speeds, bandwidth);
 }
 
 // The whole batch of step s: features uniform in [-1, 1), ids uniform in [0, limit).

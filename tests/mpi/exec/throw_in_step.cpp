@@ -9,6 +9,8 @@
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
+#include "../../support/test_cluster.hpp"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -22,14 +24,8 @@ int main(int argc, char** argv) {
     o.layers = 2;
     o.hidden = 16;
     const auto g = hspmd::models::trace_model<float>("mlp", o, 8);
-    std::string devices;
-    for (int d = 0; d < comm.size(); ++d)
-      devices += std::string(d == 0 ? "" : ",") + R"({"name": "d)" + std::to_string(d) +
-                 R"(", "kind": "cpu", "speed": 1e9, "memory": 1e9})";
-    const auto c = hspmd::parse_cluster(
-        R"({"version": 1, "name": "t", "links": {"intra_node": {"bandwidth": 1e9, "latency": 1e-6}}, "devices": [)" +
-            devices + "]}",
-        "test");
+    const auto c =
+        hspmd::test::make_cluster(std::vector<double>(std::size_t(comm.size()), 1e9), 1e9, 1e9);
     const auto p = hspmd::synth::make_baseline(g, c, hspmd::synth::baseline::dp_ev);
     hspmd::exec::distributed_executor<float, hspmd::mpi_communicator> dx(g, p, comm, 1);
     std::vector<float> x(8 * 784, 0.5F);

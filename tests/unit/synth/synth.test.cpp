@@ -6,6 +6,8 @@
 #include <hspmd/nn/layers.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
+#include "../../support/test_cluster.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -19,19 +21,7 @@ using namespace hspmd::synth;
 
 namespace {
 
-// A cluster of one node; speeds in flop/s, memory in bytes.
-cluster make_cluster(const std::vector<double>& speeds, double bandwidth = 1e8,
-                     double memory = 1e12, double latency = 1e-6) {
-  std::string devices;
-  for (std::size_t d = 0; d < speeds.size(); ++d)
-    devices += std::string(d == 0 ? "" : ",") + R"({"name": "d)" + std::to_string(d) +
-               R"(", "kind": "test", "speed": )" + std::to_string(speeds[d]) + R"(, "memory": )" +
-               std::to_string(memory) + "}";
-  return parse_cluster(R"({"version": 1, "name": "test", "links": {"intra_node": {"bandwidth": )" +
-                           std::to_string(bandwidth) + R"(, "latency": )" +
-                           std::to_string(latency) + R"(}}, "devices": [)" + devices + "]}",
-                       "test-cluster");
-}
+using test::make_cluster;
 
 // x (batch, in) -> linear -> relu -> linear -> cross-entropy: 4 computed ops.
 graph::graph tiny_mlp(std::size_t batch, std::size_t in, std::size_t hidden, std::size_t out) {
