@@ -34,6 +34,7 @@ struct common_options {
   std::string cluster;        ///< distributed run over MPI on this cluster (one rank per device)
   std::string plan = "synth"; ///< synth, dp-ev, dp-cp or tp
   bool explain = false;
+  bool calibrate = false; ///< measure compute and collectives before planning
 };
 
 /// Where a step's whole batch goes: the single-process executor, or every rank's distributed
@@ -82,6 +83,9 @@ inline void add_common(CLI::App& app, common_options& o) {
       ->check(CLI::IsMember({"synth", "dp-ev", "dp-cp", "tp"}))
       ->capture_default_str();
   app.add_flag("--explain", o.explain, "with --cluster: print the plan's explain table");
+  app.add_flag("--calibrate", o.calibrate,
+               "with --cluster: before planning, time the model's ops on rank 0 and the "
+               "collectives on all ranks, and price the plan by those measurements");
 #endif
 }
 
@@ -206,14 +210,35 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
     namespace synth = hspmd::synth;
     hspmd::mpi_communicator comm;
     const bool root = comm.rank() == 0;
-    const hspmd::cluster cl = hspmd::load_cluster(o.cluster);
+    hspmd::cluster cl = hspmd::load_cluster(o.cluster);
     hspmd::check_rank_count(cl, static_cast<std::size_t>(comm.size()));
+    synth::synth_options so;
+    if (o.calibrate) {
+      const auto c0 = std::chrono::steady_clock::now();
+      hspmd::exec::profile_options po;
+      po.seed = o.seed;
+      po.slowdown = cl.devices.at(0).slowdown;
+      so.profile =
+          hspmd::exec::measure_compute_on_rank0<float>(g, cl.devices.at(0).speed, comm, po);
+      cl.set_collective_costs(hspmd::calibrate_collectives(comm));
+      if (root) {
+        double step = 0.0;
+        for (double x : so.profile->seconds)
+          step += x;
+        const auto& ar = cl.cost_model().params(hspmd::collective::all_reduce,
+                                                hspmd::uneven_algorithm::native, 1 << 20);
+        std::printf("calibrated in %.1f s: forward+backward %.2f ms at full batch on %s; "
+                    "all-reduce of 1 MiB %.3f ms\n",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count(),
+                    1e3 * step, cl.devices[0].name.c_str(), 1e3 * (ar.alpha + ar.beta * (1 << 20)));
+      }
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const synth::plan p =
-        o.plan == "synth"   ? synth::synthesize(g, cl, {}, model)
-        : o.plan == "dp-ev" ? synth::make_baseline(g, cl, synth::baseline::dp_ev, {}, model)
-        : o.plan == "dp-cp" ? synth::make_baseline(g, cl, synth::baseline::dp_cp, {}, model)
-                            : synth::make_baseline(g, cl, synth::baseline::tp, {}, model);
+        o.plan == "synth"   ? synth::synthesize(g, cl, so, model)
+        : o.plan == "dp-ev" ? synth::make_baseline(g, cl, synth::baseline::dp_ev, so, model)
+        : o.plan == "dp-cp" ? synth::make_baseline(g, cl, synth::baseline::dp_cp, so, model)
+                            : synth::make_baseline(g, cl, synth::baseline::tp, so, model);
     const double plan_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto me = static_cast<std::size_t>(comm.rank());
@@ -226,7 +251,8 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
         std::printf(" %s %.1f%%", p.device_names[d].c_str(), 100.0 * p.ratios[0][d]);
       std::printf("\n");
       if (o.explain)
-        std::cout << synth::explain(p, synth::cost_model(g, cl, synth::segment_map(g, p.segments)));
+        std::cout << synth::explain(
+            p, synth::cost_model(g, cl, synth::segment_map(g, p.segments), so.profile));
     }
     hspmd::exec::distributed_executor<float, hspmd::mpi_communicator> dx(g, p, comm, o.seed);
     dx.set_slowdown(cl.devices.at(me).slowdown);

@@ -56,6 +56,7 @@
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/profile.hpp>
 #include <hspmd/exec/trainer.hpp>
 #endif
 

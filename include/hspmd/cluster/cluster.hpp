@@ -95,6 +95,24 @@ struct cluster {
     return m;
   }
 
+  /// Takes every collective's cost curve from `m` (e.g. what `calibrate_collectives` measured),
+  /// so that plans are priced by measurement; written out by `to_json` like any file entry.
+  void set_collective_costs(const collective_cost_model& m) {
+    collective_costs.clear();
+    // The order a cluster file is read in, so that a written and re-read cluster compares
+    // equal (barriers move no data: not a file entry).
+    for (collective op :
+         {collective::all_gather_v, collective::reduce_scatter_v, collective::all_reduce,
+          collective::broadcast, collective::all_to_all_v}) {
+      if (!has_algorithms(op))
+        collective_costs.push_back(
+            {op, uneven_algorithm::native, m.curve(op, uneven_algorithm::native)});
+      else
+        for (uneven_algorithm a : concrete_algorithms)
+          collective_costs.push_back({op, a, m.curve(op, a)});
+    }
+  }
+
   /// Same content (the source file name is not compared).
   friend bool operator==(const cluster& a, const cluster& b) {
     return a.name == b.name && a.description == b.description && a.devices == b.devices &&

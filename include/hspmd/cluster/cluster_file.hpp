@@ -148,12 +148,14 @@ inline constexpr std::string_view name_chars =
 // "collectives": {"all_gather_v": {"padded": {alpha, beta}, ...}, "all_reduce": {alpha, beta}}
 inline void read_collective_costs(const json_source& src, const nlohmann::json& j, cluster& c) {
   constexpr std::string_view expected =
-      "an object keyed by collective (all_gather_v, reduce_scatter_v, all_reduce, broadcast)";
+      "an object keyed by collective (all_gather_v, reduce_scatter_v, all_reduce, broadcast, "
+      "all_to_all_v)";
   expect_object(src, j, "collectives", expected);
-  reject_unknown_keys(src, j, "collectives",
-                      {"all_gather_v", "reduce_scatter_v", "all_reduce", "broadcast"});
+  reject_unknown_keys(
+      src, j, "collectives",
+      {"all_gather_v", "reduce_scatter_v", "all_reduce", "broadcast", "all_to_all_v"});
   for (collective op : {collective::all_gather_v, collective::reduce_scatter_v,
-                        collective::all_reduce, collective::broadcast}) {
+                        collective::all_reduce, collective::broadcast, collective::all_to_all_v}) {
     const std::string key(name(op));
     const auto it = j.find(key);
     if (it == j.end())
@@ -341,7 +343,7 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
 [[nodiscard]] inline nlohmann::json collectives_to_json(const collective_cost_model& m) {
   nlohmann::json j = nlohmann::json::object();
   for (collective op : {collective::all_gather_v, collective::reduce_scatter_v,
-                        collective::all_reduce, collective::broadcast}) {
+                        collective::all_reduce, collective::broadcast, collective::all_to_all_v}) {
     if (!has_algorithms(op)) {
       j[std::string(name(op))] = detail::curve_to_json(m.curve(op, uneven_algorithm::native));
       continue;

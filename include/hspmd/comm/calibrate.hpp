@@ -1,9 +1,9 @@
 #pragma once
 // Calibration of the collective cost model: a short sweep of each uneven algorithm (and of
-// all-reduce and broadcast) at a few sizes and split patterns, timed on every rank, reduced to
-// the slowest rank, and fitted to t = a * alpha + beta * x (core/collectives.hpp). Every rank
-// fits the same max-reduced samples, so every rank gets the same model and `automatic` makes the
-// same choice everywhere. The profiler calls this; users may call it at start-up.
+// all-reduce, broadcast and all-to-all) at a few sizes and split patterns, timed on every rank,
+// reduced to the slowest rank, and fitted to t = a * alpha + beta * x (core/collectives.hpp). Every
+// rank fits the same max-reduced samples, so every rank gets the same model and `automatic` makes
+// the same choice everywhere. The profiler calls this; users may call it at start-up.
 //
 // Works with any `communicator` whose buffers are host spans.
 
@@ -101,6 +101,21 @@ requires communicator<Comm, float>
     }
     model.set(op, uneven_algorithm::native, fit_cost_curve(samples));
   }
+  // All-to-all of a piece of `bytes` per rank, an equal part to every rank: the byte term is
+  // what leaves a rank, bytes (n - 1) / n.
+  std::vector<std::vector<alpha_beta_sample>> samples;
+  for (std::size_t bytes : opt.sizes_bytes) {
+    const std::vector<std::size_t> counts(n, std::max<std::size_t>(bytes / sizeof(float) / n, 1));
+    std::vector<float> in(counts[0] * n, 1.0F);
+    std::vector<float> out(in.size());
+    const double t = time_it([&] {
+      comm.all_to_all_v(std::span<const float>(in), counts, std::span<float>(out), counts);
+    });
+    const double sent = static_cast<double>(in.size() * sizeof(float)) *
+                        static_cast<double>(n - 1) / static_cast<double>(n);
+    samples.push_back({{1.0, sent, t}});
+  }
+  model.set(collective::all_to_all_v, uneven_algorithm::native, fit_cost_curve(samples));
   return model;
 }
 

@@ -194,13 +194,20 @@ public:
     double forward = 0.0;
     double backward = 0.0;
   };
-  /// Starts (or stops) accumulating time per op kind; starting clears earlier totals.
+  /// Starts (or stops) accumulating time per op kind and per node; starting clears earlier
+  /// totals.
   void set_profiling(bool on) {
     profiling_ = on;
-    if (on)
+    if (on) {
       profile_.assign(graph::op_count, profile_entry{});
+      node_profile_.assign(g_.size(), profile_entry{});
+    }
   }
   [[nodiscard]] const std::vector<profile_entry>& profile() const noexcept { return profile_; }
+  /// Seconds spent per node (indexed by node id), forward and backward, while profiling is on.
+  [[nodiscard]] const std::vector<profile_entry>& node_profile() const noexcept {
+    return node_profile_;
+  }
 
   [[nodiscard]] std::span<T> value(graph::node_id id) { return val_.at(id); }
   [[nodiscard]] std::span<const T> value(graph::node_id id) const { return val_.at(id); }
@@ -238,6 +245,7 @@ private:
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto& e = profile_[static_cast<std::size_t>(g_[i].kind)];
     (backward ? e.backward : e.forward) += s;
+    (backward ? node_profile_[i].backward : node_profile_[i].forward) += s;
   }
 
   graph::node_id input(std::string_view name, bool integral) const {
@@ -1117,7 +1125,7 @@ private:
   std::uint64_t step_ = 0;
   bool training_ = true;
   bool profiling_ = false;
-  std::vector<profile_entry> profile_;
+  std::vector<profile_entry> profile_, node_profile_;
   std::vector<std::vector<T>> val_, grad_, aux_;
   std::vector<std::vector<std::size_t>> index_; // max_pool2d: where each maximum came from
   std::vector<std::vector<std::int64_t>> ids_;

@@ -25,6 +25,9 @@
 // are bucketed (as every data-parallel trainer does): a gradient of b bytes pays alpha * b / bucket
 // of the latency (at most one alpha), so many small gradients (biases, norms) do not each pay a
 // full round of latencies.
+// Measured compute (`compute_profile`, optional): node i costs seconds_i * speed_ref / speed_d
+// in place of its FLOPs / speed_d, so memory-bound ops cost what they take, not their FLOPs at
+// the GEMM rate.
 // Optimizer: Adam's update, 12 FLOPs per parameter element, on each device's share.
 // Memory per device: parameters, gradients and two Adam moments (4 copies) and every
 // activation kept for the backward (all op outputs but reshapes, which are views, and every
@@ -209,11 +212,33 @@ inline constexpr double parameter_copies = 4.0;
 /// Bytes of weight gradients all-reduced together (one latency per bucket).
 inline constexpr double gradient_bucket_bytes = 25.0 * 1024.0 * 1024.0;
 
+/// Measured compute of one graph on one device (exec/profile.hpp measures it): forward +
+/// backward seconds of every node at full size, and of the optimizer step (with gradient
+/// clipping) per parameter element, on a device the cluster file rates at `speed` flop/s. With
+/// a profile the cost model prices node i on device d at seconds[i] * speed / speed_d (its share
+/// under a split rule) instead of FLOPs / speed_d: what the kernels really take, memory-bound
+/// ones included, while the cluster file's speeds still say how the devices compare.
+struct compute_profile {
+  std::vector<double> seconds; ///< per node id of the graph it was measured on
+  double optimizer_seconds_per_element = 0.0;
+  double speed = 0.0; ///< flop/s of the measured device in the cluster file
+};
+
 /// Prices instructions for one graph on one cluster.
 class cost_model {
 public:
-  cost_model(const graph::graph& g, const cluster& c, segment_map segments)
-      : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()) {
+  /// `profile`: measured compute times of `g` (see `compute_profile`); FLOPs / speed without.
+  cost_model(const graph::graph& g, const cluster& c, segment_map segments,
+             std::optional<compute_profile> profile = std::nullopt)
+      : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()),
+        profile_(std::move(profile)) {
+    if (profile_ && (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
+                     !(profile_->optimizer_seconds_per_element >= 0.0) ||
+                     !std::ranges::all_of(profile_->seconds, [](double x) { return x >= 0.0; })))
+      throw plan_error("compute profile",
+                       "has " + std::to_string(profile_->seconds.size()) + " node times for " +
+                           std::to_string(g.size()) + " nodes, or a non-positive speed or time",
+                       "measure the profile on the graph being planned (exec::measure_compute)");
     if (c.nodes().size() > 1)
       for (std::int64_t node : c.nodes())
         link_sharing_ = std::max<std::size_t>(
@@ -241,8 +266,7 @@ public:
 
   /// Forward + backward compute of node `id` under `r`, per device.
   [[nodiscard]] device_costs compute(graph::node_id id, const graph::rule& r) const {
-    const graph::node_cost nc = graph::cost_of(*g_, id);
-    double flops = nc.forward_flops + nc.backward_flops;
+    double flops = node_flops(id);
     if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
       flops += 4.0 * static_cast<double>((*g_)[(*g_)[id].inputs[0]].out.dims[0]);
     return work(flops, r.split_work ? split_segment(id, r) : std::nullopt);
@@ -258,7 +282,7 @@ public:
     const double row_bytes =
         static_cast<double>(logits.out.dims[0]) * static_cast<double>(size_of(logits.type));
     (void)ratios;
-    const alpha_beta& p = params(collective::all_reduce, uneven_algorithm::native, row_bytes);
+    const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, row_bytes);
     return uniform(2.0 * (p.alpha + p.beta * row_bytes));
   }
 
@@ -276,21 +300,21 @@ public:
       if (!is_parameter(t.tensor) || !t.to.is_replicated() || n == 1)
         return {};
       if (!t.sfb) {
-        const alpha_beta& p = params(collective::all_reduce, uneven_algorithm::native, b);
+        const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
         return uniform(p.alpha * std::min(1.0, b / gradient_bucket_bytes) + p.beta * b);
       }
       // SFB: all-gather the layer's input rows and output-gradient rows (native algorithm).
       const auto [x, dy, seg] = sfb_factors(t.tensor);
       const double fb = x + dy;
       const double share = 1.0 - min_share(ratios, seg);
-      const alpha_beta& p = params(collective::all_gather_v, uneven_algorithm::native, fb * share);
+      const alpha_beta p = params(collective::all_gather_v, uneven_algorithm::native, fb * share);
       device_costs c(n);
       for (std::size_t d = 0; d < n; ++d)
         c[d] = {p.alpha + p.beta * fb, {{seg, -p.beta * fb}}};
       return c;
     }
     case transfer_kind::all_reduce: {
-      const alpha_beta& p = params(collective::all_reduce, uneven_algorithm::native, b);
+      const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
       return uniform(2.0 * (p.alpha + p.beta * b)); // forward and its dual
     }
     case transfer_kind::all_gather:
@@ -306,12 +330,12 @@ public:
         const uneven_algorithm a = t.algorithm;
         if (a == uneven_algorithm::padded) {
           const double x = (nd - 1.0) * b * max_share(ratios, seg);
-          const alpha_beta& p = params(op, a, x);
+          const alpha_beta p = params(op, a, x);
           for (std::size_t d = 0; d < n; ++d)
             add(c[d], p.alpha, seg, p.beta * (nd - 1.0) * b);
         } else {
           const double x = b * (1.0 - min_share(ratios, seg));
-          const alpha_beta& p = params(op, a, x);
+          const alpha_beta p = params(op, a, x);
           const double latency = a == uneven_algorithm::grouped ? nd : 1.0;
           for (std::size_t d = 0; d < n; ++d)
             add(c[d], latency * p.alpha + p.beta * b, seg, -p.beta * b);
@@ -340,14 +364,22 @@ public:
       return {};
     const double elems = static_cast<double>((*g_)[t.tensor].out.size());
     device_costs c =
-        work(optimizer_flops_per_element * elems,
+        work((profile_ ? profile_->optimizer_seconds_per_element * profile_->speed
+                       : optimizer_flops_per_element) *
+                 elems,
              t.to.is_split() ? std::optional<std::size_t>(segments_.of(t.tensor, t.to.dim()))
                              : std::nullopt);
     if (t.sfb) {
       const auto [x, dy, seg] = sfb_factors(t.tensor);
       (void)x;
       (void)dy;
-      const double full = 2.0 * elems * sfb_rows(t.tensor); // dW = X^T dY over all rows
+      // dW = X^T dY over all rows, at the rate the profile measured for its consumer
+      const graph::node_id use = sfb_consumer(t.tensor).value();
+      const graph::node_cost nc = graph::cost_of(*g_, use);
+      const double rate = profile_ && nc.forward_flops + nc.backward_flops > 0.0
+                              ? node_flops(use) / (nc.forward_flops + nc.backward_flops)
+                              : 1.0;
+      const double full = 2.0 * elems * sfb_rows(t.tensor) * rate;
       for (std::size_t d = 0; d < devices(); ++d) {
         const double inv = 1.0 / cluster_->devices[d].speed;
         add(c[d], full * inv, seg, -full * inv);
@@ -381,6 +413,16 @@ public:
     return (*g_)[t].kind == graph::op::parameter;
   }
 
+  /// Forward + backward work of node `id` in FLOPs: counted from the op, or with a profile the
+  /// measured seconds times the measured device's speed.
+  [[nodiscard]] double node_flops(graph::node_id id) const {
+    if (profile_)
+      return profile_->seconds.at(id) * profile_->speed;
+    const graph::node_cost nc = graph::cost_of(*g_, id);
+    return nc.forward_flops + nc.backward_flops;
+  }
+  [[nodiscard]] const std::optional<compute_profile>& profile() const noexcept { return profile_; }
+
   /// The per-device linear cost of `flops` of work, split by segment `seg` or not at all.
   [[nodiscard]] device_costs work(double flops, std::optional<std::size_t> seg) const {
     device_costs c(devices());
@@ -404,8 +446,13 @@ public:
   }
 
 private:
-  [[nodiscard]] const alpha_beta& params(collective op, uneven_algorithm a, double x) const {
-    return collectives_.params(op, has_algorithms(op) ? a : uneven_algorithm::native, x);
+  // The cost piece that applies at byte term x. A measured curve's later pieces may start
+  // below zero (a steeper line); the linear functions handed to the ratio LP must stay
+  // non-negative at every ratio, so the latency is taken as at least 0 (an error of |alpha|).
+  [[nodiscard]] alpha_beta params(collective op, uneven_algorithm a, double x) const {
+    alpha_beta p = collectives_.params(op, has_algorithms(op) ? a : uneven_algorithm::native, x);
+    p.alpha = std::max(p.alpha, 0.0);
+    return p;
   }
   [[nodiscard]] device_costs uniform(double seconds) const {
     return device_costs(devices(), linear_cost{seconds, {}});
@@ -460,6 +507,7 @@ private:
   const hspmd::cluster* cluster_;
   segment_map segments_;
   collective_cost_model collectives_;
+  std::optional<compute_profile> profile_;
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
 };
 

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,8 @@ struct synth_options {
   segment_policy segments = segment_policy::one;
   std::size_t max_rounds = 8; ///< search <-> LP rounds at most
   bool solve_lp = true;       ///< false: keep the starting ratios
+  /// Measured compute times of the graph (exec/profile.hpp); FLOPs / speed when absent.
+  std::optional<compute_profile> profile;
 };
 
 /// The baselines.
@@ -233,7 +236,7 @@ namespace detail {
 /// ratios.
 [[nodiscard]] inline plan synthesize(const graph::graph& g, const cluster& c,
                                      const synth_options& opt = {}, std::string model = "model") {
-  const cost_model m(g, c, segment_map(g, opt.segments));
+  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile);
   ratio_table r = proportional_ratios(c, m.segments().count());
   plan best;
   bool have = false;
@@ -291,7 +294,7 @@ namespace detail {
 [[nodiscard]] inline plan make_baseline(const graph::graph& g, const cluster& c, baseline b,
                                         const synth_options& opt = {},
                                         std::string model = "model") {
-  const cost_model m(g, c, segment_map(g, opt.segments));
+  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile);
   const segment_map& seg = m.segments();
   search_options so = opt.search;
   so.allow_sfb = false;

@@ -20,7 +20,7 @@ TEST_CASE("calibrated cost models agree across ranks and are physical") {
   const collective_cost_model m = calibrate_collectives(comm, opt);
   std::string bytes;
   for (collective op : {collective::all_gather_v, collective::reduce_scatter_v,
-                        collective::all_reduce, collective::broadcast})
+                        collective::all_reduce, collective::broadcast, collective::all_to_all_v})
     for (uneven_algorithm a : concrete_algorithms)
       for (const cost_piece& piece : m.curve(op, a)) {
         const alpha_beta& p = piece.cost;

@@ -3,10 +3,13 @@
 // the losses of 10 SGD steps with gradient clipping and the parameters afterwards match the
 // single process within 1e-5 (f32) or 1e-10 (f64) relative to the tensor's scale.
 #include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/comm/calibrate.hpp>
 #include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/core/hash.hpp>
 #include <hspmd/core/rng.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/profile.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -280,4 +283,31 @@ TEST_CASE("ranks given different clusters stop before any training collective, n
   synth::plan bigger = synth::make_baseline(g, make_cluster(n + 1, 1e6), synth::baseline::dp_ev);
   CHECK_THROWS_WITH((exec::distributed_executor<float, mpi_communicator>(g, bigger, comm, 7)),
                     Catch::Contains("launch one rank per device"));
+}
+
+TEST_CASE("a plan priced by measurement (rank 0's compute profile, calibrated collectives) is "
+          "the same on every rank and trains like the single process") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto g = models::trace_model<float>("mlp", small_mlp(), 12);
+  cluster c = make_cluster(n, 1e9);
+  exec::profile_options po;
+  po.repetitions = 2;
+  synth::synth_options so;
+  so.profile = exec::measure_compute_on_rank0<float>(g, c.devices[0].speed, comm, po);
+  REQUIRE(so.profile->seconds.size() == g.size());
+  calibration_options co;
+  co.sizes_bytes = {1U << 10U, 1U << 16U};
+  co.repetitions = 2;
+  c.set_collective_costs(calibrate_collectives(comm, co));
+  // Rank 0's measurement reaches every rank bit for bit, so every rank plans alike; the
+  // executor's agreement check would name any difference.
+  std::string bits;
+  for (double s : so.profile->seconds)
+    bits += std::to_string(s) + " ";
+  const std::uint64_t h = fnv1a64(bits);
+  CHECK(comm.all_reduce(h, reduce_op::min) == h);
+  CHECK(comm.all_reduce(h, reduce_op::max) == h);
+  const synth::plan p = synth::synthesize(g, c, so, "mlp");
+  check_same(distributed<float>(g, p, comm, 10), single<float>(g, 10), 1e-5, "mlp calibrated");
 }

@@ -111,3 +111,22 @@ TEST_CASE("measured collective costs in the cluster file override the link defau
   CHECK(parse_cluster(to_json(c).dump(), "again.json") == c);
   CHECK(&c.bottleneck_link() == &c.intra_node);
 }
+
+TEST_CASE("a calibrated cost model set on a cluster prices every collective and round-trips") {
+  cluster c = parse_cluster(R"({"links": {"intra_node": {"bandwidth": 1e9, "latency": 1e-5}},
+      "devices": [{"name": "d", "kind": "k", "speed": 1e9, "memory": 1024, "count": 2}]})",
+                            "c.json");
+  collective_cost_model measured = collective_cost_model::from_link(2, 1e-5, 1e9);
+  measured.set(collective::all_to_all_v, uneven_algorithm::native, alpha_beta{7e-6, 3e-9});
+  measured.set(collective::reduce_scatter_v, uneven_algorithm::grouped, alpha_beta{1e-6, 2e-9});
+  c.set_collective_costs(measured);
+  const collective_cost_model m = c.cost_model();
+  CHECK(m.params(collective::all_to_all_v, uneven_algorithm::native, 1e6) ==
+        alpha_beta{7e-6, 3e-9});
+  CHECK(m.params(collective::reduce_scatter_v, uneven_algorithm::grouped, 1e6) ==
+        alpha_beta{1e-6, 2e-9});
+  const cluster again = parse_cluster(to_json(c).dump(), "again.json");
+  CHECK(again == c);
+  CHECK(again.cost_model().params(collective::all_to_all_v, uneven_algorithm::native, 1e6) ==
+        alpha_beta{7e-6, 3e-9});
+}

@@ -171,6 +171,47 @@ TEST_CASE("cost model: bytes, algorithms per uneven split, duals, bucketed gradi
   CHECK(max_at(m.compute(h, rules.items[0]), skew).first == Approx(flops / 1e9));
 }
 
+TEST_CASE("cost model: a measured compute profile prices nodes and the optimizer by their time") {
+  const auto g = tiny_mlp(1000, 16, 32, 4);
+  const cluster c = make_cluster({3e9, 2e9, 1e9});
+  compute_profile prof;
+  for (graph::node_id i = 0; i < g.size(); ++i)
+    prof.seconds.push_back(1e-3 * static_cast<double>(i + 1));
+  prof.speed = 6e9; // measured on a device rated 6e9 flop/s: twice as fast as d0
+  prof.optimizer_seconds_per_element = 1e-9;
+  const cost_model m(g, c, segment_map(g, segment_policy::one), prof);
+  const auto h = *g.find("fc1.linear4");
+  const auto rules = graph::rules_of(g, h);
+  const auto split = std::find_if(rules.begin(), rules.end(), [](const graph::rule& r) {
+    return r.out == S(0) && r.in[0] == S(0);
+  });
+  const ratio_table skew{{0.8, 0.1, 0.1}};
+  const double s = prof.seconds[h];
+  // Replicated: all of the measured time, scaled by speed; split: the device's share of it.
+  for (std::size_t d = 0; d < 3; ++d)
+    CHECK(value_at(m.compute(h, rules.items[0])[d], skew, d) ==
+          Approx(s * 6e9 / c.devices[d].speed));
+  CHECK(max_at(m.compute(h, *split), skew).first ==
+        Approx(std::max({0.8 * s * 2.0, 0.1 * s * 3.0, 0.1 * s * 6.0})));
+  // The optimizer's update of a replicated weight: seconds per element, every device.
+  const auto w = *g.find("fc1.weight");
+  const auto opt = m.transfer_compute({transfer_kind::load, w, R, R});
+  CHECK(value_at(opt[2], skew, 2) == Approx(1e-9 * 16.0 * 32.0 * 6.0));
+  // Without a profile the same node is priced by FLOPs; a profile of another graph is refused.
+  const cost_model flops(g, c, segment_map(g, segment_policy::one));
+  CHECK(value_at(flops.compute(h, rules.items[0])[0], skew, 0) ==
+        Approx((graph::cost_of(g, h).forward_flops + graph::cost_of(g, h).backward_flops) / 3e9));
+  prof.seconds.pop_back();
+  CHECK_THROWS_WITH(cost_model(g, c, segment_map(g, segment_policy::one), prof),
+                    Catch::Contains("node times for") && Catch::Contains("measure_compute"));
+  // Synthesis and the baselines take it through the options and still plan.
+  prof.seconds.push_back(1e-3);
+  synth_options so;
+  so.profile = prof;
+  CHECK(synthesize(g, c, so).step_time > 0.0);
+  CHECK(make_baseline(g, c, baseline::dp_ev, so).step_time > 0.0);
+}
+
 TEST_CASE("A* finds the optimum of exhaustive enumeration on tiny graphs") {
   struct case_ {
     graph::graph g;

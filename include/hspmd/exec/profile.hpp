@@ -1,0 +1,127 @@
+#pragma once
+// Measuring what a graph's compute really takes on this device, for the cost model
+// (synth::compute_profile): a few training steps of the whole graph on one process, timed per
+// node, forward and backward, plus the optimizer step with gradient clipping per parameter
+// element. The time a step spends outside the nodes (zeroing gradients, feeding inputs) is
+// shared out over the nodes in proportion to their time, so the profile adds up to the step.
+//
+//     auto prof = exec::measure_compute<float>(g, cluster.devices[0].speed);
+//     synth::synth_options opt;  opt.profile = prof;
+//     auto plan = synth::synthesize(g, cluster, opt);
+//
+// `measure_compute_on_rank0` does the same in a job: rank 0 measures, every rank receives the
+// same profile (so every rank synthesizes the same plan).
+
+#include <hspmd/comm/communicator.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/optim.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/synth/cost.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace hspmd::exec {
+
+/// How `measure_compute` measures.
+struct profile_options {
+  std::size_t repetitions = 3; ///< timed steps after one warm-up; each node's median counts
+  std::uint64_t seed = 1;      ///< parameters and input values
+  double slowdown = 1.0; ///< the measured device's emulated slowdown: times are stretched by it
+};
+
+/// Measures `g`'s compute on this process; `speed` is the flop/s the cluster file gives the
+/// device it runs on. Inputs get seeded values in [-1, 1] (integer inputs: 0, a valid index of
+/// every embedding and label).
+template <std::floating_point T>
+[[nodiscard]] synth::compute_profile measure_compute(const graph::graph& g, double speed,
+                                                     const profile_options& opt = {}) {
+  using clock = std::chrono::steady_clock;
+  if (!(speed > 0.0) || opt.repetitions == 0)
+    throw config_error("measure_compute", "speed must be positive and repetitions at least 1",
+                       "pass the device's flop/s from the cluster file");
+  executor<T> ex(g, opt.seed);
+  for (graph::node_id i = 0; i < g.size(); ++i)
+    if (g[i].kind == graph::op::input && g[i].type != dtype::i64) {
+      auto v = ex.value(i);
+      for (std::size_t k = 0; k < v.size(); ++k)
+        v[k] = static_cast<T>(std::sin(0.7 * static_cast<double>(k) + static_cast<double>(i)));
+    }
+  adam timing_adam(0.0); // the update's cost; a zero rate keeps the values stable
+  std::size_t elements = 0;
+  for (graph::node_id id : g.parameters())
+    elements += g[id].out.size();
+
+  std::vector<std::vector<double>> node(g.size());
+  std::vector<double> outside;
+  std::vector<double> update;
+  for (std::size_t rep = 0; rep <= opt.repetitions; ++rep) {
+    ex.set_profiling(true);
+    ex.set_step(rep);
+    const auto start = clock::now();
+    (void)ex.forward();
+    ex.backward();
+    const auto mid = clock::now();
+    (void)clip_grad_norm(ex, 1.0);
+    timing_adam.step(ex);
+    const auto end = clock::now();
+    ex.set_profiling(false);
+    if (rep == 0)
+      continue; // warm-up: first touches of every buffer
+    double inside = 0.0;
+    for (graph::node_id i = 0; i < g.size(); ++i) {
+      const auto& e = ex.node_profile()[i];
+      node[i].push_back(e.forward + e.backward);
+      inside += e.forward + e.backward;
+    }
+    outside.push_back(std::max(0.0, std::chrono::duration<double>(mid - start).count() - inside));
+    update.push_back(std::chrono::duration<double>(end - mid).count());
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  synth::compute_profile p;
+  p.speed = speed;
+  double inside = 0.0;
+  for (const auto& times : node) {
+    p.seconds.push_back(median(times));
+    inside += p.seconds.back();
+  }
+  const double stretch = (inside > 0.0 ? 1.0 + median(outside) / inside : 1.0) * opt.slowdown;
+  for (double& s : p.seconds)
+    s *= stretch;
+  p.optimizer_seconds_per_element =
+      elements > 0 ? median(update) * opt.slowdown / static_cast<double>(elements) : 0.0;
+  return p;
+}
+
+/// Collective: rank 0 measures `g` (on its device, rated `speed` flop/s, with its emulated
+/// `slowdown`) while the others wait; every rank returns rank 0's profile.
+template <std::floating_point T, class Comm>
+requires communicator<Comm, double>
+[[nodiscard]] synth::compute_profile measure_compute_on_rank0(const graph::graph& g, double speed,
+                                                              Comm& comm,
+                                                              profile_options opt = {}) {
+  std::vector<double> buf(g.size() + 2, 0.0);
+  if (comm.rank() == 0) {
+    const synth::compute_profile p = measure_compute<T>(g, speed, opt);
+    std::copy(p.seconds.begin(), p.seconds.end(), buf.begin());
+    buf[g.size()] = p.optimizer_seconds_per_element;
+    buf[g.size() + 1] = p.speed;
+  }
+  comm.broadcast(std::span<double>(buf), 0);
+  synth::compute_profile p;
+  p.seconds.assign(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(g.size()));
+  p.optimizer_seconds_per_element = buf[g.size()];
+  p.speed = buf[g.size() + 1];
+  return p;
+}
+
+} // namespace hspmd::exec

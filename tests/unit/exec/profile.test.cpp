@@ -1,0 +1,43 @@
+// Measuring a graph's compute for the cost model: one time per node, adding up to the step.
+#include <hspmd/exec/profile.hpp>
+#include <hspmd/models/mlp.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#include "../../support/test_cluster.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+
+using namespace hspmd;
+
+TEST_CASE("measure_compute times every node and the optimizer, and plans take the profile") {
+  models::mlp_config cfg;
+  cfg.inputs = 128;
+  cfg.hidden = {256, 256};
+  const graph::graph g = models::trace_mlp<float>(cfg, 64);
+  exec::profile_options opt;
+  opt.repetitions = 2;
+  const synth::compute_profile p = exec::measure_compute<float>(g, 2e9, opt);
+  REQUIRE(p.seconds.size() == g.size());
+  CHECK(p.speed == 2e9);
+  CHECK(p.optimizer_seconds_per_element > 0.0);
+  for (double s : p.seconds) {
+    CHECK(std::isfinite(s));
+    CHECK(s >= 0.0);
+  }
+  // The linear layers do work in forward and backward: each has a time of its own.
+  for (graph::node_id i = 0; i < g.size(); ++i)
+    if (g[i].kind == graph::op::linear)
+      CHECK(p.seconds[i] > 0.0);
+  CHECK(std::accumulate(p.seconds.begin(), p.seconds.end(), 0.0) > 0.0);
+
+  const cluster c = test::make_cluster({2e9, 1e9});
+  synth::synth_options so;
+  so.profile = p;
+  const synth::plan plan = synth::synthesize(g, c, so);
+  CHECK(plan.step_time > 0.0);
+
+  CHECK_THROWS_WITH(exec::measure_compute<float>(g, 0.0), Catch::Contains("speed must be positive"));
+}
