@@ -225,7 +225,7 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
         double step = 0.0;
         for (double x : so.profile->seconds)
           step += x;
-        const auto& ar = cl.cost_model().params(hspmd::collective::all_reduce,
+        const auto ar = cl.cost_model().params(hspmd::collective::all_reduce,
                                                 hspmd::uneven_algorithm::native, 1 << 20);
         std::printf("calibrated in %.1f s: forward+backward %.2f ms at full batch on %s; "
                     "all-reduce of 1 MiB %.3f ms\n",
