@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -35,6 +36,7 @@ struct common_options {
   std::string plan = "synth"; ///< synth, dp-ev, dp-cp or tp
   bool explain = false;
   bool calibrate = false; ///< measure compute and collectives before planning
+  std::string trace;      ///< Chrome/Perfetto trace file of the distributed run
 };
 
 /// Where a step's whole batch goes: the single-process executor, or every rank's distributed
@@ -86,6 +88,9 @@ inline void add_common(CLI::App& app, common_options& o) {
   app.add_flag("--calibrate", o.calibrate,
                "with --cluster: before planning, time the model's ops on rank 0 and the "
                "collectives on all ranks, and price the plan by those measurements");
+  app.add_option("--trace", o.trace,
+                 "with --cluster: write a Chrome/Perfetto trace (one track per rank: compute, "
+                 "collectives with bytes and algorithm, idle) to this file");
 #endif
 }
 
@@ -212,6 +217,15 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
     const bool root = comm.rank() == 0;
     hspmd::cluster cl = hspmd::load_cluster(o.cluster);
     hspmd::check_rank_count(cl, static_cast<std::size_t>(comm.size()));
+    if (!o.trace.empty()) { // fail now, not after training
+      std::int32_t ok = 1;
+      if (root)
+        ok = std::ofstream(o.trace).good() ? 1 : 0;
+      comm.broadcast(std::span<std::int32_t>(&ok, 1), 0);
+      if (ok == 0)
+        throw hspmd::config_error("--trace " + o.trace, "cannot be written",
+                                  "give a path in an existing, writable directory");
+    }
     synth::synth_options so;
     if (o.calibrate) {
       const auto c0 = std::chrono::steady_clock::now();
@@ -226,7 +240,7 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
         for (double x : so.profile->seconds)
           step += x;
         const auto ar = cl.cost_model().params(hspmd::collective::all_reduce,
-                                                hspmd::uneven_algorithm::native, 1 << 20);
+                                               hspmd::uneven_algorithm::native, 1 << 20);
         std::printf("calibrated in %.1f s: forward+backward %.2f ms at full batch on %s; "
                     "all-reduce of 1 MiB %.3f ms\n",
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count(),
@@ -258,6 +272,8 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
     dx.set_slowdown(cl.devices.at(me).slowdown);
     hspmd::exec::adam opt(o.lr);
     sink_of<decltype(dx)> sink(dx);
+    if (!o.trace.empty())
+      dx.start_trace();
     std::vector<double> times;
     double first = 0.0;
     double last = 0.0;
@@ -265,15 +281,19 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
       comm.barrier();
       const auto start = std::chrono::steady_clock::now();
       feed(sink, s);
+      const auto fed = std::chrono::steady_clock::now();
       dx.set_step(s);
       const double loss = dx.forward();
       dx.backward();
       if (o.clip > 0.0)
         dx.clip_grad_norm(o.clip);
       dx.update(opt);
-      const double step = comm.all_reduce(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-          hspmd::reduce_op::max);
+      const auto done = std::chrono::steady_clock::now();
+      dx.trace().add("input", hspmd::exec::trace_kind::compute, start, fed);
+      dx.trace().add("step " + std::to_string(s), hspmd::exec::trace_kind::step, start, done,
+                     {{"loss", loss}});
+      const double step = comm.all_reduce(std::chrono::duration<double>(done - start).count(),
+                                          hspmd::reduce_op::max);
       times.push_back(step);
       (s == 0 ? first : last) = loss;
       last = loss;
@@ -284,6 +304,20 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
         std::printf("step %5zu/%-5zu [%s] loss %10.4f  %8.2f ms/step\n", s + 1, o.steps,
                     bar.c_str(), loss, 1e3 * step);
         std::fflush(stdout);
+      }
+    }
+    if (!o.trace.empty()) {
+      std::vector<std::string> devices;
+      for (const auto& d : cl.devices)
+        devices.push_back(
+            d.name + (d.slowdown > 1.0
+                          ? ", emulated " + std::to_string(d.slowdown).substr(0, 4) + "x slower"
+                          : ""));
+      const auto trace = dx.collect_trace(devices);
+      if (root) {
+        std::ofstream(o.trace) << trace.dump() << "\n";
+        std::printf("trace: %zu events of %zu ranks in %s (open in ui.perfetto.dev)\n",
+                    trace["traceEvents"].size(), cl.size(), o.trace.c_str());
       }
     }
     if (root && !times.empty()) {

@@ -32,6 +32,7 @@
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/trace.hpp>
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
@@ -40,6 +41,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 #include <string_view>
@@ -146,12 +148,15 @@ public:
     for (graph::node_id i = 0; i < prog_.local.size(); ++i) {
       const auto t = prog_.transfer_of[i];
       if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load)
-        transfer_forward(prog_.transfers[*t]);
+        traced_transfer(prog_.transfers[*t], false);
       else
-        compute([&] { ex_.forward_node(i); });
+        traced_compute(i, false);
     }
     const auto loss = *prog_.local.loss();
-    return comm_->all_reduce(ex_.value(loss)[0], reduce_op::sum);
+    T total{};
+    trace_.span("all_reduce loss", trace_kind::communication, {{"bytes", sizeof(T)}},
+                [&] { total = comm_->all_reduce(ex_.value(loss)[0], reduce_op::sum); });
+    return total;
   }
 
   /// Backward on every rank, then the parameters' gradients are synchronized: afterwards each
@@ -161,9 +166,9 @@ public:
     for (graph::node_id i = static_cast<graph::node_id>(prog_.local.size()); i-- > 0;) {
       const auto t = prog_.transfer_of[i];
       if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load)
-        transfer_backward(prog_.transfers[*t]);
+        traced_transfer(prog_.transfers[*t], true);
       else
-        compute([&] { ex_.backward_node(i); });
+        traced_compute(i, true);
     }
     synchronize_gradients();
   }
@@ -171,7 +176,7 @@ public:
   /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute).
   template <class Optimizer>
   void update(Optimizer& opt) {
-    compute([&] { opt.step(ex_); });
+    trace_.span("optimizer", trace_kind::compute, {}, [&] { compute([&] { opt.step(ex_); }); });
   }
 
   /// Squared L2 norm of the whole gradient (every parameter element counted once).
@@ -183,7 +188,10 @@ public:
       for (T x : ex_.grad(id))
         s += static_cast<double>(x) * static_cast<double>(x);
     }
-    return comm_->all_reduce(s, reduce_op::sum);
+    double total = 0.0;
+    trace_.span("all_reduce gradient norm", trace_kind::communication, {{"bytes", sizeof(double)}},
+                [&] { total = comm_->all_reduce(s, reduce_op::sum); });
+    return total;
   }
   /// Clips the gradients to global norm `max_norm`; returns the norm before clipping.
   double clip_grad_norm(double max_norm) {
@@ -205,7 +213,96 @@ public:
                      "gather a parameter or a tensor the plan does not leave partial");
   }
 
+  /// Starts recording a trace on every rank (collective: the ranks start their clocks together
+  /// after a barrier). Records until `write_trace`.
+  void start_trace() {
+    comm_->barrier();
+    trace_.start();
+  }
+  /// The rank's recorder (drivers add their own spans, e.g. steps).
+  [[nodiscard]] trace_recorder& trace() noexcept { return trace_; }
+  /// Collective: gathers every rank's events; rank 0 returns the whole trace (see
+  /// exec/trace.hpp), the other ranks an empty object. `devices` names each rank's device.
+  [[nodiscard]] nlohmann::json collect_trace(const std::vector<std::string>& devices = {}) {
+    const auto me = comm_->rank();
+    const auto n = static_cast<std::size_t>(comm_->size());
+    const std::string mine = trace_
+                                 .events_json(me, static_cast<std::size_t>(me) < devices.size()
+                                                      ? devices[static_cast<std::size_t>(me)]
+                                                      : "rank " + std::to_string(me))
+                                 .dump();
+    std::vector<std::uint64_t> sizes(n);
+    const std::uint64_t my_size = mine.size();
+    comm_->all_gather_v(std::span<const std::uint64_t>(&my_size, 1),
+                        std::span<std::uint64_t>(sizes), std::vector<std::size_t>(n, 1),
+                        uneven_algorithm::native);
+    std::vector<std::size_t> counts(sizes.begin(), sizes.end());
+    std::vector<char> all(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
+    comm_->all_gather_v(std::span<const char>(mine.data(), mine.size()), std::span<char>(all),
+                        std::span<const std::size_t>(counts), uneven_algorithm::native);
+    if (me != 0)
+      return nlohmann::json::object();
+    std::vector<nlohmann::json> ranks;
+    std::size_t at = 0;
+    for (std::size_t c : counts) {
+      ranks.push_back(nlohmann::json::parse(all.begin() + static_cast<std::ptrdiff_t>(at),
+                                            all.begin() + static_cast<std::ptrdiff_t>(at + c)));
+      at += c;
+    }
+    return chrome_trace(ranks);
+  }
+
 private:
+  // Compute of local node i (forward or backward), traced with its node and op.
+  void traced_compute(graph::node_id i, bool backward) {
+    const auto run = [&] {
+      compute([&] {
+        if (backward)
+          ex_.backward_node(i);
+        else
+          ex_.forward_node(i);
+      });
+    };
+    const graph::node& n = prog_.local[i];
+    if (!trace_.on() || n.kind == graph::op::input || n.kind == graph::op::parameter) {
+      run();
+      return;
+    }
+    trace_.span(g_[prog_.global[i]].name, trace_kind::compute,
+                {{"op", std::string(graph::name(n.kind))},
+                 {"pass", backward ? "backward" : "forward"},
+                 {"slowdown", slowdown_}},
+                run);
+  }
+  // A transfer or its dual, traced with its kind, tensor, bytes and algorithm.
+  void traced_transfer(const lowered_transfer& t, bool backward) {
+    const auto run = [&] {
+      if (backward)
+        transfer_backward(t);
+      else
+        transfer_forward(t);
+    };
+    if (!trace_.on()) {
+      run();
+      return;
+    }
+    using k = synth::transfer_kind;
+    k kind = t.what.kind;
+    if (backward) // the dual's kind
+      kind = kind == k::all_gather       ? k::reduce_scatter
+             : kind == k::reduce_scatter ? k::all_gather
+                                         : kind;
+    const graph::node& whole = g_[t.what.tensor];
+    nlohmann::json args = {{"tensor", whole.name},
+                           {"bytes", whole.out.size() * size_of(whole.type)},
+                           {"placements", t.what.from.to_string() + " -> " + t.what.to.to_string()},
+                           {"pass", backward ? "backward" : "forward"}};
+    if (kind == k::all_gather || kind == k::reduce_scatter)
+      args["algorithm"] = std::string(name(t.what.algorithm));
+    trace_.span(std::string(synth::name(kind)) + " " + whole.name, trace_kind::communication, args,
+                run);
+  }
+
   // Before any training collective: every rank compares what it was given with every other.
   static void agree(const graph::graph& g, const synth::plan& p, Comm& comm) {
     std::string ratios;
@@ -533,7 +630,9 @@ private:
       flat.reserve(pending_size);
       for (graph::node_id id : pending)
         flat.insert(flat.end(), ex_.grad(id).begin(), ex_.grad(id).end());
-      comm_->all_reduce(std::span<T>(flat), reduce_op::sum);
+      trace_.span("all_reduce gradients", trace_kind::communication,
+                  {{"bytes", flat.size() * sizeof(T)}, {"parameters", pending.size()}},
+                  [&] { comm_->all_reduce(std::span<T>(flat), reduce_op::sum); });
       std::size_t at = 0;
       for (graph::node_id id : pending) {
         auto gr = ex_.grad(id);
@@ -548,7 +647,12 @@ private:
           g_[t.what.tensor].kind != graph::op::parameter || !t.what.to.is_replicated() ||
           comm_->size() == 1)
         continue;
-      if (t.what.sfb && sfb_gradient(t.target))
+      bool by_sfb = false;
+      if (t.what.sfb)
+        trace_.span("sfb " + g_[t.what.tensor].name, trace_kind::communication,
+                    {{"bytes", ex_.grad(t.target).size() * sizeof(T)}},
+                    [&] { by_sfb = sfb_gradient(t.target); });
+      if (by_sfb)
         continue;
       pending.push_back(t.target);
       pending_size += ex_.grad(t.target).size();
@@ -610,6 +714,7 @@ private:
   local_program prog_;
   executor<T> ex_;
   double slowdown_ = 1.0;
+  trace_recorder trace_;
 };
 
 } // namespace hspmd::exec

@@ -905,12 +905,15 @@ private:
 
   // MoE dispatch: token t's row goes to slot s of expert e for each of its routed choices.
   // The routing is discrete: no gradient flows to the probabilities here (it does in combine).
+  // Sharded (a rank's local graph): token parallel routes the rank's tokens into its share of
+  // the capacity (the output's local capacity); hidden parallel routes every token and copies
+  // the rank's hidden columns.
   void moe_dispatch(graph::node_id id, bool backward) {
     const graph::node& n = g_[id];
     const std::size_t tokens = in_node(n, 0).out.dims[0];
     const std::size_t h = in_node(n, 0).out.dims[1];
     const std::size_t experts = in_node(n, 1).out.dims[1];
-    const std::size_t capacity = n.attrs.dims[0];
+    const std::size_t capacity = n.out.dims[1];
     const auto r = graph::route_top2(in(n, 1).data(), tokens, experts, capacity);
     if (!backward)
       std::fill(val_[id].begin(), val_[id].end(), T{0}); // unused slots are zero
@@ -930,13 +933,19 @@ private:
 
   // MoE combine: y_t = g1 out[e1, s1] + g2 out[e2, s2] with g_k = p_ek / (p_e1 + p_e2); a dropped
   // choice contributes nothing. Backward: d out = g dy; d g_k = dy . out_k, through the
-  // normalization to the two probabilities.
+  // normalization to the two probabilities. Expert parallel (the rank holds experts
+  // [first, first + held) of the buffers, all probabilities): every token is routed, only the
+  // rank's experts contribute, and the output (and the probabilities' gradient) is a partial
+  // sum over ranks.
   void moe_combine(graph::node_id id, bool backward) {
     const graph::node& n = g_[id];
-    const std::size_t experts = in_node(n, 0).out.dims[0];
+    const std::size_t held = in_node(n, 0).out.dims[0];
     const std::size_t capacity = in_node(n, 0).out.dims[1];
     const std::size_t h = in_node(n, 0).out.dims[2];
     const std::size_t tokens = in_node(n, 1).out.dims[0];
+    const std::size_t experts = in_node(n, 1).out.dims[1];
+    const node_layout* buffers = layout(n.inputs[0]);
+    const std::size_t first = buffers != nullptr ? buffers->offset_of(0) : 0;
     const T* probs = in(n, 1).data();
     const auto r = graph::route_top2(probs, tokens, experts, capacity);
     if (!backward)
@@ -951,9 +960,10 @@ private:
       T dgate[2] = {T{0}, T{0}};
       for (std::size_t k = 0; k < 2; ++k) {
         const std::size_t slot = r.slots[2 * t + k];
-        if (slot == graph::moe_routing::dropped)
+        const std::size_t e = r.experts[2 * t + k];
+        if (slot == graph::moe_routing::dropped || e < first || e >= first + held)
           continue;
-        const std::size_t at = (r.experts[2 * t + k] * capacity + slot) * h;
+        const std::size_t at = ((e - first) * capacity + slot) * h;
         for (std::size_t j = 0; j < h; ++j) {
           if (backward) {
             const T dy = grad_[id][t * h + j];

@@ -105,6 +105,44 @@ private:
   std::vector<std::size_t> units_;
 };
 
+// Token-parallel MoE routing is group-local (each rank routes its own tokens into its share of
+// the capacity, as GShard's groups): a layer's dispatch and combine must then both run token
+// parallel, or both route globally, and the combine's buffers must divide the capacity exactly
+// as the dispatch's did. Pairs each combine with the dispatch that shares its probabilities.
+inline void pair_moe_routing(split_classes& c, const graph::graph& g, const synth::plan& p) {
+  std::map<graph::node_id, const synth::plan_step*> step_of;
+  for (const synth::plan_step& s : p.steps)
+    step_of[s.node] = &s;
+  const auto token_parallel = [](const synth::plan_step& s) {
+    return s.rule.kind == graph::rule::family::split && s.rule.in[1].is_split();
+  };
+  for (const synth::plan_step& s : p.steps) {
+    if (g[s.node].kind != graph::op::moe_combine)
+      continue;
+    const graph::node_id probs = g[s.node].inputs[1];
+    const synth::plan_step* dispatch = nullptr;
+    for (const auto& [id, step] : step_of)
+      if (g[id].kind == graph::op::moe_dispatch && g[id].inputs[1] == probs)
+        dispatch = step;
+    if (dispatch == nullptr) {
+      if (token_parallel(s))
+        throw plan_error("lowering",
+                         "step " + s.name + " combines token parallel, but no dispatch routes " +
+                             g[probs].name,
+                         "run this combine replicated, hidden or expert parallel");
+      continue;
+    }
+    if (token_parallel(s) != token_parallel(*dispatch))
+      throw plan_error("lowering",
+                       "step " + s.name + (token_parallel(s) ? " routes" : " does not route") +
+                           " token parallel (per-rank capacity) but its dispatch " +
+                           dispatch->name + (token_parallel(s) ? " does not" : " does"),
+                       "run both steps of the MoE layer token parallel, or neither");
+    if (token_parallel(s))
+      c.unite(g[s.node].inputs[0], 1, dispatch->node, 1);
+  }
+}
+
 // Links the dimensions one step's rule splits together.
 inline void link_step(split_classes& c, const graph::graph& g, const synth::plan_step& s) {
   const graph::node& n = g[s.node];
@@ -162,6 +200,7 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
   detail::split_classes classes(g);
   for (const synth::plan_step& s : p.steps)
     detail::link_step(classes, g, s);
+  detail::pair_moe_routing(classes, g, p);
 
   local_program out;
   out.rank = rank;
@@ -257,12 +296,6 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
                        "regenerate the plan for this graph");
     const graph::node& n = g[s.node];
     const graph::rule& r = s.rule;
-    if ((n.kind == graph::op::moe_dispatch || n.kind == graph::op::moe_combine) &&
-        r.kind != graph::rule::family::replicated)
-      throw plan_error("lowering",
-                       "step " + s.name + " runs " + std::string(graph::name(n.kind)) +
-                           " sharded; the executor runs MoE routing replicated only",
-                       "synthesize with MoE ops pinned replicated");
     for (const synth::transfer& t : s.transfers)
       if (t.tensor != s.node)
         do_transfer(t, s.name);

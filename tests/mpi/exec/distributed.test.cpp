@@ -10,6 +10,7 @@
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/profile.hpp>
+#include <hspmd/models/bert.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -257,6 +258,76 @@ TEST_CASE("ViT-small and VGG-small: distributed training equals the single proce
   vgg.fc = 16;
   vgg.pooled = 1;
   equivalence<float>("vgg", models::trace_vgg<float>(vgg, 4), 10, 1e-5, 1e6);
+}
+
+TEST_CASE("MoE-small: distributed training equals the single process (f32)") {
+  models::bert_config c;
+  c.layers = 2; // layer 1 is the mixture of experts
+  c.hidden = 16;
+  c.ffn = 32;
+  c.heads = 2;
+  c.seq = 6;
+  c.vocab = 40;
+  c.moe_experts = 4;
+  // Token-parallel routing is per rank (each rank's tokens fill its share of the capacity):
+  // it equals the single process when no token is dropped, so the capacity here holds every
+  // token even on the smallest share (4 T slots per expert).
+  c.capacity_factor = 8.0;
+  equivalence<float>("bert-moe", models::trace_bert_lm<float>(c, 4), 40, 1e-5, 1e6);
+
+  // At the default capacity tokens are dropped; routing every token globally (replicated or
+  // hidden-parallel dispatch, expert-parallel combine) still gives the single process's
+  // numbers exactly: the TP baseline, and a plan whose combine must run expert parallel.
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  c.capacity_factor = 1.25;
+  const auto g = models::trace_bert_lm<float>(c, 4);
+  const auto want = single<float>(g, 40);
+  const cluster cl = make_cluster(n, 1e6);
+  const synth::plan tp = synth::make_baseline(g, cl, synth::baseline::tp, {}, "moe");
+  check_same(distributed<float>(g, tp, comm, 40), want, 1e-5, "bert-moe tp, tokens dropped");
+  synth::synth_options so;
+  so.search.allow_rule = [&g](graph::node_id id, const graph::rule& r) {
+    if (g[id].kind == graph::op::moe_combine)
+      return r.kind == graph::rule::family::expert;
+    return g[id].kind != graph::op::moe_dispatch || !r.in[1].is_split(); // global routing
+  };
+  synth::plan ep = synth::synthesize(g, cl, so, "moe");
+  std::vector<std::vector<double>> ratios = {ep.ratios[0]};
+  if (n == 3)
+    ratios.push_back({0.5, 0.0, 0.5}); // rank 1 holds no expert
+  for (const auto& r : ratios) {
+    for (auto& seg : ep.ratios)
+      seg = r;
+    check_same(distributed<float>(g, ep, comm, 40), want, 1e-5, "bert-moe expert parallel");
+  }
+}
+
+TEST_CASE("a plan mixing per-rank and global MoE routing is refused when lowered") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  if (n == 1)
+    return;
+  models::bert_config c;
+  c.layers = 2;
+  c.hidden = 16;
+  c.ffn = 32;
+  c.heads = 2;
+  c.seq = 6;
+  c.vocab = 40;
+  c.moe_experts = 4;
+  const auto g = models::trace_bert_lm<float>(c, 4);
+  synth::plan p = synth::make_baseline(g, make_cluster(n, 1e6), synth::baseline::dp_cp, {}, "moe");
+  // Make the combine route globally (replicated) while the dispatch stays token parallel.
+  bool changed = false;
+  for (synth::plan_step& s : p.steps)
+    if (g[s.node].kind == graph::op::moe_combine && s.rule.kind == graph::rule::family::split) {
+      s.rule = graph::rules_of(g, s.node).items[0];
+      changed = true;
+    }
+  REQUIRE(changed);
+  CHECK_THROWS_WITH(exec::lower(g, p, 0), Catch::Contains("token parallel") &&
+                                              Catch::Contains("run both steps of the MoE layer"));
 }
 
 TEST_CASE("ranks given different clusters stop before any training collective, naming it") {

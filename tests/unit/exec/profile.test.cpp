@@ -39,5 +39,6 @@ TEST_CASE("measure_compute times every node and the optimizer, and plans take th
   const synth::plan plan = synth::synthesize(g, c, so);
   CHECK(plan.step_time > 0.0);
 
-  CHECK_THROWS_WITH(exec::measure_compute<float>(g, 0.0), Catch::Contains("speed must be positive"));
+  CHECK_THROWS_WITH(exec::measure_compute<float>(g, 0.0),
+                    Catch::Contains("speed must be positive"));
 }
