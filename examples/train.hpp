@@ -272,6 +272,11 @@ inline int train_distributed(const std::string& model, const hspmd::graph::graph
     dx.set_slowdown(cl.devices.at(me).slowdown);
     hspmd::exec::adam opt(o.lr);
     sink_of<decltype(dx)> sink(dx);
+    if (root)
+      std::printf("gradients: %.2f MiB on rank 0 in shared buffers (%.2f MiB with one per "
+                  "tensor version)\n",
+                  static_cast<double>(dx.gradient_bytes()) / 1048576.0,
+                  static_cast<double>(dx.gradient_bytes_unshared()) / 1048576.0);
     if (!o.trace.empty())
       dx.start_trace();
     std::vector<double> times;

@@ -126,9 +126,33 @@ public:
     ex_.set_row_reduce([this](std::span<T> v, bool max) {
       comm_->all_reduce(v, max ? reduce_op::max : reduce_op::sum);
     });
+    // Gradient buffers of intermediate versions are shared across the backward; SFB reads its
+    // layer's output gradient after the backward, so that one keeps its own.
+    std::vector<graph::node_id> keep;
+    std::vector<std::pair<graph::node_id, graph::node_id>> duals;
+    for (const lowered_transfer& t : prog_.transfers) {
+      if (t.source)
+        duals.emplace_back(*t.source, t.target);
+      if (t.what.sfb)
+        if (const auto user = sole_user(t.target))
+          keep.push_back(*user);
+    }
+    gradient_bytes_ = ex_.reuse_gradient_buffers(keep, duals);
   }
   distributed_executor(const distributed_executor&) = delete;
   distributed_executor& operator=(const distributed_executor&) = delete;
+
+  /// Bytes of gradient storage this rank holds: the parameters' gradients and the shared
+  /// buffers of the intermediate ones (exec::executor::reuse_gradient_buffers).
+  [[nodiscard]] std::size_t gradient_bytes() const noexcept { return gradient_bytes_; }
+  /// The same if every version had a gradient buffer of its own.
+  [[nodiscard]] std::size_t gradient_bytes_unshared() const {
+    std::size_t n = 0;
+    for (const graph::node& v : prog_.local.nodes())
+      if (v.type != dtype::i64)
+        n += v.out.size() * sizeof(T);
+    return n;
+  }
 
   /// The rank's executor (local graph, pieces of values and gradients); optimizers step it.
   [[nodiscard]] executor<T>& local() noexcept { return ex_; }
@@ -165,9 +189,10 @@ public:
     ex_.begin_backward();
     for (graph::node_id i = static_cast<graph::node_id>(prog_.local.size()); i-- > 0;) {
       const auto t = prog_.transfer_of[i];
-      if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load)
+      if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load) {
+        ex_.enter_backward(i);
         traced_transfer(prog_.transfers[*t], true);
-      else
+      } else
         traced_compute(i, true);
     }
     synchronize_gradients();
@@ -665,15 +690,21 @@ private:
   // SFB for replicated weight `w` read by exactly one matmul / linear with row-split input:
   // all-gather the input rows and the output gradient, one local GEMM. False when the weight
   // has another use (the all-reduce then covers every contribution).
-  bool sfb_gradient(graph::node_id w) {
+  // The only local node reading `w`, if exactly one does.
+  [[nodiscard]] std::optional<graph::node_id> sole_user(graph::node_id w) const {
     std::optional<graph::node_id> user;
     for (graph::node_id i = 0; i < prog_.local.size(); ++i)
       for (graph::node_id in : prog_.local[i].inputs)
         if (in == w) {
           if (user)
-            return false;
+            return std::nullopt;
           user = i;
         }
+    return user;
+  }
+
+  bool sfb_gradient(graph::node_id w) {
+    const std::optional<graph::node_id> user = sole_user(w);
     if (!user)
       return false;
     const graph::node& op = prog_.local[*user];
@@ -715,6 +746,7 @@ private:
   executor<T> ex_;
   double slowdown_ = 1.0;
   trace_recorder trace_;
+  std::size_t gradient_bytes_ = 0;
 };
 
 } // namespace hspmd::exec

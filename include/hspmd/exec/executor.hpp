@@ -112,6 +112,9 @@ public:
                        "give one layout per node or none");
     val_.resize(g.size());
     grad_.resize(g.size());
+    own_grad_.resize(g.size());
+    pooled_.assign(g.size(), false);
+    zero_before_.resize(g.size());
     ids_.resize(g.size());
     aux_.resize(g.size());
     index_.resize(g.size());
@@ -121,7 +124,8 @@ public:
         ids_[i].assign(n.out.size(), 0);
       else
         val_[i].assign(n.out.size(), T{});
-      grad_[i].assign(n.type == dtype::i64 ? 0 : n.out.size(), T{});
+      own_grad_[i].assign(n.type == dtype::i64 ? 0 : n.out.size(), T{});
+      grad_[i] = std::span<T>(own_grad_[i]);
       if (n.kind == graph::op::parameter)
         initialize(i);
     }
@@ -173,15 +177,111 @@ public:
   void forward_node(graph::node_id i) {
     timed(i, false, [&] { run_forward(i); });
   }
-  /// Zeroes every gradient and seeds d loss / d loss = 1.
+  /// Zeroes every gradient and seeds d loss / d loss = 1 (shared gradient buffers are zeroed
+  /// when they come into use, see `reuse_gradient_buffers`).
   void begin_backward() {
-    for (auto& gr : grad_)
-      std::fill(gr.begin(), gr.end(), T{});
+    for (graph::node_id i = 0; i < g_.size(); ++i)
+      if (!pooled_[i])
+        std::fill(grad_[i].begin(), grad_[i].end(), T{});
     grad_[*g_.loss()][0] = T{1};
   }
   /// One node's backward: adds its inputs' gradients (after `begin_backward`, in reverse order).
   void backward_node(graph::node_id i) {
+    enter_backward(i);
     timed(i, true, [&] { run_backward(i); });
+  }
+  /// Zeroes the shared gradient buffers that come into use at node i's backward; drivers that
+  /// run a node's backward themselves (a transfer's dual) call it first.
+  void enter_backward(graph::node_id i) {
+    for (graph::node_id j : zero_before_[i])
+      std::fill(grad_[j].begin(), grad_[j].end(), T{});
+  }
+
+  /// Plans the gradient buffers of intermediate nodes: a node's gradient is live from the
+  /// backward of its last user (the first to add into it, in reverse order) to its own
+  /// backward, and nodes whose lives do not overlap share memory (best fit over the reverse
+  /// sweep). Parameters, the loss, nodes without users and `keep` keep buffers of their own, so
+  /// their gradients survive the backward; every other node's gradient is valid only during
+  /// the backward. `extra_users` (from, to): to's backward adds into from's gradient outside
+  /// the graph's edges (a transfer's dual). Returns the bytes of gradient storage after.
+  std::size_t reuse_gradient_buffers(
+      const std::vector<graph::node_id>& keep = {},
+      const std::vector<std::pair<graph::node_id, graph::node_id>>& extra_users = {}) {
+    if (!pool_.empty() || std::ranges::any_of(pooled_, [](bool p) { return p; }))
+      throw plan_error("executor", "gradient buffers are already shared",
+                       "call reuse_gradient_buffers once, before the first backward");
+    const std::size_t n = g_.size();
+    std::vector<std::optional<graph::node_id>> last_user(n);
+    const auto use = [&](graph::node_id from, graph::node_id to) {
+      if (!last_user[from] || *last_user[from] < to)
+        last_user[from] = to;
+    };
+    for (graph::node_id j = 0; j < n; ++j)
+      for (graph::node_id in : g_[j].inputs)
+        use(in, j);
+    for (const auto& [from, to] : extra_users)
+      use(from, to);
+    std::vector<bool> own(n, false);
+    for (graph::node_id i = 0; i < n; ++i)
+      own[i] = g_[i].kind == op::parameter || g_[i].type == dtype::i64 || i == *g_.loss() ||
+               !last_user[i] || grad_[i].empty();
+    for (graph::node_id k : keep)
+      own.at(k) = true;
+    // Reverse sweep: take a slot when the last user's backward starts, free it after the
+    // node's own backward.
+    struct slot {
+      std::size_t capacity = 0;
+      bool busy = false;
+    };
+    std::vector<slot> slots;
+    std::vector<std::size_t> slot_of(n, 0);
+    std::vector<std::vector<graph::node_id>> starts(n);
+    for (graph::node_id i = 0; i < n; ++i)
+      if (!own[i])
+        starts[*last_user[i]].push_back(i);
+    for (graph::node_id c = static_cast<graph::node_id>(n); c-- > 0;) {
+      for (graph::node_id j : starts[c]) {
+        const std::size_t need = grad_[j].size();
+        // The smallest free slot that fits; else the largest free one, grown; else a new one.
+        std::optional<std::size_t> best;
+        for (std::size_t k = 0; k < slots.size(); ++k)
+          if (!slots[k].busy && slots[k].capacity >= need &&
+              (!best || slots[k].capacity < slots[*best].capacity))
+            best = k;
+        for (std::size_t k = 0; k < slots.size() && !best; ++k)
+          if (!slots[k].busy)
+            best = k;
+        for (std::size_t k = 0; k < slots.size(); ++k)
+          if (!slots[k].busy && slots[*best].capacity < need &&
+              slots[k].capacity > slots[*best].capacity)
+            best = k;
+        if (!best) {
+          slots.push_back({});
+          best = slots.size() - 1;
+        }
+        slots[*best].capacity = std::max(slots[*best].capacity, need);
+        slots[*best].busy = true;
+        slot_of[j] = *best;
+      }
+      if (!own[c])
+        slots[slot_of[c]].busy = false;
+    }
+    std::vector<std::size_t> offset(slots.size() + 1, 0);
+    for (std::size_t k = 0; k < slots.size(); ++k)
+      offset[k + 1] = offset[k] + slots[k].capacity;
+    pool_.assign(offset.back(), T{});
+    std::size_t bytes = pool_.size() * sizeof(T);
+    for (graph::node_id i = 0; i < n; ++i) {
+      pooled_[i] = !own[i];
+      zero_before_[i] = starts[i];
+      if (own[i]) {
+        bytes += own_grad_[i].size() * sizeof(T);
+        continue;
+      }
+      grad_[i] = std::span<T>(pool_.data() + offset[slot_of[i]], own_grad_[i].size());
+      std::vector<T>().swap(own_grad_[i]);
+    }
+    return bytes;
   }
   /// Sums `data` element-wise over the ranks sharing a vocabulary-parallel cross-entropy
   /// (`max`: the maximum instead); required when a layout says `vocab_parallel`.
@@ -282,7 +382,7 @@ private:
     return g_[n.inputs[k]];
   }
   std::vector<T>& in(const graph::node& n, std::size_t k) { return val_[n.inputs[k]]; }
-  std::vector<T>& din(const graph::node& n, std::size_t k) { return grad_[n.inputs[k]]; }
+  std::span<T>& din(const graph::node& n, std::size_t k) { return grad_[n.inputs[k]]; }
 
   // (m, k, n) of a matmul or linear node: rows of x, inner size, outputs.
   [[nodiscard]] std::array<std::size_t, 3> matmul_dims(const graph::node& n) const {
@@ -1136,8 +1236,13 @@ private:
   bool training_ = true;
   bool profiling_ = false;
   std::vector<profile_entry> profile_, node_profile_;
-  std::vector<std::vector<T>> val_, grad_, aux_;
-  std::vector<std::vector<std::size_t>> index_; // max_pool2d: where each maximum came from
+  std::vector<std::vector<T>> val_, aux_;
+  std::vector<std::span<T>> grad_;       // own_grad_[i], or a range of pool_
+  std::vector<std::vector<T>> own_grad_; // nodes with a gradient buffer of their own
+  std::vector<T> pool_;                  // shared gradient buffers (reuse_gradient_buffers)
+  std::vector<bool> pooled_;             // grad_[i] lies in pool_
+  std::vector<std::vector<graph::node_id>> zero_before_; // zeroed when node i's backward starts
+  std::vector<std::vector<std::size_t>> index_;          // max_pool2d: where each maximum came from
   std::vector<std::vector<std::int64_t>> ids_;
 };
 

@@ -44,8 +44,8 @@ public:
            nlohmann::json args = nlohmann::json::object()) {
     if (!on_)
       return;
-    events_.push_back({std::move(name), kind, micros(begin), micros(end) - micros(begin),
-                       std::move(args)});
+    events_.push_back(
+        {std::move(name), kind, micros(begin), micros(end) - micros(begin), std::move(args)});
   }
   /// Runs `f` and records it when recording.
   template <class F>
@@ -66,11 +66,8 @@ public:
                                            double min_idle_us = 1.0) const {
     nlohmann::json out = nlohmann::json::array();
     const auto meta = [&](const char* what, int tid, const std::string& value) {
-      out.push_back({{"ph", "M"},
-                     {"name", what},
-                     {"pid", rank},
-                     {"tid", tid},
-                     {"args", {{"name", value}}}});
+      out.push_back(
+          {{"ph", "M"}, {"name", what}, {"pid", rank}, {"tid", tid}, {"args", {{"name", value}}}});
     };
     meta("process_name", 0, "rank " + std::to_string(rank) + " (" + std::string(device) + ")");
     out.back()["args"]["sort_index"] = rank;

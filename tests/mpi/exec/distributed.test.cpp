@@ -260,6 +260,23 @@ TEST_CASE("ViT-small and VGG-small: distributed training equals the single proce
   equivalence<float>("vgg", models::trace_vgg<float>(vgg, 4), 10, 1e-5, 1e6);
 }
 
+TEST_CASE("intermediate gradients share buffers: less gradient memory, the same training") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto g = models::trace_model<float>("bert", small_bert(), 4);
+  const synth::plan p =
+      synth::make_baseline(g, make_cluster(n, 1e6), synth::baseline::dp_cp, {}, "bert");
+  exec::distributed_executor<float, mpi_communicator> dx(g, p, comm, 7);
+  std::size_t params = 0;
+  for (graph::node_id id : dx.program().local.parameters())
+    params += dx.program().local[id].out.size() * sizeof(float);
+  CAPTURE(dx.gradient_bytes(), dx.gradient_bytes_unshared(), params);
+  CHECK(dx.gradient_bytes() >= params); // every parameter keeps its gradient
+  // The activations' gradients: at most half of what one buffer per version would take.
+  CHECK(dx.gradient_bytes() - params < (dx.gradient_bytes_unshared() - params) / 2);
+  // (every equivalence test above trains with shared buffers)
+}
+
 TEST_CASE("MoE-small: distributed training equals the single process (f32)") {
   models::bert_config c;
   c.layers = 2; // layer 1 is the mixture of experts
