@@ -232,6 +232,19 @@ models::model_options small_bert() {
   return o;
 }
 
+// BERT-small with a 4-expert mixture in layer 1 (every second layer).
+models::bert_config moe_small() {
+  models::bert_config c;
+  c.layers = 2;
+  c.hidden = 16;
+  c.ffn = 32;
+  c.heads = 2;
+  c.seq = 6;
+  c.vocab = 40;
+  c.moe_experts = 4;
+  return c;
+}
+
 } // namespace
 
 TEST_CASE("MLP: distributed training equals the single process (f32, f64)") {
@@ -278,14 +291,7 @@ TEST_CASE("intermediate gradients share buffers: less gradient memory, the same 
 }
 
 TEST_CASE("MoE-small: distributed training equals the single process (f32)") {
-  models::bert_config c;
-  c.layers = 2; // layer 1 is the mixture of experts
-  c.hidden = 16;
-  c.ffn = 32;
-  c.heads = 2;
-  c.seq = 6;
-  c.vocab = 40;
-  c.moe_experts = 4;
+  models::bert_config c = moe_small();
   // Token-parallel routing is per rank (each rank's tokens fill its share of the capacity):
   // it equals the single process when no token is dropped, so the capacity here holds every
   // token even on the smallest share (4 T slots per expert).
@@ -325,15 +331,7 @@ TEST_CASE("a plan mixing per-rank and global MoE routing is refused when lowered
   const auto n = static_cast<std::size_t>(comm.size());
   if (n == 1)
     return;
-  models::bert_config c;
-  c.layers = 2;
-  c.hidden = 16;
-  c.ffn = 32;
-  c.heads = 2;
-  c.seq = 6;
-  c.vocab = 40;
-  c.moe_experts = 4;
-  const auto g = models::trace_bert_lm<float>(c, 4);
+  const auto g = models::trace_bert_lm<float>(moe_small(), 4);
   synth::plan p = synth::make_baseline(g, make_cluster(n, 1e6), synth::baseline::dp_cp, {}, "moe");
   // Make the combine route globally (replicated) while the dispatch stays token parallel.
   bool changed = false;
