@@ -14,6 +14,7 @@
 #include <hspmd/core/hash.hpp>
 #include <hspmd/core/rng.hpp>
 #include <hspmd/exec/kernels.hpp>
+#include <hspmd/exec/kernels/moe_routing.hpp>
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
@@ -1014,11 +1015,11 @@ private:
     const std::size_t h = in_node(n, 0).out.dims[1];
     const std::size_t experts = in_node(n, 1).out.dims[1];
     const std::size_t capacity = n.out.dims[1];
-    const auto r = graph::route_top2(in(n, 1).data(), tokens, experts, capacity);
+    const auto r = route_top2(in(n, 1).data(), tokens, experts, capacity);
     if (!backward)
       std::fill(val_[id].begin(), val_[id].end(), T{0}); // unused slots are zero
     for (std::size_t k = 0; k < 2 * tokens; ++k) {
-      if (r.slots[k] == graph::moe_routing::dropped)
+      if (r.slots[k] == moe_routing::dropped)
         continue;
       const std::size_t t = k / 2;
       const std::size_t at = (r.experts[k] * capacity + r.slots[k]) * h;
@@ -1047,7 +1048,7 @@ private:
     const node_layout* buffers = layout(n.inputs[0]);
     const std::size_t first = buffers != nullptr ? buffers->offset_of(0) : 0;
     const T* probs = in(n, 1).data();
-    const auto r = graph::route_top2(probs, tokens, experts, capacity);
+    const auto r = route_top2(probs, tokens, experts, capacity);
     if (!backward)
       std::fill(val_[id].begin(), val_[id].end(), T{0});
     for (std::size_t t = 0; t < tokens; ++t) {
@@ -1061,7 +1062,7 @@ private:
       for (std::size_t k = 0; k < 2; ++k) {
         const std::size_t slot = r.slots[2 * t + k];
         const std::size_t e = r.experts[2 * t + k];
-        if (slot == graph::moe_routing::dropped || e < first || e >= first + held)
+        if (slot == moe_routing::dropped || e < first || e >= first + held)
           continue;
         const std::size_t at = ((e - first) * capacity + slot) * h;
         for (std::size_t j = 0; j < h; ++j) {
@@ -1092,10 +1093,8 @@ private:
     for (std::size_t p = 0; p < xs[0] * xs[1]; ++p)
       for (std::size_t i = 0; i < ho; ++i)
         for (std::size_t j = 0; j < wo; ++j) {
-          const std::size_t r0 = graph::detail::pool_begin(i, xs[2], ho);
-          const std::size_t r1 = graph::detail::pool_end(i, xs[2], ho);
-          const std::size_t c0 = graph::detail::pool_begin(j, xs[3], wo);
-          const std::size_t c1 = graph::detail::pool_end(j, xs[3], wo);
+          const auto [r0, r1] = graph::adaptive_window(i, xs[2], ho);
+          const auto [c0, c1] = graph::adaptive_window(j, xs[3], wo);
           const auto count = static_cast<T>((r1 - r0) * (c1 - c0));
           const std::size_t o = (p * ho + i) * wo + j;
           T acc{0};

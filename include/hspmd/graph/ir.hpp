@@ -7,13 +7,15 @@
 // are nodes too. Shapes are fully static once the batch is bound; the batch dimension stays
 // marked (`shape::batch_dim`) because it is the one every plan can split.
 //
-// Per node the IR knows the forward and backward FLOPs and bytes (graph/cost.hpp), prints itself
-// as a table and round-trips through JSON (graph/json.hpp).
+// Per node the registry (graph/ops.hpp) gives the output shape, the forward and backward FLOPs
+// and bytes and the placement signature; graph/io.hpp prints a graph as a table and
+// round-trips it through JSON.
 
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/extents.hpp>
 #include <hspmd/core/placement.hpp>
+#include <hspmd/graph/ops/list.hpp>
 
 #include <array>
 #include <cstddef>
@@ -28,57 +30,26 @@ namespace hspmd::graph {
 /// Index of a node in its graph.
 using node_id = std::uint32_t;
 
-/// The ops of the IR. Elementwise binary ops broadcast numpy-style over trailing dimensions.
+/// The ops of the IR, from the registry's list (graph/ops/list.hpp); what each op computes, its
+/// shape rule, cost and placement signature are in its `op_traits` (graph/ops/<family>.hpp).
 enum class op : std::uint8_t {
-  input,          ///< data fed each step (features, token ids, labels)
-  parameter,      ///< a trained weight
-  matmul,         ///< (..., m, k) x (k, n) -> (..., m, n): the weight is shared by leading dims
-  linear,         ///< matmul with a bias: (..., m, k) x (k, n) + (n)
-  batched_matmul, ///< (b..., m, k) x (b..., k, n) -> (b..., m, n); attrs.flag: B transposed
-  add,
-  sub,
-  mul,
-  scale, ///< x * attrs.scalar
-  relu,
-  gelu, ///< exact: x * Phi(x)
-  tanh,
-  sigmoid,
-  softmax,     ///< over the last dimension; attrs.flag: causal (of (..., S, S), row i sees j <= i)
-  log_softmax, ///< over the last dimension
-  layer_norm,  ///< over the last dimension: x, gamma, beta; attrs.scalar = epsilon
-  embedding,   ///< table (V, H), ids (...) -> (..., H)
-  cross_entropy, ///< logits (N, V), targets (N) -> () : sum over rows of -log softmax[target]
-  sum,           ///< over all elements -> ()
-  mean,          ///< over all elements -> ()
-  reshape,       ///< same elements, new shape (attrs.dims)
-  permute,       ///< dimensions reordered (attrs.dims is the permutation)
-  dropout,       ///< zero with probability attrs.scalar, scale the rest by 1/(1-p); training only
-  slice,         ///< attrs.dims = {axis, start, length}
-  concat,        ///< along attrs.dims[0]; any number of inputs
-  conv2d,        ///< x (N, C, H, W), weight (K, C, R, S), bias (K); attrs.dims = {stride, padding}
-  max_pool2d,    ///< x (N, C, H, W); attrs.dims = {kernel, stride}
-  adaptive_avg_pool2d, ///< x (N, C, H, W) -> (N, C, attrs.dims[0], attrs.dims[1])
-  /// x repeated numpy-style to attrs.dims (a CLS token per image); flag: dim 0 is the batch
-  broadcast,
-  /// tokens x (T, H), gate probabilities (T, E) -> expert buffers (E, C, H); C = attrs.dims[0]
-  moe_dispatch,
-  /// expert outputs (E, C, H), gate probabilities (T, E) -> (T, H)
-  moe_combine,
+#define HSPMD_GRAPH_OP_ENUM(o, form) o,
+  HSPMD_GRAPH_OPS(HSPMD_GRAPH_OP_ENUM)
+#undef HSPMD_GRAPH_OP_ENUM
 };
-inline constexpr std::size_t op_count = 31;
+inline constexpr std::size_t op_count = 0
+#define HSPMD_GRAPH_OP_COUNT(o, form) +1
+    HSPMD_GRAPH_OPS(HSPMD_GRAPH_OP_COUNT)
+#undef HSPMD_GRAPH_OP_COUNT
+    ;
 
-/// "matmul", "layer_norm", ...
+/// "matmul", "layer_norm", ...: the op's identifier in the registry's list.
 [[nodiscard]] constexpr std::string_view name(op o) noexcept {
   constexpr std::array<std::string_view, op_count> names = {
-      "input",          "parameter",     "matmul",      "linear",
-      "batched_matmul", "add",           "sub",         "mul",
-      "scale",          "relu",          "gelu",        "tanh",
-      "sigmoid",        "softmax",       "log_softmax", "layer_norm",
-      "embedding",      "cross_entropy", "sum",         "mean",
-      "reshape",        "permute",       "dropout",     "slice",
-      "concat",         "conv2d",        "max_pool2d",  "adaptive_avg_pool2d",
-      "broadcast",      "moe_dispatch",  "moe_combine"};
-  static_assert(names.back() != "", "every op needs a name");
+#define HSPMD_GRAPH_OP_NAME(o, form) #o,
+      HSPMD_GRAPH_OPS(HSPMD_GRAPH_OP_NAME)
+#undef HSPMD_GRAPH_OP_NAME
+  };
   return names.at(static_cast<std::size_t>(o));
 }
 
@@ -89,6 +60,11 @@ inline constexpr std::size_t op_count = 31;
       return static_cast<op>(i);
   return std::nullopt;
 }
+
+/// The registry's facts of op O: a specialization per op in graph/ops/<family>.hpp, collected
+/// and checked for completeness by graph/ops.hpp.
+template <op O>
+struct op_traits;
 
 /// Attributes; which ones an op reads is documented at the op.
 struct attributes {

@@ -220,32 +220,19 @@ template <class T, extents_type E, class P>
   a.scalar = c;
   return detail::unary<graph::op::scale>(x, a);
 }
-template <class T, extents_type E, class P>
-[[nodiscard]] auto relu(const value<T, E, P>& x) {
-  return detail::unary<graph::op::relu>(x);
-}
-template <class T, extents_type E, class P>
-[[nodiscard]] auto gelu(const value<T, E, P>& x) {
-  return detail::unary<graph::op::gelu>(x);
-}
-template <class T, extents_type E, class P>
-[[nodiscard]] auto tanh(const value<T, E, P>& x) {
-  return detail::unary<graph::op::tanh>(x);
-}
-template <class T, extents_type E, class P>
-[[nodiscard]] auto sigmoid(const value<T, E, P>& x) {
-  return detail::unary<graph::op::sigmoid>(x);
-}
-/// Softmax over the last dimension.
-template <class T, extents_type E, class P>
-[[nodiscard]] auto softmax(const value<T, E, P>& x) {
-  return detail::unary<graph::op::softmax>(x);
-}
-/// Log-softmax over the last dimension.
-template <class T, extents_type E, class P>
-[[nodiscard]] auto log_softmax(const value<T, E, P>& x) {
-  return detail::unary<graph::op::log_softmax>(x);
-}
+// The typed function of every op whose registry line (graph/ops/list.hpp) says `unary`:
+// f(x) keeps x's extents; its placement follows from the rule table at compile time.
+#define HSPMD_NN_TYPED_unary(o)                                                                    \
+  template <class T, extents_type E, class P>                                                      \
+  [[nodiscard]] auto o(const value<T, E, P>& x) {                                                  \
+    return detail::unary<graph::op::o>(x);                                                         \
+  }
+#define HSPMD_NN_TYPED_none(o)
+#define HSPMD_NN_TYPED(o, form) HSPMD_NN_TYPED_##form(o)
+HSPMD_GRAPH_OPS(HSPMD_NN_TYPED)
+#undef HSPMD_NN_TYPED
+#undef HSPMD_NN_TYPED_none
+#undef HSPMD_NN_TYPED_unary
 
 /// Layer normalization over the last dimension with scale gamma and shift beta.
 template <class T, extents_type E, std::size_t L1, std::size_t L2, class P, class PG, class PB>
@@ -340,21 +327,22 @@ namespace hspmd::nn {
 using functional::add;
 using functional::add_broadcast;
 using functional::cross_entropy;
-using functional::gelu;
-using functional::log_softmax;
 using functional::matmul;
 using functional::mean;
 using functional::mul;
 using functional::redistribute;
 using functional::redistribution;
-using functional::relu;
 using functional::reshape;
 using functional::scale;
-using functional::sigmoid;
-using functional::softmax;
 using functional::sub;
 using functional::sum;
-using functional::tanh;
+#define HSPMD_NN_USING_unary(o) using functional::o;
+#define HSPMD_NN_USING_none(o)
+#define HSPMD_NN_USING(o, form) HSPMD_NN_USING_##form(o)
+HSPMD_GRAPH_OPS(HSPMD_NN_USING)
+#undef HSPMD_NN_USING
+#undef HSPMD_NN_USING_none
+#undef HSPMD_NN_USING_unary
 } // namespace hspmd::nn
 
 namespace hspmd::nn::functional {

@@ -1,5 +1,6 @@
 // Every op's backward against central finite differences in f64 (max relative error <= 1e-6),
-// and forward values against hand-computed ones where they are easy to state.
+// on every example call its registry entry lists, and forward values against hand-computed ones
+// where they are easy to state.
 #include "../../support/finite_difference.hpp"
 
 #include <hspmd/exec/executor.hpp>
@@ -7,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -21,8 +23,9 @@ namespace {
 struct builder {
   graph::graph g;
   std::vector<graph::node_id> float_inputs;
+  std::vector<graph::node_id> positive_inputs;
 
-  graph::node_id input(std::vector<std::size_t> dims, dtype t = dtype::f64) {
+  graph::node_id input(std::vector<std::size_t> dims, dtype t = dtype::f64, bool positive = false) {
     graph::node n;
     n.kind = op::input;
     n.name = "in" + std::to_string(g.size());
@@ -31,6 +34,8 @@ struct builder {
     const auto id = g.add(n);
     if (t != dtype::i64)
       float_inputs.push_back(id);
+    if (positive)
+      positive_inputs.push_back(id);
     return id;
   }
   graph::node_id add(op k, std::vector<graph::node_id> ins, graph::attributes a = {}) {
@@ -43,14 +48,18 @@ struct builder {
     n.out = graph::infer_shape(g, n);
     return g.add(n);
   }
-  // loss = sum(node * R) with a random weight input R: a random output gradient.
+  // loss = sum(node * R) with a random weight input R: a random output gradient (a scalar
+  // node is made a vector of one first).
   void finish(graph::node_id out) {
+    if (g[out].out.rank() == 0)
+      out = add(op::reshape, {out}, graph::attributes{0.0, {1}, false});
     const auto r = input(g[out].out.dims);
     g.set_loss(add(op::sum, {add(op::mul, {out, r})}));
   }
 };
 
-// Fills float inputs with N(0,1) (shifted away from 0 for relu's kink), ids with `id_limit`.
+// Fills float inputs with N(0,1) (shifted away from 0 for relu's kink), positive ones from
+// (0.5, 1.5), ids with `id_limit`.
 void feed(exec::executor<double>& ex, const builder& b, std::uint64_t seed, std::size_t id_limit) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> nd(0.0, 1.0);
@@ -64,9 +73,10 @@ void feed(exec::executor<double>& ex, const builder& b, std::uint64_t seed, std:
         v = static_cast<std::int64_t>(rng() % id_limit);
       ex.set_input(n.name, ids);
     } else {
+      const bool positive = std::ranges::find(b.positive_inputs, i) != b.positive_inputs.end();
       std::vector<double> v(n.out.size());
       for (auto& x : v) {
-        x = nd(rng);
+        x = positive ? 1.0 + std::uniform_real_distribution<double>(-0.5, 0.5)(rng) : nd(rng);
         if (std::abs(x) < 1e-3)
           x = 0.5;
       }
@@ -98,103 +108,26 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
     c.b.finish(build(c.b));
     checks.push_back(std::move(c));
   };
-  make("matmul", [](builder& b) {
-    return b.add(op::matmul, {b.input({2, 3, 4}), b.input({4, 5})});
-  });
-  make("linear", [](builder& b) {
-    return b.add(op::linear, {b.input({3, 4}), b.input({4, 5}), b.input({5})});
-  });
-  for (const bool bt : {false, true})
-    make(bt ? "batched_matmul B^T" : "batched_matmul", [bt](builder& b) {
-      graph::attributes a;
-      a.flag = bt;
-      return b.add(op::batched_matmul,
-                   {b.input({2, 2, 3, 4}), b.input(bt ? std::vector<std::size_t>{2, 2, 5, 4}
-                                                      : std::vector<std::size_t>{2, 2, 4, 5})},
-                   a);
-    });
-  make("add", [](builder& b) { return b.add(op::add, {b.input({3, 4}), b.input({3, 4})}); });
-  make("add broadcast", [](builder& b) {
-    return b.add(op::add, {b.input({2, 3, 4}), b.input({4})});
-  });
-  make("sub broadcast", [](builder& b) {
-    return b.add(op::sub, {b.input({2, 3, 4}), b.input({3, 1})});
-  });
-  make("mul broadcast", [](builder& b) {
-    return b.add(op::mul, {b.input({1, 4}), b.input({3, 4})});
-  });
-  make("scale", [](builder& b) {
-    graph::attributes a;
-    a.scalar = -2.5;
-    return b.add(op::scale, {b.input({3, 4})}, a);
-  });
-  for (const op o : {op::relu, op::gelu, op::tanh, op::sigmoid, op::softmax, op::log_softmax})
-    make(std::string(graph::name(o)), [o](builder& b) { return b.add(o, {b.input({3, 5})}); });
-  make("layer_norm", [](builder& b) {
-    graph::attributes a;
-    a.scalar = 1e-5;
-    return b.add(op::layer_norm, {b.input({2, 3, 6}), b.input({6}), b.input({6})}, a);
-  });
-  make(
-      "embedding",
-      [](builder& b) {
-        return b.add(op::embedding, {b.input({7, 3}), b.input({2, 5}, dtype::i64)});
-      },
-      7);
-  make(
-      "cross_entropy",
-      [](builder& b) {
-        const auto loss = b.add(op::cross_entropy, {b.input({4, 6}), b.input({4}, dtype::i64)});
-        return b.add(op::reshape, {loss}, graph::attributes{0.0, {1}, false});
-      },
-      6);
-  make("mean", [](builder& b) {
-    const auto m = b.add(op::mean, {b.input({3, 4})});
-    return b.add(op::reshape, {m}, graph::attributes{0.0, {1}, false});
-  });
-  make("reshape", [](builder& b) {
-    return b.add(op::reshape, {b.input({2, 3, 4})}, graph::attributes{0.0, {6, 4}, false});
-  });
-  make("permute", [](builder& b) {
-    return b.add(op::permute, {b.input({2, 3, 4})}, graph::attributes{0.0, {2, 0, 1}, false});
-  });
-  make("causal softmax", [](builder& b) {
-    graph::attributes a;
-    a.flag = true;
-    return b.add(op::softmax, {b.input({2, 4, 4})}, a);
-  });
-  make("dropout", [](builder& b) {
-    graph::attributes a;
-    a.scalar = 0.3;
-    return b.add(op::dropout, {b.input({4, 5})}, a);
-  });
-  make("slice", [](builder& b) {
-    return b.add(op::slice, {b.input({2, 6, 3})}, graph::attributes{0.0, {1, 2, 3}, false});
-  });
-  make("concat", [](builder& b) {
-    return b.add(op::concat, {b.input({2, 1, 3}), b.input({2, 4, 3}), b.input({2, 2, 3})},
-                 graph::attributes{0.0, {1}, false});
-  });
-  for (const auto& [stride, pad] : {std::pair<std::size_t, std::size_t>{1, 0}, {2, 1}, {1, 2}})
-    make("conv2d stride " + std::to_string(stride) + " pad " + std::to_string(pad),
-         [stride, pad](builder& b) {
-           return b.add(op::conv2d, {b.input({2, 3, 5, 6}), b.input({4, 3, 3, 2}), b.input({4})},
-                        graph::attributes{0.0, {stride, pad}, false});
-         });
-  make("max_pool2d", [](builder& b) {
-    return b.add(op::max_pool2d, {b.input({2, 2, 6, 5})}, graph::attributes{0.0, {2, 2}, false});
-  });
-  make("adaptive_avg_pool2d up", [](builder& b) {
-    return b.add(op::adaptive_avg_pool2d, {b.input({1, 2, 2, 3})},
-                 graph::attributes{0.0, {7, 7}, false});
-  });
-  make("adaptive_avg_pool2d down", [](builder& b) {
-    return b.add(op::adaptive_avg_pool2d, {b.input({1, 2, 9, 7})},
-                 graph::attributes{0.0, {4, 3}, false});
-  });
-  make("broadcast", [](builder& b) {
-    return b.add(op::broadcast, {b.input({1, 4})}, graph::attributes{0.0, {3, 2, 4}, false});
-  });
+  // Every example call of every op in the registry.
+  for (std::size_t k = 0; k < graph::op_count; ++k) {
+    const auto o = static_cast<op>(k);
+    const auto examples = graph::examples(o);
+    if (graph::arity(o) == 0)
+      continue; // inputs and parameters compute nothing
+    CAPTURE(graph::name(o));
+    CHECK_FALSE(examples.empty()); // an op without an example call is never checked
+    for (const auto& e : examples)
+      make(
+          std::string(graph::name(o)) + (e.label.empty() ? "" : " " + e.label),
+          [&](builder& b) {
+            std::vector<graph::node_id> ins;
+            for (const auto& in : e.inputs)
+              ins.push_back(b.input(in.dims, in.type, in.positive));
+            return b.add(o, ins, e.attrs);
+          },
+          e.id_limit);
+  }
+  // Composites: a gradient flowing through routing twice, and a node used more than once.
   for (const std::size_t capacity : {4UL, 2UL}) // 2: some choices overflow and are dropped
     make("moe dispatch+combine, capacity " + std::to_string(capacity), [capacity](builder& b) {
       const auto x = b.input({5, 3});
@@ -208,6 +141,7 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
     const auto x = b.input({3, 3});
     return b.add(op::add, {b.add(op::mul, {x, x}), x});
   });
+  CHECK(checks.size() >= 40);
   for (auto& c : checks) {
     CAPTURE(c.name);
     CHECK(gradcheck(c.b, c.ids) <= 1e-6);
