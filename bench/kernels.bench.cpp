@@ -2,7 +2,7 @@
 // BERT-small training step (4 layers, hidden 256, FFN 1024, 4 heads, seq 128, batch 16, vocab
 // 8192): forward products and the two backward products of each.
 //   build/release/bench/bench.kernels
-#include <hspmd/exec/kernels.hpp>
+#include <hspmd/exec/backends/host.hpp>
 
 #include <benchmark/benchmark.h>
 

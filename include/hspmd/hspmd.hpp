@@ -10,6 +10,7 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/extents.hpp>
 #include <hspmd/core/hash.hpp>
+#include <hspmd/core/hd.hpp>
 #include <hspmd/core/partition.hpp>
 #include <hspmd/core/placement.hpp>
 #include <hspmd/core/rng.hpp>
@@ -30,6 +31,7 @@
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/graph/signature.hpp>
 #include <hspmd/graph/rules.hpp>
 
 #include <hspmd/nn/layers.hpp>
@@ -50,11 +52,15 @@
 #include <hspmd/synth/synthesize.hpp>
 
 #if defined(HSPMD_HAS_BLAS)
+#include <hspmd/exec/backend.hpp>
+#include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/kernels.hpp>
+#include <hspmd/exec/kernels/box.hpp>
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
+#include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/profile.hpp>
 #include <hspmd/exec/trainer.hpp>

@@ -55,6 +55,13 @@ namespace detail {
 }
 } // namespace detail
 
+/// The four random words of block `block` of stream `k` (`fill_uniform01_u32` gives element i
+/// word i % 4 of block i / 4).
+[[nodiscard]] constexpr std::array<std::uint32_t, 4> random_block(rng_key k,
+                                                                  std::uint64_t block) noexcept {
+  return detail::rng_block(k, block);
+}
+
 /// Uniform in [0, 1) for element `index` of stream `k`.
 [[nodiscard]] constexpr double uniform01(rng_key k, std::uint64_t index) noexcept {
   const auto b = detail::rng_block(k, index);

@@ -29,6 +29,7 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/kernels/box.hpp>
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
@@ -50,48 +51,6 @@
 namespace hspmd::exec {
 
 namespace detail {
-
-// Copies (or adds) the box `extent` at `src_start` of a row-major tensor of dims `src_dims` to
-// `dst_start` of one of dims `dst_dims`.
-template <class E>
-void copy_box(const E* src, const std::vector<std::size_t>& src_dims,
-              const std::vector<std::size_t>& src_start, E* dst,
-              const std::vector<std::size_t>& dst_dims, const std::vector<std::size_t>& dst_start,
-              const std::vector<std::size_t>& extent, bool add) {
-  const std::size_t r = extent.size();
-  for (std::size_t e : extent)
-    if (e == 0)
-      return;
-  if (r == 0) {
-    dst[0] = add ? dst[0] + src[0] : src[0];
-    return;
-  }
-  const auto ss = strides_of(src_dims);
-  const auto ds = strides_of(dst_dims);
-  std::vector<std::size_t> idx(r, 0);
-  const std::size_t run = extent[r - 1];
-  while (true) {
-    std::size_t so = 0;
-    std::size_t dof = 0;
-    for (std::size_t d = 0; d < r; ++d) {
-      so += (src_start[d] + idx[d]) * ss[d];
-      dof += (dst_start[d] + idx[d]) * ds[d];
-    }
-    if (add)
-      for (std::size_t i = 0; i < run; ++i)
-        dst[dof + i] += src[so + i];
-    else
-      std::copy_n(src + so, run, dst + dof);
-    std::size_t d = r - 1;
-    while (d-- > 0) {
-      if (++idx[d] < extent[d])
-        break;
-      idx[d] = 0;
-    }
-    if (d == static_cast<std::size_t>(-1))
-      return;
-  }
-}
 
 // Offsets of ranges of the given lengths.
 [[nodiscard]] inline std::vector<std::size_t> starts_of(const std::vector<std::size_t>& lengths) {
@@ -426,9 +385,9 @@ private:
     const auto ext = l.local_dims();
     const std::vector<std::size_t> zero(l.global.size(), 0);
     if (!back)
-      detail::copy_box(whole, l.global, start, out, ext, zero, ext, false);
+      copy_box(ex_.backend(), whole, l.global, start, out, ext, zero, ext, false);
     else
-      detail::copy_box(out, ext, zero, whole_out, l.global, start, ext, true);
+      copy_box(ex_.backend(), out, ext, zero, whole_out, l.global, start, ext, true);
   }
 
   // Rank-major blocks of a split version: counts and the pieces' dims.
@@ -461,7 +420,7 @@ private:
   // whole (global layout) <-> rank-major blocks of a split version: `into_blocks` copies (or
   // adds) the whole into blocks, otherwise the blocks into the whole.
   template <class E>
-  void reblock(const E* from, graph::node_id sv, E* to, bool into_blocks, bool add) const {
+  void reblock(const E* from, graph::node_id sv, E* to, bool into_blocks, bool add) {
     const node_layout& l = prog_.layouts[sv];
     const auto v = view_of(sv);
     const std::vector<std::size_t> zero(l.global.size(), 0);
@@ -469,9 +428,11 @@ private:
       auto start = zero;
       start[*l.split] = v.offsets[r];
       if (into_blocks)
-        detail::copy_box(from, l.global, start, to + v.starts[r], v.dims[r], zero, v.dims[r], add);
+        copy_box(ex_.backend(), from, l.global, start, to + v.starts[r], v.dims[r], zero, v.dims[r],
+                 add);
       else
-        detail::copy_box(from + v.starts[r], v.dims[r], zero, to, l.global, start, v.dims[r], add);
+        copy_box(ex_.backend(), from + v.starts[r], v.dims[r], zero, to, l.global, start, v.dims[r],
+                 add);
     }
   }
 
@@ -539,16 +500,16 @@ private:
     for (std::size_t s = 0; s < n; ++s) {
       auto start = zero;
       start[j] = oj[s];
-      detail::copy_box(in.data(), ain, start, send.data() + ss[s], send_dims[s], zero, send_dims[s],
-                       false);
+      copy_box(ex_.backend(), in.data(), ain, start, send.data() + ss[s], send_dims[s], zero,
+               send_dims[s], false);
     }
     comm_->all_to_all_v(std::span<const E>(send), std::span<const std::size_t>(send_counts),
                         std::span<E>(recv), std::span<const std::size_t>(recv_counts));
     for (std::size_t s = 0; s < n; ++s) {
       auto start = zero;
       start[i] = oi[s];
-      detail::copy_box(recv.data() + rs[s], recv_dims[s], zero, out, bout, start, recv_dims[s],
-                       add);
+      copy_box(ex_.backend(), recv.data() + rs[s], recv_dims[s], zero, out, bout, start,
+               recv_dims[s], add);
     }
   }
 

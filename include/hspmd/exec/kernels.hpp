@@ -1,75 +1,82 @@
 #pragma once
-// The host kernel layer: GEMM through cblas (OpenBLAS), one BLAS thread per process by default.
-// The executor calls kernels only through this interface, so a CUDA implementation (cuBLAS and
-// own kernels in .cuh files) can provide the same functions without touching graph or autodiff.
+// The kernel registry: every op's kernel pair (`kernel<O>` in exec/kernels/<family>.hpp, see
+// exec/kernels/common.hpp for what a pair is), checked for completeness at compile time and
+// dispatched by op at run time.
 //
-// Matrices are row-major. `trans_a` means A is stored as k x m and used transposed.
+//     exec::run_kernel(context, /*backward=*/false);   // the node's forward on its backend
+//
+// A missing pair stops the build with `missing_kernel<op_named<"the op">, ...>` in the error.
 
-#include <hspmd/core/error.hpp>
-
-#include <cblas.h>
-
-#include <climits>
-#include <cstddef>
-#include <cstdlib>
-#include <string>
-#include <type_traits>
-
-extern "C" void openblas_set_num_threads(int num_threads); // OpenBLAS extension
+#include <hspmd/exec/kernels/activation.hpp>
+#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/exec/kernels/elementwise.hpp>
+#include <hspmd/exec/kernels/io.hpp>
+#include <hspmd/exec/kernels/linalg.hpp>
+#include <hspmd/exec/kernels/moe.hpp>
+#include <hspmd/exec/kernels/normalization.hpp>
+#include <hspmd/exec/kernels/reduction.hpp>
+#include <hspmd/exec/kernels/shape.hpp>
+#include <hspmd/exec/kernels/vision.hpp>
+#include <hspmd/exec/kernels/vocabulary.hpp>
+#include <hspmd/graph/ops.hpp>
 
 namespace hspmd::exec {
 
-/// Whether an operand is used as stored or transposed.
-enum class transpose : unsigned char { no, yes };
+/// The two halves of a kernel pair, as types for diagnostics.
+namespace kernel_part {
+struct pair {};     ///< no kernel<op::...> specialization at all
+struct forward {};  ///< template <class T, class B> static void forward(kernel_context<T, B>&)
+struct backward {}; ///< template <class T, class B> static void backward(kernel_context<T, B>&)
+} // namespace kernel_part
 
-/// Sets OpenBLAS to one thread per process unless OPENBLAS_NUM_THREADS says otherwise: with one
-/// rank per core, BLAS threads would only compete with the other ranks.
-inline void init_blas_threads() {
-  static const bool once = [] {
-    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr)
-      openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
-}
+template <class Op, class Part>
+struct missing_kernel {
+  static_assert(sizeof(Op) == 0,
+                "hspmd: an op has no complete kernel pair: the instantiation names the op "
+                "(op_named<...>) and the missing part (kernel_part::...); add it to "
+                "kernel<graph::op::...> in exec/kernels/<family>.hpp");
+  static constexpr bool value = false;
+};
 
 namespace detail {
-[[nodiscard]] inline int blas_int(std::size_t v, const char* what) {
-  if (v > static_cast<std::size_t>(INT_MAX))
-    throw shape_error("gemm",
-                      std::string(what) + " " + std::to_string(v) + " exceeds the BLAS int range",
-                      "split the product into smaller blocks");
-  return static_cast<int>(v);
+template <class Op, class Part, bool Present>
+constexpr bool require_kernel_part() {
+  if constexpr (Present)
+    return true;
+  else
+    return missing_kernel<Op, Part>::value;
+}
+template <graph::op O, graph::fixed_string Name>
+constexpr bool kernel_complete() {
+  using name = graph::op_named<Name>;
+  if constexpr (!requires { sizeof(kernel<O>); }) {
+    return require_kernel_part<name, kernel_part::pair, false>();
+  } else {
+    kernel_context<float, detail::probe_backend>* c = nullptr;
+    return require_kernel_part < name, kernel_part::forward, requires {
+      kernel<O>::forward(*c);
+    }
+    > () && require_kernel_part < name, kernel_part::backward, requires {
+      kernel<O>::backward(*c);
+    }
+    > ();
+  }
 }
 } // namespace detail
 
-/// C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n, row-major,
-/// leading dimensions lda, ldb, ldc. float or double.
-template <class T>
-requires std::is_same_v<T, float> || std::is_same_v<T, double>
-void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, T alpha,
-          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
-  if (m == 0 || n == 0)
-    return;
-  init_blas_threads();
-  const auto ta_ = ta == transpose::yes ? CblasTrans : CblasNoTrans;
-  const auto tb_ = tb == transpose::yes ? CblasTrans : CblasNoTrans;
-  const int mi = detail::blas_int(m, "m");
-  const int ni = detail::blas_int(n, "n");
-  const int ki = detail::blas_int(k, "k");
-  const int la = detail::blas_int(lda, "lda");
-  const int lb = detail::blas_int(ldb, "ldb");
-  const int lc = detail::blas_int(ldc, "ldc");
-  if (k == 0) { // cblas leaves C untouched only when beta == 1; be explicit
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t j = 0; j < n; ++j)
-        c[i * ldc + j] = beta == T{0} ? T{0} : beta * c[i * ldc + j];
-    return;
-  }
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta_, tb_, mi, ni, ki, alpha, a, la, b, lb, beta, c, lc);
-  else
-    cblas_dgemm(CblasRowMajor, ta_, tb_, mi, ni, ki, alpha, a, la, b, lb, beta, c, lc);
+#define HSPMD_EXEC_KERNEL_CHECK(o, form) &&detail::kernel_complete<graph::op::o, #o>()
+static_assert(true HSPMD_GRAPH_OPS(HSPMD_EXEC_KERNEL_CHECK), "every op has a kernel pair");
+#undef HSPMD_EXEC_KERNEL_CHECK
+
+/// Runs the forward (or backward) kernel of the context's node.
+template <class T, class B>
+void run_kernel(kernel_context<T, B>& c, bool backward) {
+  graph::visit_op(c.node().kind, [&](auto o) {
+    if (backward)
+      kernel<o.value>::backward(c);
+    else
+      kernel<o.value>::forward(c);
+  });
 }
 
 } // namespace hspmd::exec

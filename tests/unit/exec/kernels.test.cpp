@@ -1,4 +1,4 @@
-#include <hspmd/exec/kernels.hpp>
+#include <hspmd/exec/backends/host.hpp>
 
 #include <catch2/catch.hpp>
 

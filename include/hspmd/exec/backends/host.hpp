@@ -1,0 +1,115 @@
+#pragma once
+// The host backend: buffers in host memory, functors in a plain loop (the compiler vectorizes
+// the simple ones), GEMM through cblas (OpenBLAS) with one BLAS thread per process by default.
+
+#include <hspmd/core/error.hpp>
+#include <hspmd/exec/backend.hpp>
+
+#include <cblas.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+extern "C" void openblas_set_num_threads(int num_threads); // OpenBLAS extension
+
+namespace hspmd::exec {
+
+/// Sets OpenBLAS to one thread per process unless OPENBLAS_NUM_THREADS says otherwise: with one
+/// rank per core, BLAS threads would only compete with the other ranks.
+inline void init_blas_threads() {
+  static const bool once = [] {
+    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr)
+      openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+namespace detail {
+[[nodiscard]] inline int blas_int(std::size_t v, const char* what) {
+  if (v > static_cast<std::size_t>(INT_MAX))
+    throw shape_error("gemm",
+                      std::string(what) + " " + std::to_string(v) + " exceeds the BLAS int range",
+                      "split the product into smaller blocks");
+  return static_cast<int>(v);
+}
+} // namespace detail
+
+/// C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n, row-major,
+/// leading dimensions lda, ldb, ldc; float or double, through cblas.
+template <class T>
+requires std::is_same_v<T, float> || std::is_same_v<T, double>
+void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, T alpha,
+          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+  if (m == 0 || n == 0)
+    return;
+  init_blas_threads();
+  const auto ta_ = ta == transpose::yes ? CblasTrans : CblasNoTrans;
+  const auto tb_ = tb == transpose::yes ? CblasTrans : CblasNoTrans;
+  const int mi = detail::blas_int(m, "m");
+  const int ni = detail::blas_int(n, "n");
+  const int ki = detail::blas_int(k, "k");
+  const int la = detail::blas_int(lda, "lda");
+  const int lb = detail::blas_int(ldb, "ldb");
+  const int lc = detail::blas_int(ldc, "ldc");
+  if (k == 0) { // cblas leaves C untouched only when beta == 1; be explicit
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        c[i * ldc + j] = beta == T{0} ? T{0} : beta * c[i * ldc + j];
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta_, tb_, mi, ni, ki, alpha, a, la, b, lb, beta, c, lc);
+  else
+    cblas_dgemm(CblasRowMajor, ta_, tb_, mi, ni, ki, alpha, a, la, b, lb, beta, c, lc);
+}
+
+/// Runs kernels on this process's CPU (see exec/backend.hpp).
+class host_backend {
+public:
+  template <class T>
+  using buffer = std::vector<T>;
+
+  [[nodiscard]] std::string_view name() const noexcept { return "host"; }
+
+  /// n zero-initialized elements.
+  template <class T>
+  [[nodiscard]] buffer<T> allocate(std::size_t n) const {
+    return buffer<T>(n, T{});
+  }
+
+  template <class F>
+  void for_each_index(std::size_t n, const F& f) const {
+    for (std::size_t i = 0; i < n; ++i)
+      f(i);
+  }
+
+  template <class T>
+  void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, T alpha,
+            const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
+            std::size_t ldc) const {
+    exec::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
+  template <class T>
+  void gemm_strided_batched(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
+                            T alpha, const T* a, std::size_t lda, std::size_t stride_a, const T* b,
+                            std::size_t ldb, std::size_t stride_b, T beta, T* c, std::size_t ldc,
+                            std::size_t stride_c, std::size_t batch) const {
+    for (std::size_t i = 0; i < batch; ++i)
+      exec::gemm(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                 c + i * stride_c, ldc);
+  }
+
+  /// Host work is done when the call returns.
+  void synchronize() const noexcept {}
+};
+
+static_assert(backend<host_backend>);
+
+} // namespace hspmd::exec

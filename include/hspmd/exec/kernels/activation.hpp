@@ -1,0 +1,120 @@
+#pragma once
+// Kernels of the activations and of the other maps of one input (registry: graph/ops/
+// activation.hpp, scale in graph/ops/elementwise.hpp). Each op is a `math` with the forward
+// y = f(x) and the backward dx = f'(x) dy (given x, y and dy), launched by `map_kernel`.
+
+#include <hspmd/core/hd.hpp>
+#include <hspmd/exec/kernels/common.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <numbers>
+
+namespace hspmd::exec {
+
+/// y[i] = m.forward(x[i]).
+template <class Math, class T>
+struct map_forward {
+  Math m;
+  const T* x;
+  T* y;
+  HSPMD_HD void operator()(std::size_t i) const { y[i] = m.forward(x[i]); }
+};
+/// dx[i] += m.backward(x[i], y[i], dy[i]).
+template <class Math, class T>
+struct map_backward {
+  Math m;
+  const T* x;
+  const T* y;
+  const T* dy;
+  T* dx;
+  HSPMD_HD void operator()(std::size_t i) const { dx[i] += m.backward(x[i], y[i], dy[i]); }
+};
+
+/// The kernel pair of an elementwise map whose math is `Math<T>` (built from the node by
+/// `Math<T>::of(context)`).
+template <template <class> class Math>
+struct map_kernel {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    for_each_index(c.backend(), c.out_size(),
+                   map_forward<Math<T>, T>{Math<T>::of(c), c.in(0), c.out()});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    for_each_index(c.backend(), c.out_size(),
+                   map_backward<Math<T>, T>{Math<T>::of(c), c.in(0), c.out(), c.dout(), c.din(0)});
+  }
+};
+
+/// Math without parameters.
+template <class Self>
+struct stateless_math {
+  template <class C>
+  static Self of(const C& /*context*/) {
+    return {};
+  }
+};
+
+template <class T>
+struct relu_math : stateless_math<relu_math<T>> {
+  HSPMD_HD T forward(T x) const { return x > T{0} ? x : T{0}; }
+  HSPMD_HD T backward(T x, T /*y*/, T dy) const { return x > T{0} ? dy : T{0}; }
+};
+
+/// The standard normal CDF.
+template <class T>
+HSPMD_HD T normal_cdf(T x) {
+  return static_cast<T>(0.5) * (T{1} + std::erf(x / std::numbers::sqrt2_v<T>));
+}
+
+template <class T>
+struct gelu_math : stateless_math<gelu_math<T>> {
+  HSPMD_HD T forward(T x) const { return x * normal_cdf(x); }
+  // d/dx x Phi(x) = Phi(x) + x phi(x); Phi(x) = y / x recovers the forward's erf to an ulp (erf
+  // again only near 0).
+  HSPMD_HD T backward(T x, T y, T dy) const {
+    const T inv_sqrt_2pi = static_cast<T>(0.3989422804014327);
+    const T tiny = std::numeric_limits<T>::min() * T{1024};
+    const T cdf = (x > tiny || x < -tiny) ? y / x : normal_cdf(x);
+    return dy * (cdf + x * inv_sqrt_2pi * std::exp(-x * x / T{2}));
+  }
+};
+
+template <class T>
+struct tanh_math : stateless_math<tanh_math<T>> {
+  HSPMD_HD T forward(T x) const { return std::tanh(x); }
+  HSPMD_HD T backward(T /*x*/, T y, T dy) const { return dy * (T{1} - y * y); }
+};
+
+template <class T>
+struct sigmoid_math : stateless_math<sigmoid_math<T>> {
+  HSPMD_HD T forward(T x) const { return T{1} / (T{1} + std::exp(-x)); }
+  HSPMD_HD T backward(T /*x*/, T y, T dy) const { return dy * y * (T{1} - y); }
+};
+
+/// x * attrs.scalar.
+template <class T>
+struct scale_math {
+  T factor;
+  template <class C>
+  static scale_math of(const C& c) {
+    return {static_cast<T>(c.attrs().scalar)};
+  }
+  HSPMD_HD T forward(T x) const { return factor * x; }
+  HSPMD_HD T backward(T /*x*/, T /*y*/, T dy) const { return factor * dy; }
+};
+
+template <>
+struct kernel<graph::op::relu> : map_kernel<relu_math> {};
+template <>
+struct kernel<graph::op::gelu> : map_kernel<gelu_math> {};
+template <>
+struct kernel<graph::op::tanh> : map_kernel<tanh_math> {};
+template <>
+struct kernel<graph::op::sigmoid> : map_kernel<sigmoid_math> {};
+template <>
+struct kernel<graph::op::scale> : map_kernel<scale_math> {};
+
+} // namespace hspmd::exec

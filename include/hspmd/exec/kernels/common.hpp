@@ -1,0 +1,235 @@
+#pragma once
+// What every kernel pair sees, and the index helpers kernels share.
+//
+// A kernel pair is `kernel<op::X>` (in exec/kernels/<family>.hpp) with
+//     template <class T, class B> static void forward(kernel_context<T, B>& c);
+//     template <class T, class B> static void backward(kernel_context<T, B>& c);
+// `forward` writes the node's value from its inputs; `backward` *adds* the input gradients from
+// the output gradient (a node used twice receives two contributions). The arithmetic is in
+// HSPMD_HD functors launched through `for_each_index` and `gemm` of the backend, so the same
+// functor runs on the host here and on a device under nvcc. Host-side work in a kernel is limited
+// to checking inputs and choosing launches.
+
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/extents.hpp>
+#include <hspmd/core/hd.hpp>
+#include <hspmd/exec/backend.hpp>
+#include <hspmd/exec/layout.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/graph/signature.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hspmd::exec {
+
+/// The kernels of op O: a specialization per op in exec/kernels/<family>.hpp.
+template <graph::op O>
+struct kernel;
+
+/// Every node's storage, owned by the executor and handed to kernels through `kernel_context`.
+template <class T, backend B>
+struct node_storage {
+  template <class E>
+  using buffer = typename B::template buffer<E>;
+  std::vector<buffer<T>> values;
+  std::vector<std::span<T>> grads; ///< a buffer of the node's own or a range of a shared one
+  std::vector<buffer<std::int64_t>> ids;
+  std::vector<buffer<T>> saved;                 ///< state a forward keeps for its backward
+  std::vector<buffer<std::size_t>> saved_index; ///< (max pooling: where each maximum came from)
+  std::vector<node_layout> layouts;             ///< empty when the graph is not a rank's piece
+};
+
+/// One node's view of the executor, for its kernels.
+template <class T, backend B>
+class kernel_context {
+public:
+  /// Sums (or takes the maximum of) `data` element-wise over the ranks of a vocabulary-parallel
+  /// cross-entropy.
+  using row_reduce_fn = std::function<void(std::span<T> data, bool max)>;
+  /// Training state that kernels read.
+  struct run_state {
+    std::uint64_t seed = 0;
+    std::uint64_t step = 0;
+    bool training = true;
+    const row_reduce_fn* row_reduce = nullptr;
+  };
+
+  kernel_context(B& backend, const graph::graph& g, graph::node_id id, node_storage<T, B>& s,
+                 const run_state& state)
+      : backend_(&backend), g_(&g), id_(id), s_(&s), state_(state) {}
+
+  [[nodiscard]] B& backend() const noexcept { return *backend_; }
+  [[nodiscard]] const graph::node& node() const { return (*g_)[id_]; }
+  [[nodiscard]] graph::node_id id() const noexcept { return id_; }
+  [[nodiscard]] const graph::attributes& attrs() const { return node().attrs; }
+  [[nodiscard]] const hspmd::shape& out_shape() const { return node().out; }
+  [[nodiscard]] const hspmd::shape& in_shape(std::size_t k) const { return input_node(k).out; }
+  [[nodiscard]] std::size_t arity() const { return node().inputs.size(); }
+  [[nodiscard]] std::size_t out_size() const { return node().out.size(); }
+
+  /// The node's value, input k's value, the gradients of both.
+  [[nodiscard]] T* out() const { return s_->values[id_].data(); }
+  [[nodiscard]] T* dout() const { return s_->grads[id_].data(); }
+  [[nodiscard]] const T* in(std::size_t k) const { return s_->values[input(k)].data(); }
+  [[nodiscard]] T* din(std::size_t k) const { return s_->grads[input(k)].data(); }
+  /// Input k's integer values (token ids, labels), on the host.
+  [[nodiscard]] std::span<const std::int64_t> ids(std::size_t k) const {
+    auto& b = s_->ids[input(k)];
+    return {b.data(), b.size()};
+  }
+
+  /// Where the node's (or input k's) piece sits in the whole tensor; nullptr for whole tensors.
+  [[nodiscard]] const node_layout* layout() const { return layout_of(id_); }
+  [[nodiscard]] const node_layout* in_layout(std::size_t k) const { return layout_of(input(k)); }
+  /// Elements of the whole tensor input k holds a piece of (at least 1).
+  [[nodiscard]] std::size_t in_global_size(std::size_t k) const {
+    const node_layout* l = in_layout(k);
+    const std::size_t n = l != nullptr ? l->global_size() : in_shape(k).size();
+    return n == 0 ? 1 : n;
+  }
+  /// A bias this node would add is another rank's to add (a row-parallel partial result).
+  [[nodiscard]] bool skip_bias() const {
+    const node_layout* l = layout();
+    return l != nullptr && l->skip_bias;
+  }
+
+  /// State kept from this node's forward to its backward: n elements (kept when the size fits).
+  [[nodiscard]] T* saved(std::size_t n) const { return fit(s_->saved[id_], n); }
+  [[nodiscard]] std::size_t* saved_index(std::size_t n) const {
+    return fit(s_->saved_index[id_], n);
+  }
+  /// The state the forward saved.
+  [[nodiscard]] const T* saved() const { return s_->saved[id_].data(); }
+  [[nodiscard]] const std::size_t* saved_index() const { return s_->saved_index[id_].data(); }
+
+  [[nodiscard]] const run_state& state() const noexcept { return state_; }
+  void row_reduce(std::span<T> data, bool max) const {
+    if (state_.row_reduce == nullptr || !*state_.row_reduce)
+      throw plan_error("executor", "a vocabulary-parallel cross-entropy without a communicator",
+                       "run local graphs through exec::distributed_executor");
+    (*state_.row_reduce)(data, max);
+  }
+
+  /// A shape_error naming this node.
+  [[noreturn]] void fail(const std::string& why, const std::string& fix) const {
+    throw shape_error("graph node \"" + node().name + "\"", why, fix);
+  }
+
+private:
+  [[nodiscard]] graph::node_id input(std::size_t k) const { return node().inputs.at(k); }
+  [[nodiscard]] const graph::node& input_node(std::size_t k) const { return (*g_)[input(k)]; }
+  [[nodiscard]] const node_layout* layout_of(graph::node_id id) const {
+    return s_->layouts.empty() ? nullptr : &s_->layouts.at(id);
+  }
+  template <class E>
+  [[nodiscard]] E* fit(typename node_storage<T, B>::template buffer<E>& b, std::size_t n) const {
+    if (b.size() != n)
+      b = backend_->template allocate<E>(n);
+    return b.data();
+  }
+
+  B* backend_;
+  const graph::graph* g_;
+  graph::node_id id_;
+  node_storage<T, B>* s_;
+  run_state state_;
+};
+
+/// Maps an element of a broadcast result to the element of one operand it reads (numpy rules,
+/// trailing alignment). Trivially copyable, for device functors.
+struct broadcast_index {
+  std::size_t rank = 0;
+  std::size_t dims[graph::max_rank]{};   // the result's dimensions
+  std::size_t stride[graph::max_rank]{}; // the operand's stride per result dimension (0: repeated)
+  bool identity = true;                  // the operand has the result's shape
+  std::size_t modulo = 0;                // nonzero: the operand is the result's trailing block
+
+  broadcast_index() = default;
+  broadcast_index(const hspmd::shape& operand, const hspmd::shape& result) {
+    rank = result.rank();
+    const std::size_t off = rank - operand.rank();
+    std::size_t s = 1;
+    for (std::size_t i = operand.rank(); i-- > 0;) {
+      stride[off + i] = operand.dims[i] == 1 ? 0 : s;
+      s *= operand.dims[i];
+    }
+    for (std::size_t i = 0; i < rank; ++i)
+      dims[i] = result.dims[i];
+    identity = operand.dims == result.dims;
+    bool trailing = true; // no repeated dimension inside the operand's span
+    for (std::size_t i = off; i < rank; ++i)
+      trailing = trailing && operand.dims[i - off] == result.dims[i];
+    modulo = trailing && !identity ? operand.size() : 0;
+  }
+  /// The operand element that result element o reads.
+  [[nodiscard]] HSPMD_HD std::size_t operator()(std::size_t o) const {
+    if (identity)
+      return o;
+    if (modulo != 0)
+      return o % modulo;
+    std::size_t at = 0;
+    for (std::size_t d = rank; d-- > 0;) {
+      at += (o % dims[d]) * stride[d];
+      o /= dims[d];
+    }
+    return at;
+  }
+};
+
+/// The result elements that read one operand element, for reducing a broadcast's gradient:
+/// `first(j)` is the first one, and the others follow by the repeated dimensions.
+struct broadcast_fanout {
+  std::size_t rank = 0;
+  std::size_t op_dims[graph::max_rank]{};    // operand dims aligned to the result (1 if absent)
+  std::size_t out_stride[graph::max_rank]{}; // the result's row-major strides
+  std::size_t rep_rank = 0;                  // repeated dimensions: extents and result strides
+  std::size_t rep_extent[graph::max_rank]{};
+  std::size_t rep_stride[graph::max_rank]{};
+  std::size_t count = 1; // result elements per operand element
+  bool identity = true;  // the operand has the result's shape
+
+  broadcast_fanout() = default;
+  broadcast_fanout(const hspmd::shape& operand, const hspmd::shape& result) {
+    identity = operand.dims == result.dims;
+    rank = result.rank();
+    const std::size_t off = rank - operand.rank();
+    std::size_t s = 1;
+    for (std::size_t i = rank; i-- > 0;) {
+      out_stride[i] = s;
+      s *= result.dims[i];
+      op_dims[i] = i >= off ? operand.dims[i - off] : 1;
+    }
+    for (std::size_t i = 0; i < rank; ++i)
+      if (op_dims[i] != result.dims[i]) {
+        rep_extent[rep_rank] = result.dims[i];
+        rep_stride[rep_rank++] = out_stride[i];
+        count *= result.dims[i];
+      }
+  }
+  /// The first result element that reads operand element j.
+  [[nodiscard]] HSPMD_HD std::size_t first(std::size_t j) const {
+    if (identity)
+      return j;
+    std::size_t at = 0;
+    for (std::size_t d = rank; d-- > 0;) {
+      at += (j % op_dims[d]) * out_stride[d];
+      j /= op_dims[d];
+    }
+    return at;
+  }
+  /// The r-th result element (r < count) that reads the operand element whose first is `base`.
+  [[nodiscard]] HSPMD_HD std::size_t nth(std::size_t base, std::size_t r) const {
+    for (std::size_t d = rep_rank; d-- > 0;) {
+      base += (r % rep_extent[d]) * rep_stride[d];
+      r /= rep_extent[d];
+    }
+    return base;
+  }
+};
+
+} // namespace hspmd::exec

@@ -1,0 +1,228 @@
+#pragma once
+// Kernels of the broadcasting binary ops (add, sub, mul), broadcast and dropout (registry:
+// graph/ops/elementwise.hpp). A broadcast operand's gradient is reduced per operand element
+// (each functor index owns one element of the gradient it adds to, so no two indices collide).
+
+#include <hspmd/core/hash.hpp>
+#include <hspmd/core/hd.hpp>
+#include <hspmd/core/rng.hpp>
+#include <hspmd/exec/kernels/common.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hspmd::exec {
+
+/// out[o] = a[ia(o)] (+ - *) b[ib(o)].
+template <class T, graph::op O>
+struct binary_forward {
+  const T* a;
+  const T* b;
+  T* out;
+  broadcast_index ia, ib;
+  HSPMD_HD void operator()(std::size_t o) const {
+    const T x = a[ia(o)];
+    const T y = b[ib(o)];
+    if constexpr (O == graph::op::add)
+      out[o] = x + y;
+    else if constexpr (O == graph::op::sub)
+      out[o] = x - y;
+    else
+      out[o] = x * y;
+  }
+};
+
+/// d(operand)[j] += sign * sum over the result elements o reading j of dy[o] (* other[io(o)]
+/// for mul).
+template <class T, bool Product>
+struct binary_backward {
+  const T* dy;
+  const T* other; // mul: the other operand
+  T* d;
+  T sign;
+  broadcast_fanout fan;
+  broadcast_index other_at;
+  HSPMD_HD void operator()(std::size_t j) const {
+    if (fan.identity) {
+      if constexpr (Product)
+        d[j] += sign * (dy[j] * other[other_at(j)]);
+      else
+        d[j] += sign * dy[j];
+      return;
+    }
+    const std::size_t base = fan.first(j);
+    T s{0};
+    for (std::size_t r = 0; r < fan.count; ++r) {
+      const std::size_t o = fan.nth(base, r);
+      if constexpr (Product)
+        s += dy[o] * other[other_at(o)];
+      else
+        s += dy[o];
+    }
+    d[j] += sign * s;
+  }
+};
+
+template <graph::op O>
+struct binary_kernel {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const auto& out = c.out_shape();
+    for_each_index(c.backend(), c.out_size(),
+                   binary_forward<T, O>{c.in(0), c.in(1), c.out(),
+                                        broadcast_index(c.in_shape(0), out),
+                                        broadcast_index(c.in_shape(1), out)});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const auto& out = c.out_shape();
+    constexpr bool product = O == graph::op::mul;
+    for (std::size_t k = 0; k < 2; ++k) {
+      const T sign = O == graph::op::sub && k == 1 ? T{-1} : T{1};
+      for_each_index(c.backend(), c.in_shape(k).size(),
+                     binary_backward<T, product>{c.dout(), c.in(1 - k), c.din(k), sign,
+                                                 broadcast_fanout(c.in_shape(k), out),
+                                                 broadcast_index(c.in_shape(1 - k), out)});
+    }
+  }
+};
+
+template <>
+struct kernel<graph::op::add> : binary_kernel<graph::op::add> {};
+template <>
+struct kernel<graph::op::sub> : binary_kernel<graph::op::sub> {};
+template <>
+struct kernel<graph::op::mul> : binary_kernel<graph::op::mul> {};
+
+/// out[o] = x[ix(o)].
+template <class T>
+struct broadcast_forward {
+  const T* x;
+  T* out;
+  broadcast_index ix;
+  HSPMD_HD void operator()(std::size_t o) const { out[o] = x[ix(o)]; }
+};
+
+template <>
+struct kernel<graph::op::broadcast> {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    for_each_index(
+        c.backend(), c.out_size(),
+        broadcast_forward<T>{c.in(0), c.out(), broadcast_index(c.in_shape(0), c.out_shape())});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    for_each_index(
+        c.backend(), c.in_shape(0).size(),
+        binary_backward<T, false>{
+            c.dout(), nullptr, c.din(0), T{1}, broadcast_fanout(c.in_shape(0), c.out_shape()), {}});
+  }
+};
+
+/// Where a rank's piece of a tensor sits in the whole one, as plain numbers for functors: the
+/// piece is `runs` runs of `run` consecutive global elements; run r starts at global element
+/// (r * global_split + offset) * inner.
+struct piece_runs {
+  std::size_t runs = 1;
+  std::size_t run = 0;
+  std::size_t inner = 1;
+  std::size_t global_split = 1;
+  std::size_t offset = 0;
+
+  [[nodiscard]] static piece_runs of(const node_layout* l, std::size_t size) {
+    piece_runs p;
+    p.run = size;
+    if (l == nullptr || !l->split || l->length == 0 || size == 0)
+      return p;
+    for (std::size_t d = *l->split + 1; d < l->global.size(); ++d)
+      p.inner *= l->global[d];
+    p.run = l->length * p.inner;
+    p.runs = size / p.run;
+    p.global_split = l->global[*l->split];
+    p.offset = l->offset;
+    return p;
+  }
+  [[nodiscard]] HSPMD_HD std::size_t first_global(std::size_t r) const {
+    return (r * global_split + offset) * inner;
+  }
+};
+
+/// Dropout masks: element with global index g keeps its value (scaled by 1 / (1 - p)) when word
+/// g % 4 of Philox block g / 4 of stream (seed ^ step, node) is at least p * 2^32 -- the values
+/// `fill_uniform01_u32` draws, so any piece draws what the whole tensor draws there. One functor
+/// index per Philox block of a run, so each block is drawn once.
+template <class T>
+struct dropout_mask {
+  rng_key key;
+  double p;
+  T keep;
+  piece_runs piece;
+  std::size_t blocks_per_run; // an upper bound: run / 4 + 2
+  T* mask;
+  HSPMD_HD void operator()(std::size_t i) const {
+    const std::size_t r = i / blocks_per_run;
+    const std::size_t g0 = piece.first_global(r);
+    const std::uint64_t block = g0 / 4 + i % blocks_per_run;
+    const std::uint64_t lo = block * 4 > g0 ? block * 4 : g0;
+    const std::uint64_t hi = block * 4 + 4 < g0 + piece.run ? block * 4 + 4 : g0 + piece.run;
+    if (lo >= hi)
+      return;
+    const auto words = random_block(key, block);
+    for (std::uint64_t g = lo; g < hi; ++g) {
+      const double u = static_cast<double>(words[g % 4]) * 0x1.0p-32;
+      mask[r * piece.run + (g - g0)] = u >= p ? keep : T{0};
+    }
+  }
+};
+
+/// out[i] = x[i] * m[i] (forward); dx[i] += dy[i] * m[i] (backward).
+template <class T>
+struct masked_copy {
+  const T* x;
+  const T* m;
+  T* out;
+  bool add;
+  HSPMD_HD void operator()(std::size_t i) const {
+    if (add)
+      out[i] += x[i] * m[i];
+    else
+      out[i] = x[i] * m[i];
+  }
+};
+
+/// A mask value for every element, 1 when not training.
+template <class T>
+struct constant_fill {
+  T* out;
+  T v;
+  HSPMD_HD void operator()(std::size_t i) const { out[i] = v; }
+};
+
+template <>
+struct kernel<graph::op::dropout> {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const std::size_t n = c.out_size();
+    T* mask = c.saved(n);
+    const double p = c.attrs().scalar;
+    const auto& s = c.state();
+    if (s.training && p > 0.0) {
+      const rng_key key{s.seed ^ (s.step * 0x9E3779B97F4A7C15ULL), fnv1a64(c.node().name)};
+      const piece_runs piece = piece_runs::of(c.layout(), n);
+      const std::size_t per_run = piece.run / 4 + 2;
+      for_each_index(
+          c.backend(), n == 0 ? 0 : piece.runs * per_run,
+          dropout_mask<T>{key, p, static_cast<T>(1.0 / (1.0 - p)), piece, per_run, mask});
+    } else {
+      for_each_index(c.backend(), n, constant_fill<T>{mask, T{1}});
+    }
+    for_each_index(c.backend(), n, masked_copy<T>{c.in(0), mask, c.out(), false});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    for_each_index(c.backend(), c.out_size(), masked_copy<T>{c.dout(), c.saved(), c.din(0), true});
+  }
+};
+
+} // namespace hspmd::exec

@@ -1,0 +1,111 @@
+#pragma once
+// Kernels of the products (registry: graph/ops/linalg.hpp): GEMMs of the backend, and the bias
+// of a linear layer as functors.
+
+#include <hspmd/core/hd.hpp>
+#include <hspmd/exec/kernels/common.hpp>
+
+#include <cstddef>
+
+namespace hspmd::exec {
+
+/// out[i] += b[i % n] over an (m, n) result.
+template <class T>
+struct add_row_bias {
+  const T* b;
+  T* out;
+  std::size_t n;
+  HSPMD_HD void operator()(std::size_t i) const { out[i] += b[i % n]; }
+};
+/// db[j] += sum over rows of dy[., j].
+template <class T>
+struct bias_gradient {
+  const T* dy;
+  T* db;
+  std::size_t rows;
+  std::size_t n;
+  HSPMD_HD void operator()(std::size_t j) const {
+    T s{0};
+    for (std::size_t i = 0; i < rows; ++i)
+      s += dy[i * n + j];
+    db[j] += s;
+  }
+};
+
+/// matmul and linear: x (m, k) . w (k, n) [+ b (n)], leading dimensions of x flattened into m.
+struct matmul_kernel {
+  struct dims {
+    std::size_t m, k, n;
+  };
+  template <class T, class B>
+  static dims dims_of(const kernel_context<T, B>& c) {
+    const auto& w = c.in_shape(1);
+    const std::size_t k = w.dims[0];
+    return {k == 0 ? 0 : c.in_shape(0).size() / k, k, w.dims[1]};
+  }
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const auto [m, k, n] = dims_of(c);
+    gemm(c.backend(), transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, T{0},
+         c.out(), n);
+    if (c.arity() == 3 && !c.skip_bias())
+      for_each_index(c.backend(), m * n, add_row_bias<T>{c.in(2), c.out(), n});
+  }
+  // dX += dY W^T ; dW += X^T dY ; db += column sums of dY
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const auto [m, k, n] = dims_of(c);
+    gemm(c.backend(), transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, c.in(1), n, T{1},
+         c.din(0), k);
+    gemm(c.backend(), transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, T{1},
+         c.din(1), n);
+    if (c.arity() == 3 && !c.skip_bias())
+      for_each_index(c.backend(), n, bias_gradient<T>{c.dout(), c.din(2), m, n});
+  }
+};
+
+template <>
+struct kernel<graph::op::matmul> : matmul_kernel {};
+template <>
+struct kernel<graph::op::linear> : matmul_kernel {};
+
+template <>
+struct kernel<graph::op::batched_matmul> {
+  struct dims {
+    std::size_t batches, m, k, n;
+  };
+  template <class T, class B>
+  static dims dims_of(const kernel_context<T, B>& c) {
+    const auto& a = c.in_shape(0);
+    const std::size_t r = a.rank();
+    const std::size_t m = a.dims[r - 2];
+    const std::size_t k = a.dims[r - 1];
+    return {m * k == 0 ? 0 : a.size() / (m * k), m, k, c.out_shape().dims[r - 1]};
+  }
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const auto [batches, m, k, n] = dims_of(c);
+    const bool bt = c.attrs().flag;
+    gemm_strided_batched(c.backend(), transpose::no, bt ? transpose::yes : transpose::no, m, n, k,
+                         T{1}, c.in(0), k, m * k, c.in(1), bt ? k : n, k * n, T{0}, c.out(), n,
+                         m * n, batches);
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const auto [batches, m, k, n] = dims_of(c);
+    auto& be = c.backend();
+    if (!c.attrs().flag) { // C = A B: dA += dC B^T (m x k), dB += A^T dC (k x n)
+      gemm_strided_batched(be, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, m * n,
+                           c.in(1), n, k * n, T{1}, c.din(0), k, m * k, batches);
+      gemm_strided_batched(be, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, m * k,
+                           c.dout(), n, m * n, T{1}, c.din(1), n, k * n, batches);
+    } else { // C = A B^T, B is n x k: dA += dC B (m x k), dB += dC^T A (n x k)
+      gemm_strided_batched(be, transpose::no, transpose::no, m, k, n, T{1}, c.dout(), n, m * n,
+                           c.in(1), k, k * n, T{1}, c.din(0), k, m * k, batches);
+      gemm_strided_batched(be, transpose::yes, transpose::no, n, k, m, T{1}, c.dout(), n, m * n,
+                           c.in(0), k, m * k, T{1}, c.din(1), k, k * n, batches);
+    }
+  }
+};
+
+} // namespace hspmd::exec

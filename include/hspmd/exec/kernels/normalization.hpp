@@ -1,0 +1,205 @@
+#pragma once
+// Kernels of the row normalizations over the last dimension: softmax (optionally causal),
+// log-softmax and layer norm (registry: graph/ops/normalization.hpp). One functor index per row
+// (layer norm's gamma and beta gradients: one per column).
+
+#include <hspmd/core/hd.hpp>
+#include <hspmd/exec/kernels/common.hpp>
+
+#include <cmath>
+#include <cstddef>
+
+namespace hspmd::exec {
+
+/// Row r of a softmax or log-softmax over rows of length `len`. Causal: the row is query
+/// q0 + r % queries of a (..., S, S) score tensor and sees keys 0 .. q; the rest are 0.
+template <class T>
+struct softmax_row {
+  const T* x;
+  T* y;
+  std::size_t len;
+  bool causal;
+  bool log;
+  std::size_t queries;
+  std::size_t q0;
+  HSPMD_HD void operator()(std::size_t r) const {
+    const T* xr = x + r * len;
+    T* yr = y + r * len;
+    const std::size_t seen = causal ? q0 + r % queries + 1 : len;
+    T mx = xr[0];
+    for (std::size_t j = 1; j < seen; ++j)
+      mx = xr[j] > mx ? xr[j] : mx;
+    T s{0};
+    for (std::size_t j = 0; j < seen; ++j)
+      s += std::exp(xr[j] - mx);
+    const T log_s = std::log(s);
+    for (std::size_t j = 0; j < seen; ++j)
+      yr[j] = log ? xr[j] - mx - log_s : std::exp(xr[j] - mx) / s;
+    for (std::size_t j = seen; j < len; ++j)
+      yr[j] = T{0};
+  }
+};
+
+/// Row r of the gradient: softmax dx = y (dy - sum dy y); log-softmax dx = dy - exp(y) sum dy.
+template <class T>
+struct softmax_row_backward {
+  const T* y;
+  const T* dy;
+  T* dx;
+  std::size_t len;
+  bool log;
+  HSPMD_HD void operator()(std::size_t r) const {
+    const T* gr = dy + r * len;
+    const T* yr = y + r * len;
+    T* dr = dx + r * len;
+    T s{0};
+    if (!log) {
+      for (std::size_t j = 0; j < len; ++j)
+        s += gr[j] * yr[j];
+      for (std::size_t j = 0; j < len; ++j)
+        dr[j] += yr[j] * (gr[j] - s);
+    } else {
+      for (std::size_t j = 0; j < len; ++j)
+        s += gr[j];
+      for (std::size_t j = 0; j < len; ++j)
+        dr[j] += gr[j] - std::exp(yr[j]) * s;
+    }
+  }
+};
+
+template <bool Log>
+struct softmax_kernel {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const auto& out = c.out_shape();
+    const std::size_t len = out.dims.back();
+    const bool causal = !Log && c.attrs().flag;
+    // Query rows: the second-to-last dimension (a local piece may start at an offset).
+    const std::size_t queries = out.rank() >= 2 ? out.dims[out.rank() - 2] : 1;
+    const node_layout* l = c.layout();
+    const std::size_t q0 = l != nullptr && out.rank() >= 2 ? l->offset_of(out.rank() - 2) : 0;
+    for_each_index(
+        c.backend(), len == 0 ? 0 : rows_of(out),
+        softmax_row<T>{c.in(0), c.out(), len, causal, Log, queries == 0 ? 1 : queries, q0});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const std::size_t len = c.out_shape().dims.back();
+    for_each_index(c.backend(), len == 0 ? 0 : rows_of(c.out_shape()),
+                   softmax_row_backward<T>{c.out(), c.dout(), c.din(0), len, Log});
+  }
+  static std::size_t rows_of(const hspmd::shape& s) { return s.size() / s.dims.back(); }
+};
+
+template <>
+struct kernel<graph::op::softmax> : softmax_kernel<false> {};
+template <>
+struct kernel<graph::op::log_softmax> : softmax_kernel<true> {};
+
+/// Row r of layer norm; keeps the row's mean and 1 / std in saved[2r], saved[2r + 1].
+template <class T>
+struct layer_norm_row {
+  const T* x;
+  const T* gamma;
+  const T* beta;
+  T* y;
+  T* saved;
+  std::size_t len;
+  T eps;
+  HSPMD_HD void operator()(std::size_t r) const {
+    const T* xr = x + r * len;
+    T mu{0};
+    for (std::size_t j = 0; j < len; ++j)
+      mu += xr[j];
+    mu /= static_cast<T>(len);
+    T var{0};
+    for (std::size_t j = 0; j < len; ++j)
+      var += (xr[j] - mu) * (xr[j] - mu);
+    var /= static_cast<T>(len);
+    const T rstd = T{1} / std::sqrt(var + eps);
+    saved[2 * r] = mu;
+    saved[2 * r + 1] = rstd;
+    for (std::size_t j = 0; j < len; ++j)
+      y[r * len + j] = gamma[j] * (xr[j] - mu) * rstd + beta[j];
+  }
+};
+
+/// Row r of layer norm's input gradient:
+/// dx = rstd / L (L dxhat - sum dxhat - xhat sum dxhat xhat), dxhat = dy gamma.
+template <class T>
+struct layer_norm_row_backward {
+  const T* x;
+  const T* gamma;
+  const T* dy;
+  const T* saved;
+  T* dx;
+  std::size_t len;
+  HSPMD_HD void operator()(std::size_t r) const {
+    const T mu = saved[2 * r];
+    const T rstd = saved[2 * r + 1];
+    const T* xr = x + r * len;
+    const T* gr = dy + r * len;
+    const auto lt = static_cast<T>(len);
+    T sum_dxhat{0};
+    T sum_dxhat_xhat{0};
+    for (std::size_t j = 0; j < len; ++j) {
+      const T xhat = (xr[j] - mu) * rstd;
+      const T dxhat = gr[j] * gamma[j];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * xhat;
+    }
+    for (std::size_t j = 0; j < len; ++j) {
+      const T xhat = (xr[j] - mu) * rstd;
+      const T dxhat = gr[j] * gamma[j];
+      dx[r * len + j] += rstd / lt * (lt * dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
+    }
+  }
+};
+
+/// Column j of layer norm's gamma and beta gradients: sums over the rows.
+template <class T>
+struct layer_norm_column_backward {
+  const T* x;
+  const T* dy;
+  const T* saved;
+  T* dgamma;
+  T* dbeta;
+  std::size_t len;
+  std::size_t rows;
+  HSPMD_HD void operator()(std::size_t j) const {
+    T g{0};
+    T b{0};
+    for (std::size_t r = 0; r < rows; ++r) {
+      const T d = dy[r * len + j];
+      g += d * ((x[r * len + j] - saved[2 * r]) * saved[2 * r + 1]);
+      b += d;
+    }
+    dgamma[j] += g;
+    dbeta[j] += b;
+  }
+};
+
+template <>
+struct kernel<graph::op::layer_norm> {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const std::size_t len = c.out_shape().dims.back();
+    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    for_each_index(c.backend(), rows,
+                   layer_norm_row<T>{c.in(0), c.in(1), c.in(2), c.out(), c.saved(2 * rows), len,
+                                     static_cast<T>(c.attrs().scalar)});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const std::size_t len = c.out_shape().dims.back();
+    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    for_each_index(
+        c.backend(), rows,
+        layer_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
+    for_each_index(
+        c.backend(), len,
+        layer_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), c.din(2), len, rows});
+  }
+};
+
+} // namespace hspmd::exec

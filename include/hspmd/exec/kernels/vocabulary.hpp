@@ -1,0 +1,205 @@
+#pragma once
+// Kernels of the vocabulary ops (registry: graph/ops/vocabulary.hpp): the embedding lookup and
+// the cross-entropy loss, whole or vocabulary-parallel (a rank holds rows [v0, v0 + count) of
+// the table, columns [v0, v0 + count) of the logits; ids outside its range contribute 0 here
+// and their value on another rank).
+
+#include <hspmd/core/hd.hpp>
+#include <hspmd/exec/kernels/common.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+
+namespace hspmd::exec {
+
+/// The rows of an embedding table / columns of cross-entropy logits a node holds: first,
+/// count, and the whole vocabulary.
+struct vocab_span {
+  std::size_t first = 0;
+  std::size_t count = 0;
+  std::size_t total = 0;
+};
+template <class T, class B>
+[[nodiscard]] vocab_span vocab_range(const kernel_context<T, B>& c, std::size_t axis) {
+  const std::size_t local = c.in_shape(0).dims[axis];
+  const node_layout* l = c.in_layout(0);
+  if (l == nullptr)
+    return {0, local, local};
+  return {l->offset_of(axis), local, l->global.at(axis)};
+}
+
+/// Refuses ids outside [0, limit) with the node and the range (before any kernel reads them).
+template <class T, class B>
+void check_ids(const kernel_context<T, B>& c, std::span<const std::int64_t> ids, std::size_t limit,
+               const char* what) {
+  for (const std::int64_t id : ids)
+    if (id < 0 || static_cast<std::size_t>(id) >= limit)
+      c.fail(std::string(what) + " " + std::to_string(id) + " is out of range [0, " +
+                 std::to_string(limit) + ")",
+             "check the data against the model's vocabulary or class count");
+}
+
+/// out[t, j] = table[ids[t] - v0, j] for the rank's rows, else 0.
+template <class T>
+struct embedding_lookup {
+  const T* table;
+  const std::int64_t* ids;
+  T* out;
+  std::size_t h;
+  vocab_span v;
+  HSPMD_HD void operator()(std::size_t i) const {
+    const auto row = static_cast<std::size_t>(ids[i / h]);
+    out[i] = row >= v.first && row < v.first + v.count ? table[(row - v.first) * h + i % h] : T{0};
+  }
+};
+/// Column j of the table gradient: dtable[ids[t] - v0, j] += dy[t, j], tokens in order.
+template <class T>
+struct embedding_scatter {
+  const std::int64_t* ids;
+  const T* dy;
+  T* dtable;
+  std::size_t tokens;
+  std::size_t h;
+  vocab_span v;
+  HSPMD_HD void operator()(std::size_t j) const {
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const auto row = static_cast<std::size_t>(ids[t]);
+      if (row >= v.first && row < v.first + v.count)
+        dtable[(row - v.first) * h + j] += dy[t * h + j];
+    }
+  }
+};
+
+template <>
+struct kernel<graph::op::embedding> {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const auto v = vocab_range(c, 0);
+    const auto ids = c.ids(1);
+    check_ids(c, ids, v.total, "token id");
+    const std::size_t h = c.in_shape(0).dims[1];
+    for_each_index(c.backend(), h == 0 ? 0 : c.out_size(),
+                   embedding_lookup<T>{c.in(0), ids.data(), c.out(), h, v});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const auto ids = c.ids(1);
+    for_each_index(c.backend(), c.in_shape(0).dims[1],
+                   embedding_scatter<T>{ids.data(), c.dout(), c.din(0), ids.size(),
+                                        c.in_shape(0).dims[1], vocab_range(c, 0)});
+  }
+};
+
+/// lse[r] = the maximum of row r of the logits (-inf for an empty piece).
+template <class T>
+struct row_max {
+  const T* logits;
+  T* lse;
+  std::size_t v;
+  HSPMD_HD void operator()(std::size_t r) const {
+    T m = -std::numeric_limits<T>::infinity();
+    for (std::size_t j = 0; j < v; ++j)
+      m = logits[r * v + j] > m ? logits[r * v + j] : m;
+    lse[r] = m;
+  }
+};
+/// sums[r] = sum_j exp(logits[r, j] - lse[r]).
+template <class T>
+struct row_exp_sum {
+  const T* logits;
+  const T* lse;
+  T* sums;
+  std::size_t v;
+  HSPMD_HD void operator()(std::size_t r) const {
+    T s{0};
+    for (std::size_t j = 0; j < v; ++j)
+      s += std::exp(logits[r * v + j] - lse[r]);
+    sums[r] = s;
+  }
+};
+/// lse[r] += log sums[r]; out[0] = sum over rows of (owner ? lse : 0) - the target's logit
+/// where the rank holds it (one index: the sum runs in order).
+template <class T>
+struct cross_entropy_total {
+  const T* logits;
+  const std::int64_t* targets;
+  const T* sums;
+  T* lse;
+  T* out;
+  std::size_t rows;
+  std::size_t v;
+  vocab_span range;
+  bool owner;
+  HSPMD_HD void operator()(std::size_t /*i*/) const {
+    T total{0};
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto t = static_cast<std::size_t>(targets[r]);
+      lse[r] += std::log(sums[r]);
+      if (owner)
+        total += lse[r];
+      if (t >= range.first && t < range.first + range.count)
+        total -= logits[r * v + t - range.first];
+    }
+    out[0] = total;
+  }
+};
+/// dlogits[r, j] += dy * (softmax(logits)[r, j] - [j is the target]).
+template <class T>
+struct cross_entropy_backward {
+  const T* logits;
+  const std::int64_t* targets;
+  const T* lse;
+  const T* dy;
+  T* dlogits;
+  std::size_t v;
+  vocab_span range;
+  HSPMD_HD void operator()(std::size_t i) const {
+    const std::size_t r = i / v;
+    const std::size_t j = i % v;
+    const T g = dy[0];
+    T d = g * std::exp(logits[i] - lse[r]);
+    if (static_cast<std::size_t>(targets[r]) == range.first + j)
+      d -= g;
+    dlogits[i] += d;
+  }
+};
+
+template <>
+struct kernel<graph::op::cross_entropy> {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const std::size_t v = c.in_shape(0).dims[1];
+    const auto range = vocab_range(c, 1);
+    const node_layout* l = c.layout();
+    const bool vocab_parallel = l != nullptr && l->vocab_parallel;
+    const auto targets = c.ids(1);
+    check_ids(c, targets, range.total, "target");
+    const std::size_t rows = targets.size();
+    T* lse = c.saved(2 * rows); // per row: log-sum-exp (kept for the backward), then the sums
+    T* sums = lse + rows;
+    auto& be = c.backend();
+    for_each_index(be, rows, row_max<T>{c.in(0), lse, v});
+    if (vocab_parallel) // the row maxima over every rank's piece of the vocabulary
+      c.row_reduce(std::span<T>(lse, rows), true);
+    for_each_index(be, rows, row_exp_sum<T>{c.in(0), lse, sums, v});
+    if (vocab_parallel)
+      c.row_reduce(std::span<T>(sums, rows), false);
+    for_each_index(be, 1,
+                   cross_entropy_total<T>{c.in(0), targets.data(), sums, lse, c.out(), rows, v,
+                                          range, !vocab_parallel || l->owner});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const std::size_t v = c.in_shape(0).dims[1];
+    const auto targets = c.ids(1);
+    for_each_index(c.backend(), targets.size() * v,
+                   cross_entropy_backward<T>{c.in(0), targets.data(), c.saved(), c.dout(), c.din(0),
+                                             v, vocab_range(c, 1)});
+  }
+};
+
+} // namespace hspmd::exec
