@@ -9,13 +9,17 @@
 
 namespace hspmd::exec {
 
-/// out[i] += b[i % n] over an (m, n) result.
+/// Row i of an (m, n) result: out[i, j] += b[j].
 template <class T>
 struct add_row_bias {
   const T* b;
   T* out;
   std::size_t n;
-  HSPMD_HD void operator()(std::size_t i) const { out[i] += b[i % n]; }
+  HSPMD_HD void operator()(std::size_t i) const {
+    T* row = out + i * n;
+    for (std::size_t j = 0; j < n; ++j)
+      row[j] += b[j];
+  }
 };
 /// db[j] += sum over rows of dy[., j].
 template <class T>
@@ -49,7 +53,7 @@ struct matmul_kernel {
     gemm(c.backend(), transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, T{0},
          c.out(), n);
     if (c.arity() == 3 && !c.skip_bias())
-      for_each_index(c.backend(), m * n, add_row_bias<T>{c.in(2), c.out(), n});
+      for_each_index(c.backend(), m, add_row_bias<T>{c.in(2), c.out(), n});
   }
   // dX += dY W^T ; dW += X^T dY ; db += column sums of dY
   template <class T, class B>

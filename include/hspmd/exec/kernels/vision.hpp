@@ -69,13 +69,16 @@ struct col2im {
   }
 };
 
-/// y[k, p] += bias[k] over a (K, plane) output.
+/// Channel k of a (K, plane) output: y[k, p] += bias[k].
 template <class T>
 struct add_channel_bias {
   const T* bias;
   T* y;
   std::size_t plane;
-  HSPMD_HD void operator()(std::size_t i) const { y[i] += bias[i / plane]; }
+  HSPMD_HD void operator()(std::size_t k) const {
+    for (std::size_t p = 0; p < plane; ++p)
+      y[k * plane + p] += bias[k];
+  }
 };
 /// dbias[k] += sum over the plane of dy[k, .].
 template <class T>
@@ -123,7 +126,7 @@ struct kernel<graph::op::conv2d> {
         gemm(be, transpose::no, transpose::no, g.k, g.plane(), g.crs(), T{1}, c.in(1), g.crs(),
              col.data(), g.plane(), T{0}, y, g.plane());
         if (bias)
-          for_each_index(be, g.k * g.plane(), add_channel_bias<T>{c.in(2), y, g.plane()});
+          for_each_index(be, g.k, add_channel_bias<T>{c.in(2), y, g.plane()});
         continue;
       }
       const T* dy = c.dout() + b * g.k * g.plane();

@@ -147,7 +147,8 @@ struct cross_entropy_total {
     out[0] = total;
   }
 };
-/// dlogits[r, j] += dy * (softmax(logits)[r, j] - [j is the target]).
+/// Row r of the logits' gradient: dlogits[r, j] += dy * (softmax(logits)[r, j] - [j is the
+/// target]).
 template <class T>
 struct cross_entropy_backward {
   const T* logits;
@@ -157,14 +158,16 @@ struct cross_entropy_backward {
   T* dlogits;
   std::size_t v;
   vocab_span range;
-  HSPMD_HD void operator()(std::size_t i) const {
-    const std::size_t r = i / v;
-    const std::size_t j = i % v;
+  HSPMD_HD void operator()(std::size_t r) const {
     const T g = dy[0];
-    T d = g * std::exp(logits[i] - lse[r]);
-    if (static_cast<std::size_t>(targets[r]) == range.first + j)
-      d -= g;
-    dlogits[i] += d;
+    const T m = lse[r];
+    const T* lr = logits + r * v;
+    T* dr = dlogits + r * v;
+    for (std::size_t j = 0; j < v; ++j)
+      dr[j] += g * std::exp(lr[j] - m);
+    const auto t = static_cast<std::size_t>(targets[r]);
+    if (t >= range.first && t < range.first + range.count)
+      dr[t - range.first] -= g;
   }
 };
 
@@ -196,7 +199,7 @@ struct kernel<graph::op::cross_entropy> {
   static void backward(kernel_context<T, B>& c) {
     const std::size_t v = c.in_shape(0).dims[1];
     const auto targets = c.ids(1);
-    for_each_index(c.backend(), targets.size() * v,
+    for_each_index(c.backend(), v == 0 ? 0 : targets.size(),
                    cross_entropy_backward<T>{c.in(0), targets.data(), c.saved(), c.dout(), c.din(0),
                                              v, vocab_range(c, 1)});
   }
