@@ -77,7 +77,9 @@ struct gelu_math : stateless_math<gelu_math<T>> {
   HSPMD_HD T backward(T x, T y, T dy) const {
     const T inv_sqrt_2pi = static_cast<T>(0.3989422804014327);
     const T tiny = std::numeric_limits<T>::min() * T{1024};
-    const T cdf = (x > tiny || x < -tiny) ? y / x : normal_cdf(x);
+    T cdf = y / x;
+    if (!(x > tiny || x < -tiny)) [[unlikely]]
+      cdf = normal_cdf(x);
     return dy * (cdf + x * inv_sqrt_2pi * std::exp(-x * x / T{2}));
   }
 };

@@ -140,6 +140,15 @@ private:
   run_state state_;
 };
 
+/// Columns per functor index of the kernels that reduce over rows (bias and normalization
+/// gradients, embedding scatters): each index owns a block of columns and walks the rows, so
+/// it reads contiguous pieces of every row.
+inline constexpr std::size_t column_block = 64;
+/// The number of column blocks of `n` columns.
+[[nodiscard]] constexpr std::size_t column_blocks(std::size_t n) {
+  return (n + column_block - 1) / column_block;
+}
+
 /// Maps an element of a broadcast result to the element of one operand it reads (numpy rules,
 /// trailing alignment). Trivially copyable, for device functors.
 struct broadcast_index {

@@ -43,13 +43,6 @@ struct binary_backward {
   broadcast_fanout fan;
   broadcast_index other_at;
   HSPMD_HD void operator()(std::size_t j) const {
-    if (fan.identity) {
-      if constexpr (Product)
-        d[j] += sign * (dy[j] * other[other_at(j)]);
-      else
-        d[j] += sign * dy[j];
-      return;
-    }
     const std::size_t base = fan.first(j);
     T s{0};
     for (std::size_t r = 0; r < fan.count; ++r) {
@@ -60,6 +53,22 @@ struct binary_backward {
         s += dy[o];
     }
     d[j] += sign * s;
+  }
+};
+
+/// The same for an operand of the result's shape: d[j] += sign * dy[j] (* other[io(j)]).
+template <class T, bool Product>
+struct binary_backward_same {
+  const T* dy;
+  const T* other;
+  T* d;
+  T sign;
+  broadcast_index other_at;
+  HSPMD_HD void operator()(std::size_t j) const {
+    if constexpr (Product)
+      d[j] += sign * (dy[j] * other[other_at(j)]);
+    else
+      d[j] += sign * dy[j];
   }
 };
 
@@ -79,6 +88,12 @@ struct binary_kernel {
     constexpr bool product = O == graph::op::mul;
     for (std::size_t k = 0; k < 2; ++k) {
       const T sign = O == graph::op::sub && k == 1 ? T{-1} : T{1};
+      if (c.in_shape(k).dims == out.dims) {
+        for_each_index(c.backend(), out.size(),
+                       binary_backward_same<T, product>{c.dout(), c.in(1 - k), c.din(k), sign,
+                                                        broadcast_index(c.in_shape(1 - k), out)});
+        continue;
+      }
       for_each_index(c.backend(), c.in_shape(k).size(),
                      binary_backward<T, product>{c.dout(), c.in(1 - k), c.din(k), sign,
                                                  broadcast_fanout(c.in_shape(k), out),
@@ -161,14 +176,20 @@ struct dropout_mask {
   std::size_t blocks_per_run; // an upper bound: run / 4 + 2
   T* mask;
   HSPMD_HD void operator()(std::size_t i) const {
-    const std::size_t r = i / blocks_per_run;
+    const std::size_t r = piece.runs == 1 ? 0 : i / blocks_per_run; // one run: no division
     const std::size_t g0 = piece.first_global(r);
-    const std::uint64_t block = g0 / 4 + i % blocks_per_run;
+    const std::uint64_t block = g0 / 4 + (piece.runs == 1 ? i : i % blocks_per_run);
     const std::uint64_t lo = block * 4 > g0 ? block * 4 : g0;
     const std::uint64_t hi = block * 4 + 4 < g0 + piece.run ? block * 4 + 4 : g0 + piece.run;
     if (lo >= hi)
       return;
     const auto words = random_block(key, block);
+    T* m = mask + r * piece.run + (lo - g0);
+    if (hi - lo == 4) { // a whole block: the common case
+      for (std::size_t w = 0; w < 4; ++w)
+        m[w] = static_cast<double>(words[w]) * 0x1.0p-32 >= p ? keep : T{0};
+      return;
+    }
     for (std::uint64_t g = lo; g < hi; ++g) {
       const double u = static_cast<double>(words[g % 4]) * 0x1.0p-32;
       mask[r * piece.run + (g - g0)] = u >= p ? keep : T{0};
@@ -177,14 +198,13 @@ struct dropout_mask {
 };
 
 /// out[i] = x[i] * m[i] (forward); dx[i] += dy[i] * m[i] (backward).
-template <class T>
+template <class T, bool Add>
 struct masked_copy {
   const T* x;
   const T* m;
   T* out;
-  bool add;
   HSPMD_HD void operator()(std::size_t i) const {
-    if (add)
+    if constexpr (Add)
       out[i] += x[i] * m[i];
     else
       out[i] = x[i] * m[i];
@@ -217,11 +237,11 @@ struct kernel<graph::op::dropout> {
     } else {
       for_each_index(c.backend(), n, constant_fill<T>{mask, T{1}});
     }
-    for_each_index(c.backend(), n, masked_copy<T>{c.in(0), mask, c.out(), false});
+    for_each_index(c.backend(), n, masked_copy<T, false>{c.in(0), mask, c.out()});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
-    for_each_index(c.backend(), c.out_size(), masked_copy<T>{c.dout(), c.saved(), c.din(0), true});
+    for_each_index(c.backend(), c.out_size(), masked_copy<T, true>{c.dout(), c.saved(), c.din(0)});
   }
 };
 

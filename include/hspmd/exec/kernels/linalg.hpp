@@ -21,18 +21,22 @@ struct add_row_bias {
       row[j] += b[j];
   }
 };
-/// db[j] += sum over rows of dy[., j].
+/// db[j] += sum over rows of dy[., j], for the columns of block b.
 template <class T>
 struct bias_gradient {
   const T* dy;
   T* db;
   std::size_t rows;
   std::size_t n;
-  HSPMD_HD void operator()(std::size_t j) const {
-    T s{0};
+  HSPMD_HD void operator()(std::size_t b) const {
+    const std::size_t j0 = b * column_block;
+    const std::size_t w = n - j0 < column_block ? n - j0 : column_block;
+    T s[column_block] = {};
     for (std::size_t i = 0; i < rows; ++i)
-      s += dy[i * n + j];
-    db[j] += s;
+      for (std::size_t j = 0; j < w; ++j)
+        s[j] += dy[i * n + j0 + j];
+    for (std::size_t j = 0; j < w; ++j)
+      db[j0 + j] += s[j];
   }
 };
 
@@ -64,7 +68,7 @@ struct matmul_kernel {
     gemm(c.backend(), transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, T{1},
          c.din(1), n);
     if (c.arity() == 3 && !c.skip_bias())
-      for_each_index(c.backend(), n, bias_gradient<T>{c.dout(), c.din(2), m, n});
+      for_each_index(c.backend(), column_blocks(n), bias_gradient<T>{c.dout(), c.din(2), m, n});
   }
 };
 

@@ -13,13 +13,12 @@ namespace hspmd::exec {
 
 /// Row r of a softmax or log-softmax over rows of length `len`. Causal: the row is query
 /// q0 + r % queries of a (..., S, S) score tensor and sees keys 0 .. q; the rest are 0.
-template <class T>
+template <class T, bool Log>
 struct softmax_row {
   const T* x;
   T* y;
   std::size_t len;
   bool causal;
-  bool log;
   std::size_t queries;
   std::size_t q0;
   HSPMD_HD void operator()(std::size_t r) const {
@@ -32,28 +31,31 @@ struct softmax_row {
     T s{0};
     for (std::size_t j = 0; j < seen; ++j)
       s += std::exp(xr[j] - mx);
-    const T log_s = std::log(s);
-    for (std::size_t j = 0; j < seen; ++j)
-      yr[j] = log ? xr[j] - mx - log_s : std::exp(xr[j] - mx) / s;
+    const T log_s = Log ? std::log(s) : T{0};
+    if constexpr (Log)
+      for (std::size_t j = 0; j < seen; ++j)
+        yr[j] = xr[j] - mx - log_s;
+    else
+      for (std::size_t j = 0; j < seen; ++j)
+        yr[j] = std::exp(xr[j] - mx) / s;
     for (std::size_t j = seen; j < len; ++j)
       yr[j] = T{0};
   }
 };
 
 /// Row r of the gradient: softmax dx = y (dy - sum dy y); log-softmax dx = dy - exp(y) sum dy.
-template <class T>
+template <class T, bool Log>
 struct softmax_row_backward {
   const T* y;
   const T* dy;
   T* dx;
   std::size_t len;
-  bool log;
   HSPMD_HD void operator()(std::size_t r) const {
     const T* gr = dy + r * len;
     const T* yr = y + r * len;
     T* dr = dx + r * len;
     T s{0};
-    if (!log) {
+    if constexpr (!Log) {
       for (std::size_t j = 0; j < len; ++j)
         s += gr[j] * yr[j];
       for (std::size_t j = 0; j < len; ++j)
@@ -80,13 +82,13 @@ struct softmax_kernel {
     const std::size_t q0 = l != nullptr && out.rank() >= 2 ? l->offset_of(out.rank() - 2) : 0;
     for_each_index(
         c.backend(), len == 0 ? 0 : rows_of(out),
-        softmax_row<T>{c.in(0), c.out(), len, causal, Log, queries == 0 ? 1 : queries, q0});
+        softmax_row<T, Log>{c.in(0), c.out(), len, causal, queries == 0 ? 1 : queries, q0});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     for_each_index(c.backend(), len == 0 ? 0 : rows_of(c.out_shape()),
-                   softmax_row_backward<T>{c.out(), c.dout(), c.din(0), len, Log});
+                   softmax_row_backward<T, Log>{c.out(), c.dout(), c.din(0), len});
   }
   static std::size_t rows_of(const hspmd::shape& s) { return s.size() / s.dims.back(); }
 };
@@ -156,7 +158,7 @@ struct layer_norm_row_backward {
   }
 };
 
-/// Column j of layer norm's gamma and beta gradients: sums over the rows.
+/// Layer norm's gamma and beta gradients for the columns of block k: sums over the rows.
 template <class T>
 struct layer_norm_column_backward {
   const T* x;
@@ -166,16 +168,25 @@ struct layer_norm_column_backward {
   T* dbeta;
   std::size_t len;
   std::size_t rows;
-  HSPMD_HD void operator()(std::size_t j) const {
-    T g{0};
-    T b{0};
+  HSPMD_HD void operator()(std::size_t k) const {
+    const std::size_t j0 = k * column_block;
+    const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
+    T g[column_block] = {};
+    T b[column_block] = {};
     for (std::size_t r = 0; r < rows; ++r) {
-      const T d = dy[r * len + j];
-      g += d * ((x[r * len + j] - saved[2 * r]) * saved[2 * r + 1]);
-      b += d;
+      const T mu = saved[2 * r];
+      const T rstd = saved[2 * r + 1];
+      const T* xr = x + r * len + j0;
+      const T* dr = dy + r * len + j0;
+      for (std::size_t j = 0; j < w; ++j) {
+        g[j] += dr[j] * ((xr[j] - mu) * rstd);
+        b[j] += dr[j];
+      }
     }
-    dgamma[j] += g;
-    dbeta[j] += b;
+    for (std::size_t j = 0; j < w; ++j) {
+      dgamma[j0 + j] += g[j];
+      dbeta[j0 + j] += b[j];
+    }
   }
 };
 
@@ -197,7 +208,7 @@ struct kernel<graph::op::layer_norm> {
         c.backend(), rows,
         layer_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
     for_each_index(
-        c.backend(), len,
+        c.backend(), column_blocks(len),
         layer_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), c.din(2), len, rows});
   }
 };

@@ -56,7 +56,8 @@ struct embedding_lookup {
     out[i] = row >= v.first && row < v.first + v.count ? table[(row - v.first) * h + i % h] : T{0};
   }
 };
-/// Column j of the table gradient: dtable[ids[t] - v0, j] += dy[t, j], tokens in order.
+/// Block k of the table gradient's columns: dtable[ids[t] - v0, j] += dy[t, j], tokens in
+/// order.
 template <class T>
 struct embedding_scatter {
   const std::int64_t* ids;
@@ -65,11 +66,17 @@ struct embedding_scatter {
   std::size_t tokens;
   std::size_t h;
   vocab_span v;
-  HSPMD_HD void operator()(std::size_t j) const {
+  HSPMD_HD void operator()(std::size_t k) const {
+    const std::size_t j0 = k * column_block;
+    const std::size_t w = h - j0 < column_block ? h - j0 : column_block;
     for (std::size_t t = 0; t < tokens; ++t) {
       const auto row = static_cast<std::size_t>(ids[t]);
-      if (row >= v.first && row < v.first + v.count)
-        dtable[(row - v.first) * h + j] += dy[t * h + j];
+      if (row < v.first || row >= v.first + v.count)
+        continue;
+      T* d = dtable + (row - v.first) * h + j0;
+      const T* g = dy + t * h + j0;
+      for (std::size_t j = 0; j < w; ++j)
+        d[j] += g[j];
     }
   }
 };
@@ -88,7 +95,7 @@ struct kernel<graph::op::embedding> {
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const auto ids = c.ids(1);
-    for_each_index(c.backend(), c.in_shape(0).dims[1],
+    for_each_index(c.backend(), column_blocks(c.in_shape(0).dims[1]),
                    embedding_scatter<T>{ids.data(), c.dout(), c.din(0), ids.size(),
                                         c.in_shape(0).dims[1], vocab_range(c, 0)});
   }
