@@ -96,6 +96,17 @@ struct sigmoid_math : stateless_math<sigmoid_math<T>> {
   HSPMD_HD T backward(T /*x*/, T y, T dy) const { return dy * y * (T{1} - y); }
 };
 
+/// x * sigmoid(x); the backward recomputes the sigmoid (y / x loses it near 0):
+/// d/dx x s(x) = s (1 + x (1 - s)).
+template <class T>
+struct silu_math : stateless_math<silu_math<T>> {
+  HSPMD_HD T forward(T x) const { return x / (T{1} + std::exp(-x)); }
+  HSPMD_HD T backward(T x, T /*y*/, T dy) const {
+    const T s = T{1} / (T{1} + std::exp(-x));
+    return dy * s * (T{1} + x * (T{1} - s));
+  }
+};
+
 /// x * attrs.scalar.
 template <class T>
 struct scale_math {
@@ -118,5 +129,7 @@ template <>
 struct kernel<graph::op::sigmoid> : map_kernel<sigmoid_math> {};
 template <>
 struct kernel<graph::op::scale> : map_kernel<scale_math> {};
+template <>
+struct kernel<graph::op::silu> : map_kernel<silu_math> {};
 
 } // namespace hspmd::exec

@@ -40,4 +40,5 @@
   X(adaptive_avg_pool2d, none)                                                                     \
   X(broadcast, none)                                                                               \
   X(moe_dispatch, none)                                                                            \
-  X(moe_combine, none)
+  X(moe_combine, none)                                                                             \
+  X(silu, unary)
