@@ -85,6 +85,22 @@ struct layer_norm {
   }
 };
 
+/// RMS normalization over the last dimension (weight 1), as in Llama.
+template <class T, std::size_t L>
+struct rms_norm {
+  std::string name;
+  double eps = 1e-6;
+  std::size_t size = L;
+
+  template <extents_type E, class P>
+  auto operator()(tracer& t, const value<T, E, P>& x) const {
+    const auto scope = t.scope(name);
+    const auto weight =
+        t.parameter<T>("weight", extents<L>::from_dims({size}, "nn::rms_norm"), constant_init(1.0));
+    return functional::rms_norm(x, weight, eps);
+  }
+};
+
 /// A learned table (V, H) indexed by integer ids; N(0, 0.02^2) as in BERT.
 template <class T, std::size_t V, std::size_t H>
 struct embedding {

@@ -247,6 +247,17 @@ template <class T, extents_type E, std::size_t L1, std::size_t L2, class P, clas
                         x.extents());
 }
 
+/// RMS normalization over the last dimension with a per-feature weight.
+template <class T, extents_type E, std::size_t L, class P, class PW>
+[[nodiscard]] auto rms_norm(const value<T, E, P>& x, const value<T, extents<L>, PW>& weight,
+                            double eps = 1e-6) {
+  tracer& t = x.owner();
+  graph::attributes a;
+  a.scalar = eps;
+  using R = detail::pin_result_t<graph::op::rms_norm, E, value<T, E, P>, value<T, extents<L>, PW>>;
+  return value<T, E, R>(t, t.op(graph::op::rms_norm, {x.id(), weight.id()}, a), x.extents());
+}
+
 /// Rows of `table` (V, H) picked by integer ids (...): (..., H).
 template <class T, std::size_t V, std::size_t H, extents_type EI, class PT, class PI>
 [[nodiscard]] auto embedding(const value<T, extents<V, H>, PT>& table,

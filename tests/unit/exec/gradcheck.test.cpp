@@ -167,6 +167,25 @@ TEST_CASE("forward values of the nonlinear ops") {
   CHECK(ex.forward() == Approx(1.0));
 }
 
+TEST_CASE("rms_norm forward values by hand") {
+  builder b;
+  const auto x = b.input({2, 3});
+  const auto w = b.input({3});
+  graph::attributes a;
+  a.scalar = 1e-6;
+  const auto y = b.add(op::rms_norm, {x, w}, a);
+  b.g.set_loss(b.add(op::sum, {y}));
+  exec::executor<double> ex(b.g);
+  ex.set_input("in0", std::vector<double>{1, 2, 3, -2, 0, 2});
+  ex.set_input("in1", std::vector<double>{1, 1, 2});
+  ex.forward();
+  const double r0 = std::sqrt(14.0 / 3 + 1e-6);
+  const double r1 = std::sqrt(8.0 / 3 + 1e-6);
+  CHECK(ex.value(y)[2] == Approx(3 / r0 * 2));
+  CHECK(ex.value(y)[3] == Approx(-2 / r1));
+  CHECK(ex.value(y)[4] == 0.0);
+}
+
 TEST_CASE("dropout: masks by (seed, step, node, index); causal softmax hides later keys") {
   builder b;
   const auto x = b.input({1000});

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -441,4 +443,28 @@ TEST_CASE("budgets end the search with a complete plan and an honest gap") {
   const plan p = synthesize(g, c, so);
   CHECK(!p.stats.optimal);
   CHECK(p.stats.gap >= 0.0);
+}
+
+namespace {
+// The rules of one `kind` node over inputs of the given dims (compile-time evaluable).
+constexpr graph::rule_list rules_for(graph::op kind, std::span<const graph::dims_view> ins,
+                                     const graph::dims_view& out) {
+  return graph::rules_of(graph::signature_of(kind, ins, out), kind);
+}
+constexpr graph::dims_view dims(std::initializer_list<std::size_t> d) {
+  graph::dims_view v;
+  for (std::size_t x : d)
+    v.d[v.rank++] = x;
+  return v;
+}
+} // namespace
+
+TEST_CASE("rule table: rms_norm splits the batch and the sequence, never the features") {
+  constexpr std::array<graph::dims_view, 2> ins{dims({4, 6, 8}), dims({8})};
+  constexpr auto rules = rules_for(graph::op::rms_norm, ins, dims({4, 6, 8}));
+  CHECK(has_rule(rules, {S(0), R}, S(0)));
+  CHECK(has_rule(rules, {S(1), R}, S(1)));
+  for (const auto& r : rules)
+    CHECK(!(r.out.is_split() && r.out.dim() == 2));
+  CHECK(!has_rule(rules, {P, R}, P)); // not linear
 }

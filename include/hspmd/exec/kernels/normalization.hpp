@@ -213,4 +213,93 @@ struct kernel<graph::op::layer_norm> {
   }
 };
 
+/// Row r of RMS norm; keeps the row's 1 / rms in saved[r].
+template <class T>
+struct rms_norm_row {
+  const T* x;
+  const T* w;
+  T* y;
+  T* saved;
+  std::size_t len;
+  T eps;
+  HSPMD_HD void operator()(std::size_t r) const {
+    const T* xr = x + r * len;
+    T ss{0};
+    for (std::size_t j = 0; j < len; ++j)
+      ss += xr[j] * xr[j];
+    const T rrms = T{1} / std::sqrt(ss / static_cast<T>(len) + eps);
+    saved[r] = rrms;
+    for (std::size_t j = 0; j < len; ++j)
+      y[r * len + j] = xr[j] * rrms * w[j];
+  }
+};
+
+/// Row r of RMS norm's input gradient: with xhat = x rrms and g = dy w,
+/// dx = rrms (g - xhat mean(g xhat)).
+template <class T>
+struct rms_norm_row_backward {
+  const T* x;
+  const T* w;
+  const T* dy;
+  const T* saved;
+  T* dx;
+  std::size_t len;
+  HSPMD_HD void operator()(std::size_t r) const {
+    const T rrms = saved[r];
+    const T* xr = x + r * len;
+    const T* gr = dy + r * len;
+    T dot{0};
+    for (std::size_t j = 0; j < len; ++j)
+      dot += gr[j] * w[j] * (xr[j] * rrms);
+    const T mean = dot / static_cast<T>(len);
+    for (std::size_t j = 0; j < len; ++j)
+      dx[r * len + j] += rrms * (gr[j] * w[j] - xr[j] * rrms * mean);
+  }
+};
+
+/// RMS norm's weight gradient for the columns of block k: sums of dy xhat over the rows.
+template <class T>
+struct rms_norm_column_backward {
+  const T* x;
+  const T* dy;
+  const T* saved;
+  T* dw;
+  std::size_t len;
+  std::size_t rows;
+  HSPMD_HD void operator()(std::size_t k) const {
+    const std::size_t j0 = k * column_block;
+    const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
+    T g[column_block] = {};
+    for (std::size_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * len + j0;
+      const T* dr = dy + r * len + j0;
+      for (std::size_t j = 0; j < w; ++j)
+        g[j] += dr[j] * (xr[j] * saved[r]);
+    }
+    for (std::size_t j = 0; j < w; ++j)
+      dw[j0 + j] += g[j];
+  }
+};
+
+template <>
+struct kernel<graph::op::rms_norm> {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    const std::size_t len = c.out_shape().dims.back();
+    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    for_each_index(c.backend(), rows,
+                   rms_norm_row<T>{c.in(0), c.in(1), c.out(), c.saved(rows), len,
+                                   static_cast<T>(c.attrs().scalar)});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    const std::size_t len = c.out_shape().dims.back();
+    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    for_each_index(c.backend(), rows,
+                   rms_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
+    for_each_index(c.backend(), column_blocks(len),
+                   rms_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), len, rows});
+  }
+};
+
 } // namespace hspmd::exec

@@ -41,4 +41,5 @@
   X(broadcast, none)                                                                               \
   X(moe_dispatch, none)                                                                            \
   X(moe_combine, none)                                                                             \
-  X(silu, unary)
+  X(silu, unary)                                                                                   \
+  X(rms_norm, none)

@@ -6,6 +6,7 @@
 //   softmax (R,L) 5 L R  (max, sub, exp, sum, div)       4 L R
 //   log_softmax   5 L R  (max, sub, exp, sum, log+sub)   4 L R
 //   layer_norm    8 L R                                  11 L R + 4 L R (dgamma, dbeta)
+//   rms_norm      4 L R  (square, sum, scale, weight)    8 L R + 2 L R (dweight)
 // A causal softmax is counted like a full one (the masked half is skipped, not free of passes).
 
 #include <hspmd/graph/ops/common.hpp>
@@ -77,6 +78,37 @@ struct op_traits<op::layer_norm> {
     attributes a;
     a.scalar = 1e-5;
     return {{"", {{{2, 3, 6}}, {{6}}, {{6}}}, a}};
+  }
+};
+
+/// RMS normalization over the last dimension: x / sqrt(mean(x^2) + attrs.scalar) * weight.
+/// Splits along any other dimension (batch, sequence); linear in neither operand.
+template <>
+struct op_traits<op::rms_norm> {
+  static constexpr std::string_view summary =
+      "x / sqrt(mean(x^2) + attrs.scalar) * weight over the last dimension";
+  static constexpr std::size_t arity = 2;
+  static hspmd::shape shape(const node_view& v) {
+    const auto& x = v.in(0);
+    if (x.rank() == 0 || v.in(1).dims != std::vector<std::size_t>{x.dims.back()})
+      v.fail("weight " + v.in(1).to_string() + " for " + x.to_string(),
+             "a weight of shape (last dimension)");
+    if (!(v.attrs().scalar > 0.0))
+      v.fail("epsilon " + std::to_string(v.attrs().scalar), "a positive epsilon (1e-5, 1e-6)");
+    return x;
+  }
+  static node_cost cost(const node_view& v) { return v.per_element_cost(4, 10); }
+  static constexpr void signature(signature_builder& b) {
+    b.fresh(0);
+    b.same_as_input(0);
+    const label axis = b.sig().in[0][b.last(b.in(0))];
+    b.set_in(1, {axis});
+    b.forbid(axis);
+  }
+  static std::vector<op_example> examples() {
+    attributes a;
+    a.scalar = 1e-6;
+    return {{"", {{{2, 3, 6}}, {{6}}}, a}};
   }
 };
 
