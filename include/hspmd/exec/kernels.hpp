@@ -14,6 +14,7 @@
 #include <hspmd/exec/kernels/linalg.hpp>
 #include <hspmd/exec/kernels/moe.hpp>
 #include <hspmd/exec/kernels/normalization.hpp>
+#include <hspmd/exec/kernels/positional.hpp>
 #include <hspmd/exec/kernels/reduction.hpp>
 #include <hspmd/exec/kernels/shape.hpp>
 #include <hspmd/exec/kernels/vision.hpp>

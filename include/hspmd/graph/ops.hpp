@@ -21,6 +21,7 @@
 #include <hspmd/graph/ops/linalg.hpp>
 #include <hspmd/graph/ops/moe.hpp>
 #include <hspmd/graph/ops/normalization.hpp>
+#include <hspmd/graph/ops/positional.hpp>
 #include <hspmd/graph/ops/reduction.hpp>
 #include <hspmd/graph/ops/shape.hpp>
 #include <hspmd/graph/ops/vision.hpp>

@@ -258,6 +258,14 @@ template <class T, extents_type E, std::size_t L, class P, class PW>
   return value<T, E, R>(t, t.op(graph::op::rms_norm, {x.id(), weight.id()}, a), x.extents());
 }
 
+/// Rotary position embedding of x (..., S, heads, d): pairs rotated by position (base 10000).
+template <class T, extents_type E, class P>
+requires(E::rank() >= 3) [[nodiscard]] auto rotary(const value<T, E, P>& x, double base = 10000.0) {
+  graph::attributes a;
+  a.scalar = base;
+  return detail::unary<graph::op::rotary>(x, a);
+}
+
 /// Rows of `table` (V, H) picked by integer ids (...): (..., H).
 template <class T, std::size_t V, std::size_t H, extents_type EI, class PT, class PI>
 [[nodiscard]] auto embedding(const value<T, extents<V, H>, PT>& table,

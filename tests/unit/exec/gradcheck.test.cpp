@@ -186,6 +186,42 @@ TEST_CASE("rms_norm forward values by hand") {
   CHECK(ex.value(y)[4] == 0.0);
 }
 
+TEST_CASE("rotary embedding forward values by hand; a sequence piece rotates by global positions") {
+  builder b;
+  const auto x = b.input({1, 3, 1, 4}); // (B, S, heads, d)
+  graph::attributes a;
+  a.scalar = 100.0;
+  const auto y = b.add(op::rotary, {x}, a);
+  b.g.set_loss(b.add(op::sum, {y}));
+  exec::executor<double> ex(b.g);
+  ex.set_input("in0", std::vector<double>{1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 4});
+  ex.forward();
+  const auto v = ex.value(y);
+  // Position 0: unchanged. Position 1, pair 0: angle 1; pair 1: angle 100^(-1/2) = 0.1.
+  CHECK(v[0] == 1.0);
+  CHECK(v[4] == Approx(std::cos(1.0)));
+  CHECK(v[5] == Approx(std::sin(1.0)));
+  CHECK(v[6] == Approx(std::cos(0.1)));
+  CHECK(v[7] == Approx(std::sin(0.1)));
+  // Position 2, pair 1 (3, 4) by 0.2.
+  CHECK(v[10] == Approx(3 * std::cos(0.2) - 4 * std::sin(0.2)));
+  CHECK(v[11] == Approx(3 * std::sin(0.2) + 4 * std::cos(0.2)));
+  // The same node as rank 1's piece (positions 1 .. 2 of 3) gives the whole tensor's rows.
+  builder piece;
+  const auto px = piece.input({1, 2, 1, 4});
+  const auto py = piece.add(op::rotary, {px}, a);
+  piece.g.set_loss(piece.add(op::sum, {py}));
+  std::vector<exec::node_layout> layouts(piece.g.size());
+  for (graph::node_id i = 0; i < piece.g.size(); ++i)
+    layouts[i].global = piece.g[i].out.dims;
+  layouts[py] = {{1, 3, 1, 4}, 1, 1, 2};
+  exec::executor<double> part(piece.g, 0, layouts);
+  part.set_input("in0", std::vector<double>{1, 0, 1, 0, 1, 2, 3, 4});
+  part.forward();
+  for (std::size_t i = 0; i < 8; ++i)
+    CHECK(part.value(py)[i] == Approx(v[4 + i]));
+}
+
 TEST_CASE("dropout: masks by (seed, step, node, index); causal softmax hides later keys") {
   builder b;
   const auto x = b.input({1000});

@@ -468,3 +468,13 @@ TEST_CASE("rule table: rms_norm splits the batch and the sequence, never the fea
     CHECK(!(r.out.is_split() && r.out.dim() == 2));
   CHECK(!has_rule(rules, {P, R}, P)); // not linear
 }
+
+TEST_CASE("rule table: rotary embeddings split batch, sequence and heads, never the pairs") {
+  constexpr std::array<graph::dims_view, 1> ins{dims({2, 6, 4, 8})}; // (B, S, heads, d)
+  constexpr auto rules = rules_for(graph::op::rotary, ins, dims({2, 6, 4, 8}));
+  CHECK(has_rule(rules, {S(0)}, S(0)));
+  CHECK(has_rule(rules, {S(1)}, S(1))); // a piece of the sequence rotates by global positions
+  CHECK(has_rule(rules, {S(2)}, S(2))); // head parallel
+  CHECK(!has_rule(rules, {S(3)}, S(3)));
+  CHECK(has_rule(rules, {P}, P)); // a rotation is linear
+}

@@ -42,4 +42,5 @@
   X(moe_dispatch, none)                                                                            \
   X(moe_combine, none)                                                                             \
   X(silu, unary)                                                                                   \
-  X(rms_norm, none)
+  X(rms_norm, none)                                                                                \
+  X(rotary, none)
