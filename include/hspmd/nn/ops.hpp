@@ -266,6 +266,14 @@ requires(E::rank() >= 3) [[nodiscard]] auto rotary(const value<T, E, P>& x, doub
   return detail::unary<graph::op::rotary>(x, a);
 }
 
+/// silu(gate) * up, elementwise (the gate of a SwiGLU MLP); operands of equal extents.
+template <class T, extents_type E, class PA, class PB>
+[[nodiscard]] auto swiglu(const value<T, E, PA>& gate, const value<T, E, PB>& up) {
+  tracer& t = gate.owner();
+  using R = detail::pin_result_t<graph::op::swiglu, E, value<T, E, PA>, value<T, E, PB>>;
+  return value<T, E, R>(t, t.op(graph::op::swiglu, {gate.id(), up.id()}), gate.extents());
+}
+
 /// Rows of `table` (V, H) picked by integer ids (...): (..., H).
 template <class T, std::size_t V, std::size_t H, extents_type EI, class PT, class PI>
 [[nodiscard]] auto embedding(const value<T, extents<V, H>, PT>& table,

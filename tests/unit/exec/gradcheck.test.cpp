@@ -155,6 +155,7 @@ TEST_CASE("forward values of the nonlinear ops") {
   const auto ls = b.add(op::log_softmax, {x});
   const auto ge = b.add(op::gelu, {x});
   const auto si = b.add(op::silu, {x});
+  const auto sw = b.add(op::swiglu, {x, ge});
   b.g.set_loss(b.add(op::sum, {s}));
   exec::executor<double> ex(b.g);
   ex.set_input("in0", std::vector<double>{1.0, 2.0, 3.0});
@@ -164,6 +165,7 @@ TEST_CASE("forward values of the nonlinear ops") {
   CHECK(ex.value(ls)[0] == Approx(1.0 - std::log(z)));
   CHECK(ex.value(ge)[0] == Approx(1.0 * 0.5 * (1 + std::erf(1.0 / std::sqrt(2.0)))));
   CHECK(ex.value(si)[2] == Approx(3.0 / (1.0 + std::exp(-3.0))));
+  CHECK(ex.value(sw)[1] == Approx(2.0 / (1.0 + std::exp(-2.0)) * ex.value(ge)[1]));
   CHECK(ex.forward() == Approx(1.0));
 }
 

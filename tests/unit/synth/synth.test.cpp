@@ -478,3 +478,12 @@ TEST_CASE("rule table: rotary embeddings split batch, sequence and heads, never 
   CHECK(!has_rule(rules, {S(3)}, S(3)));
   CHECK(has_rule(rules, {P}, P)); // a rotation is linear
 }
+
+TEST_CASE("rule table: swiglu splits every dimension and is linear in its value operand") {
+  constexpr std::array<graph::dims_view, 2> ins{dims({8, 32}), dims({8, 32})};
+  constexpr auto rules = rules_for(graph::op::swiglu, ins, dims({8, 32}));
+  CHECK(has_rule(rules, {S(0), S(0)}, S(0)));
+  CHECK(has_rule(rules, {S(1), S(1)}, S(1))); // after column-parallel gate and up projections
+  CHECK(has_rule(rules, {R, P}, P));
+  CHECK(!has_rule(rules, {P, R}, P)); // silu is not linear
+}

@@ -132,4 +132,40 @@ struct kernel<graph::op::scale> : map_kernel<scale_math> {};
 template <>
 struct kernel<graph::op::silu> : map_kernel<silu_math> {};
 
+/// out[i] = silu(a[i]) * b[i].
+template <class T>
+struct swiglu_forward {
+  const T* a;
+  const T* b;
+  T* out;
+  HSPMD_HD void operator()(std::size_t i) const { out[i] = silu_math<T>{}.forward(a[i]) * b[i]; }
+};
+/// da[i] += dy b silu'(a); db[i] += dy silu(a).
+template <class T>
+struct swiglu_backward {
+  const T* a;
+  const T* b;
+  const T* dy;
+  T* da;
+  T* db;
+  HSPMD_HD void operator()(std::size_t i) const {
+    const T s = T{1} / (T{1} + std::exp(-a[i]));
+    da[i] += dy[i] * b[i] * (s * (T{1} + a[i] * (T{1} - s)));
+    db[i] += dy[i] * (a[i] * s);
+  }
+};
+
+template <>
+struct kernel<graph::op::swiglu> {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    for_each_index(c.backend(), c.out_size(), swiglu_forward<T>{c.in(0), c.in(1), c.out()});
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    for_each_index(c.backend(), c.out_size(),
+                   swiglu_backward<T>{c.in(0), c.in(1), c.dout(), c.din(0), c.din(1)});
+  }
+};
+
 } // namespace hspmd::exec

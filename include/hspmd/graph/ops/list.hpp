@@ -43,4 +43,5 @@
   X(moe_combine, none)                                                                             \
   X(silu, unary)                                                                                   \
   X(rms_norm, none)                                                                                \
-  X(rotary, none)
+  X(rotary, none)                                                                                  \
+  X(swiglu, none)
