@@ -48,10 +48,10 @@ int main(int argc, char** argv) {
                  "transformer layers (bert, bert-moe, vit; default 12) or "
                  "hidden layers (mlp; default 2)");
   app.add_option("--hidden", mo.hidden, "hidden size (default 768; mlp 1024)");
-  app.add_option("--ffn", mo.ffn, "feed-forward size (default 4 x hidden)");
+  app.add_option("--ffn", mo.ffn, "feed-forward size (default 4 x hidden; llama 8/3 x hidden)");
   app.add_option("--heads", mo.heads, "attention heads (default hidden / 64)");
   app.add_option("--seq", mo.seq, "sequence length (bert, bert-moe; default 128)");
-  app.add_option("--vocab", mo.vocab, "vocabulary (bert, bert-moe; default 30522)");
+  app.add_option("--vocab", mo.vocab, "vocabulary (bert, bert-moe, llama; default 30522)");
   app.add_option("--experts", mo.experts, "experts per MoE layer (bert-moe; default 8)");
   app.add_option("--width", mo.width, "channel multiplier (vgg19)")->capture_default_str();
   app.add_option("--segments", segments,

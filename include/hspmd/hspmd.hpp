@@ -40,6 +40,7 @@
 #include <hspmd/nn/transformer.hpp>
 
 #include <hspmd/models/bert.hpp>
+#include <hspmd/models/llama.hpp>
 #include <hspmd/models/mlp.hpp>
 #include <hspmd/models/vgg.hpp>
 #include <hspmd/models/vit.hpp>

@@ -52,13 +52,7 @@ template <class T>
   const nn::linear<T, dyn, dyn> fc1("classifier.0", features, c.fc);
   const nn::linear<T, dyn, dyn> fc2("classifier.1", c.fc, c.fc);
   const nn::linear<T, dyn, dyn> fc3("classifier.2", c.fc, c.classes);
-  const auto dropout = [&](auto v) {
-    if (c.dropout <= 0.0)
-      return v;
-    graph::attributes a;
-    a.scalar = c.dropout;
-    return decltype(v)(t, t.op(graph::op::dropout, {v.id()}, a), v.extents());
-  };
+  const auto dropout = [&](auto v) { return nn::dropout(v, c.dropout); };
   auto logits = fc3(t, dropout(nn::relu(fc2(t, dropout(nn::relu(fc1(t, h)))))));
   t.set_loss(nn::cross_entropy(logits, labels));
   return t.take();

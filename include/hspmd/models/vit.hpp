@@ -44,14 +44,11 @@ template <class T>
   auto images = t.input<T, extents<hspmd::batch, dyn, dyn, dyn>>("images", 3, c.image, c.image);
   auto labels = t.input<std::int64_t, extents<hspmd::batch>>("labels");
   // (B, 3, side, p, side, p) -> (B, side, side, 3, p, p) -> (B, patches, 3 p p)
-  const auto six = t.op(graph::op::reshape, {images.id()},
-                        graph::attributes{0.0, {batch, 3, side, c.patch, side, c.patch}, false});
-  const auto moved =
-      t.op(graph::op::permute, {six}, graph::attributes{0.0, {0, 2, 4, 1, 3, 5}, false});
-  const auto flat = t.op(graph::op::reshape, {moved},
-                         graph::attributes{0.0, {batch, patches, patch_values}, false});
-  const nn::value<T, extents<hspmd::batch, dyn, dyn>> tokens(
-      t, flat, t.bind<extents<hspmd::batch, dyn, dyn>>(patches, patch_values));
+  const auto six = nn::reshape(
+      images, extents<dyn, dyn, dyn, dyn, dyn, dyn>(batch, 3, side, c.patch, side, c.patch));
+  const auto moved = nn::permute(six, {0, 2, 4, 1, 3, 5});
+  const auto tokens =
+      nn::reshape(moved, t.bind<extents<hspmd::batch, dyn, dyn>>(patches, patch_values));
   const nn::linear<T, dyn, dyn> embed("patch_embed", patch_values, c.hidden);
   auto x = embed(t, tokens); // (B, patches, H)
   const auto cls = t.parameter<T>("cls", extents<1, 1, dyn>(c.hidden), nn::normal_init(0.02));
@@ -67,12 +64,8 @@ template <class T>
   }
   const nn::layer_norm<T, dyn> ln_f{"ln_f", 1e-5, c.hidden};
   auto normed = ln_f(t, hp);
-  const auto first =
-      t.op(graph::op::slice, {normed.id()}, graph::attributes{0.0, {1, 0, 1}, false});
-  const auto cls_out =
-      t.op(graph::op::reshape, {first}, graph::attributes{0.0, {batch, c.hidden}, false});
-  const nn::value<T, extents<hspmd::batch, dyn>> feature(
-      t, cls_out, t.bind<extents<hspmd::batch, dyn>>(c.hidden));
+  const auto first = nn::slice(normed, 1, 0, 1); // the CLS token: (B, 1, H)
+  const auto feature = nn::reshape(first, t.bind<extents<hspmd::batch, dyn>>(c.hidden));
   const nn::linear<T, dyn, dyn> head("head", c.hidden, c.classes);
   t.set_loss(nn::cross_entropy(head(t, feature), labels));
   return t.take();

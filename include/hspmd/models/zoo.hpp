@@ -1,10 +1,13 @@
 #pragma once
 // The benchmark models by name, for tools and examples: "mlp", "bert", "bert-moe", "vit",
-// "vgg19", with HAP's settings as defaults (12 layers, hidden 768, FFN 3072, 12 heads, seq 128;
-// VGG19 on 32x32 images) and the few sizes a command line changes.
+// "vgg19" with HAP's settings as defaults (12 layers, hidden 768, FFN 3072, 12 heads, seq 128;
+// VGG19 on 32x32 images), and "llama" (a Llama-style decoder: RMSNorm, rotary embeddings,
+// SwiGLU; same defaults, FFN 8/3 of hidden rounded to 8), with the few sizes a command line
+// changes.
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/models/bert.hpp>
+#include <hspmd/models/llama.hpp>
 #include <hspmd/models/mlp.hpp>
 #include <hspmd/models/vgg.hpp>
 #include <hspmd/models/vit.hpp>
@@ -18,8 +21,8 @@
 namespace hspmd::models {
 
 /// The models `trace_model` knows.
-inline constexpr std::array<std::string_view, 5> model_names = {"mlp", "bert", "bert-moe", "vit",
-                                                                "vgg19"};
+inline constexpr std::array<std::string_view, 6> model_names = {"mlp", "bert",  "bert-moe",
+                                                                "vit", "vgg19", "llama"};
 
 /// Sizes a user may change; 0 keeps the model's default.
 struct model_options {
@@ -27,8 +30,8 @@ struct model_options {
   std::size_t hidden = 0; ///< hidden size; FFN is 4x unless `ffn` is given
   std::size_t ffn = 0;
   std::size_t heads = 0;   ///< default: hidden / 64
-  std::size_t seq = 0;     ///< bert, bert-moe
-  std::size_t vocab = 0;   ///< bert, bert-moe (default 30522)
+  std::size_t seq = 0;     ///< bert, bert-moe, llama
+  std::size_t vocab = 0;   ///< bert, bert-moe, llama (default 30522)
   std::size_t experts = 0; ///< bert-moe (default 8)
   double width = 1.0;      ///< vgg19: channel multiplier
 };
@@ -57,6 +60,16 @@ template <class T>
     c.vocab = pick(o.vocab, 30522);
     c.moe_experts = name == "bert-moe" ? pick(o.experts, 8) : 0;
     return trace_bert_lm<T>(c, batch);
+  }
+  if (name == "llama") {
+    llama_config c;
+    c.layers = pick(o.layers, 12);
+    c.hidden = hidden;
+    c.ffn = pick(o.ffn, (8 * hidden / 3 + 7) / 8 * 8);
+    c.heads = heads;
+    c.seq = pick(o.seq, 128);
+    c.vocab = pick(o.vocab, 30522);
+    return trace_llama_lm<T>(c, batch);
   }
   if (name == "vit") {
     vit_config c;

@@ -274,6 +274,14 @@ template <class T, extents_type E, class PA, class PB>
   return value<T, E, R>(t, t.op(graph::op::swiglu, {gate.id(), up.id()}), gate.extents());
 }
 
+/// Softmax over the last dimension of scores (..., S, S) where row i sees keys j <= i.
+template <class T, extents_type E, class P>
+requires(E::rank() >= 2) [[nodiscard]] auto causal_softmax(const value<T, E, P>& scores) {
+  graph::attributes a;
+  a.flag = true;
+  return detail::unary<graph::op::softmax>(scores, a);
+}
+
 /// Rows of `table` (V, H) picked by integer ids (...): (..., H).
 template <class T, std::size_t V, std::size_t H, extents_type EI, class PT, class PI>
 [[nodiscard]] auto embedding(const value<T, extents<V, H>, PT>& table,
@@ -353,6 +361,7 @@ template <placement_type To, class T, extents_type E, class P>
 namespace hspmd::nn {
 using functional::add;
 using functional::add_broadcast;
+using functional::causal_softmax;
 using functional::cross_entropy;
 using functional::matmul;
 using functional::mean;
@@ -380,6 +389,89 @@ template <extents_type E>
 using image_extents_t =
     extents<E::static_extent(0), dynamic_extent, dynamic_extent, dynamic_extent>;
 } // namespace detail
+
+namespace detail {
+// N runtime extents.
+template <std::size_t N, class Seq = std::make_index_sequence<N>>
+struct runtime_extents;
+template <std::size_t N, std::size_t... Is>
+struct runtime_extents<N, std::index_sequence<Is...>> {
+  using type = extents<((void)Is, dynamic_extent)...>;
+};
+template <std::size_t N>
+using runtime_extents_t = typename runtime_extents<N>::type;
+
+// A node's value with extents R read from its inferred shape (placement pins propagate at run
+// time, in tracer::op, for ops whose rules depend on attributes).
+template <class T, extents_type R>
+value<T, R> made(tracer& t, graph::node_id id) {
+  return value<T, R>(t, id, extents_of<R>(t.graph()[id].out));
+}
+} // namespace detail
+
+/// a (b..., m, k) times b (b..., k, n) -> (b..., m, n); with `transpose_b`, b is (b..., n, k).
+template <class T, extents_type EA, extents_type EB, class PA, class PB>
+requires(EA::rank() == EB::rank() && EA::rank() >= 3)
+    [[nodiscard]] auto batched_matmul(const value<T, EA, PA>& a, const value<T, EB, PB>& b,
+                                      bool transpose_b = false) {
+  tracer& t = a.owner();
+  graph::attributes attrs;
+  attrs.flag = transpose_b;
+  return detail::made<T, with_runtime_dim_t<EA, EA::rank() - 1>>(
+      t, t.op(graph::op::batched_matmul, {a.id(), b.id()}, attrs));
+}
+
+/// The dimensions of x reordered: result dimension i is x's dimension `order[i]`.
+template <class T, extents_type E, class P>
+[[nodiscard]] auto permute(const value<T, E, P>& x,
+                           const std::array<std::size_t, E::rank()>& order) {
+  tracer& t = x.owner();
+  graph::attributes a;
+  a.dims.assign(order.begin(), order.end());
+  return detail::made<T, detail::runtime_extents_t<E::rank()>>(
+      t, t.op(graph::op::permute, {x.id()}, a));
+}
+
+/// `length` entries of x from `start` along dimension `axis`.
+template <class T, extents_type E, class P>
+[[nodiscard]] auto slice(const value<T, E, P>& x, std::size_t axis, std::size_t start,
+                         std::size_t length) {
+  tracer& t = x.owner();
+  return detail::made<T, detail::runtime_extents_t<E::rank()>>(
+      t, t.op(graph::op::slice, {x.id()}, graph::attributes{0.0, {axis, start, length}, false}));
+}
+
+/// Dropout with probability p while training (the identity in evaluation); p = 0 adds no node.
+template <class T, extents_type E, class P>
+[[nodiscard]] value<T, E, P> dropout(const value<T, E, P>& x, double p) {
+  if (p <= 0.0)
+    return x;
+  graph::attributes a;
+  a.scalar = p;
+  tracer& t = x.owner();
+  return {t, t.op(graph::op::dropout, {x.id()}, a), x.extents()};
+}
+
+/// Top-2 MoE dispatch: tokens x (T, H) and gate probabilities (T, E) -> expert buffers
+/// (E, capacity, H).
+template <class T, extents_type EX, extents_type EP, class PX, class PP>
+requires(EX::rank() == 2 && EP::rank() == 2)
+    [[nodiscard]] auto moe_dispatch(const value<T, EX, PX>& x, const value<T, EP, PP>& probs,
+                                    std::size_t capacity) {
+  tracer& t = x.owner();
+  return detail::made<T, detail::runtime_extents_t<3>>(
+      t, t.op(graph::op::moe_dispatch, {x.id(), probs.id()},
+              graph::attributes{0.0, {capacity}, false}));
+}
+
+/// Top-2 MoE combine: expert outputs (E, C, H) and gate probabilities (T, E) -> tokens (T, H).
+template <class T, extents_type EB, extents_type EP, class PB, class PP>
+requires(EB::rank() == 3 && EP::rank() == 2)
+    [[nodiscard]] auto moe_combine(const value<T, EB, PB>& buffers, const value<T, EP, PP>& probs) {
+  tracer& t = buffers.owner();
+  return detail::made<T, detail::runtime_extents_t<2>>(
+      t, t.op(graph::op::moe_combine, {buffers.id(), probs.id()}));
+}
 
 /// 2-D convolution: x (N, C, H, W), weight (K, C, R, S), bias (K) -> (N, K, Ho, Wo).
 template <class T, extents_type E, extents_type EW, extents_type EB, class PX, class PW, class PB>
@@ -449,8 +541,16 @@ requires(EA::rank() == EB::rank() && Axis < EA::rank())
 
 namespace hspmd::nn {
 using functional::adaptive_avg_pool2d;
+using functional::batched_matmul;
 using functional::broadcast_to;
 using functional::concat;
+using functional::dropout;
 using functional::flatten;
 using functional::max_pool2d;
+using functional::moe_combine;
+using functional::moe_dispatch;
+using functional::permute;
+using functional::rotary;
+using functional::slice;
+using functional::swiglu;
 } // namespace hspmd::nn

@@ -7,7 +7,6 @@
 //     auto y = attn(t, x);                 // x, y: (batch, S, 256)
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/graph/ir.hpp>
 #include <hspmd/nn/layers.hpp>
 #include <hspmd/nn/ops.hpp>
 #include <hspmd/nn/tracer.hpp>
@@ -42,35 +41,22 @@ struct multi_head_attention {
     const std::size_t b = x.extent(0);
     const std::size_t s = x.extent(1);
     const std::size_t d = hidden / heads;
-    const auto proj = [&](const char* n) { return linear<T, H, H>(n, hidden, hidden)(t, x).id(); };
+    constexpr std::size_t dyn = dynamic_extent;
     // (B, S, H) -> (B, S, heads, d) -> (B, heads, S, d)
-    const auto split_heads = [&](graph::node_id v) {
-      const auto r = t.op(graph::op::reshape, {v}, graph::attributes{0.0, {b, s, heads, d}, false});
-      return t.op(graph::op::permute, {r}, graph::attributes{0.0, {0, 2, 1, 3}, false});
+    const auto heads_of = [&](const char* n) {
+      const auto projected = linear<T, H, H>(n, hidden, hidden)(t, x);
+      return permute(reshape(projected, extents<dyn, dyn, dyn, dyn>(b, s, heads, d)), {0, 2, 1, 3});
     };
-    const auto q = split_heads(proj("wq"));
-    const auto k = split_heads(proj("wk"));
-    const auto v = split_heads(proj("wv"));
-    graph::attributes qk;
-    qk.flag = true;                                            // q k^T
-    auto scores = t.op(graph::op::batched_matmul, {q, k}, qk); // (B, heads, S, S)
-    graph::attributes sc;
-    sc.scalar = 1.0 / std::sqrt(static_cast<double>(d));
-    scores = t.op(graph::op::scale, {scores}, sc);
-    graph::attributes sm;
-    sm.flag = causal;
-    auto probs = t.op(graph::op::softmax, {scores}, sm);
-    if (dropout > 0.0) {
-      graph::attributes dr;
-      dr.scalar = dropout;
-      probs = t.op(graph::op::dropout, {probs}, dr);
-    }
-    const auto ctx = t.op(graph::op::batched_matmul, {probs, v}); // (B, heads, S, d)
-    const auto merged =
-        t.op(graph::op::permute, {ctx}, graph::attributes{0.0, {0, 2, 1, 3}, false});
-    const auto flat =
-        t.op(graph::op::reshape, {merged}, graph::attributes{0.0, {b, s, hidden}, false});
-    const value<T, E> attended(t, flat, x.extents());
+    const auto q = heads_of("wq");
+    const auto k = heads_of("wk");
+    const auto v = heads_of("wv");
+    const auto scores = scale(batched_matmul(q, k, /*transpose_b=*/true),
+                              1.0 / std::sqrt(static_cast<double>(d))); // (B, heads, S, S)
+    const auto probs =
+        functional::dropout(causal ? causal_softmax(scores) : softmax(scores), dropout);
+    const auto ctx = permute(batched_matmul(probs, v), {0, 2, 1, 3}); // (B, S, heads, d)
+    const value<T, E> attended(t, reshape(ctx, extents<dyn, dyn, dyn>(b, s, hidden)).id(),
+                               x.extents());
     return linear<T, H, H>("wo", hidden, hidden)(t, attended);
   }
 };
@@ -98,13 +84,11 @@ struct moe {
     const auto capacity = static_cast<std::size_t>(std::ceil(
         capacity_factor * 2.0 * static_cast<double>(tokens) / static_cast<double>(experts)));
     constexpr std::size_t dyn = dynamic_extent;
-    const auto flat =
-        t.op(graph::op::reshape, {x.id()}, graph::attributes{0.0, {tokens, hidden}, false});
+    const auto flat = reshape(x, extents<dyn, dyn>(tokens, hidden));
     const auto wg = t.parameter<T>("gate.weight", extents<dyn, dyn>(hidden, experts),
                                    normal_init(1.0 / std::sqrt(static_cast<double>(hidden))));
-    const auto probs = t.op(graph::op::softmax, {t.op(graph::op::matmul, {flat, wg.id()})});
-    const auto buffers =
-        t.op(graph::op::moe_dispatch, {flat, probs}, graph::attributes{0.0, {capacity}, false});
+    const auto probs = softmax(matmul(flat, wg));
+    const auto buffers = moe_dispatch(flat, probs, capacity); // (E, C, H)
     const auto w1 = t.parameter<T>("experts.w1", extents<dyn, dyn, dyn>(experts, hidden, ffn),
                                    normal_init(1.0 / std::sqrt(static_cast<double>(hidden))));
     const auto b1 =
@@ -113,14 +97,9 @@ struct moe {
                                    normal_init(1.0 / std::sqrt(static_cast<double>(ffn))));
     const auto b2 =
         t.parameter<T>("experts.b2", extents<dyn, 1, dyn>(experts, hidden), constant_init(0.0));
-    auto up = t.op(graph::op::add, {t.op(graph::op::batched_matmul, {buffers, w1.id()}), b1.id()});
-    auto down =
-        t.op(graph::op::add,
-             {t.op(graph::op::batched_matmul, {t.op(graph::op::gelu, {up}), w2.id()}), b2.id()});
-    const auto combined = t.op(graph::op::moe_combine, {down, probs});
-    graph::attributes back;
-    back.dims = x.extents().shape().dims;
-    return {t, t.op(graph::op::reshape, {combined}, back), x.extents()};
+    const auto up = add_broadcast(batched_matmul(buffers, w1), b1);
+    const auto down = add_broadcast(batched_matmul(gelu(up), w2), b2);
+    return reshape(moe_combine(down, probs), x.extents());
   }
 };
 
@@ -157,12 +136,28 @@ struct transformer_block {
 
 private:
   template <class V>
-  V maybe_dropout(tracer& t, const V& v) const {
-    if (dropout <= 0.0)
-      return v;
-    graph::attributes a;
-    a.scalar = dropout;
-    return V(t, t.op(graph::op::dropout, {v.id()}, a), v.extents());
+  V maybe_dropout(tracer& /*t*/, const V& v) const {
+    return functional::dropout(v, dropout);
+  }
+};
+
+/// The SwiGLU MLP of Llama: down(silu(gate(x)) * up(x)), projections without bias.
+template <class T, std::size_t H, std::size_t F>
+struct swiglu_mlp {
+  std::string name;
+  std::size_t hidden = H;
+  std::size_t ffn = F;
+
+  template <extents_type E, class P>
+  value<T, E> operator()(tracer& t, const value<T, E, P>& pinned_x) const {
+    const value<T, E> x(t, pinned_x.id(), pinned_x.extents());
+    const auto scope = t.scope(name);
+    const linear<T, H, F> gate("gate", hidden, ffn, /*with_bias=*/false);
+    const linear<T, H, F> up("up", hidden, ffn, /*with_bias=*/false);
+    const linear<T, F, H> down("down", ffn, hidden, /*with_bias=*/false);
+    const auto g = gate(t, x); // in this order: names and node ids are the same on every compiler
+    const auto u = up(t, x);
+    return value<T, E>(t, down(t, swiglu(g, u)).id(), x.extents());
   }
 };
 

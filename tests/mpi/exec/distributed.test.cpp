@@ -11,6 +11,7 @@
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/profile.hpp>
 #include <hspmd/models/bert.hpp>
+#include <hspmd/models/llama.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -141,9 +142,15 @@ void check_same(const result<T>& got, const result<T>& want, double tol, const s
 }
 
 // Every plan strategy at every ratio vector for this rank count.
+// What the plans of a model must exercise on more than one rank (the default: a model with biased
+// linear layers and a vocabulary).
+const std::vector<std::string> default_must = {
+    "all_gather", "reduce_scatter", "linear:split->partial",
+    "bias-once",  "vocab-parallel", "load+sfb"};
+
 template <class T>
 void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
-                 double bandwidth) {
+                 double bandwidth, const std::vector<std::string>& must_use = default_must) {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
   const auto want = single<T>(g, id_limit);
@@ -193,8 +200,7 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
   if (comm.rank() == 0)
     std::printf("%s on %zu ranks exercises: %s\n", model.c_str(), n, list.c_str());
   if (n > 1)
-    for (const char* must : {"all_gather", "reduce_scatter", "linear:split->partial", "bias-once",
-                             "vocab-parallel", "load+sfb"}) {
+    for (const std::string& must : must_use) {
       INFO(must);
       CHECK(used.count(must) == 1);
     }
@@ -271,6 +277,22 @@ TEST_CASE("ViT-small and VGG-small: distributed training equals the single proce
   vgg.fc = 16;
   vgg.pooled = 1;
   equivalence<float>("vgg", models::trace_vgg<float>(vgg, 4), 10, 1e-5, 1e6);
+}
+
+TEST_CASE("Llama-small: distributed training equals the single process (f32, f64)") {
+  models::llama_config c;
+  c.layers = 2;
+  c.hidden = 16;
+  c.heads = 2;
+  c.ffn = 24;
+  c.seq = 6;
+  c.vocab = 40;
+  // No biases; the plans must still split the bias-free projections both ways, rotate split
+  // sequences and heads, and take the vocabulary apart.
+  const std::vector<std::string> must = {"all_gather", "reduce_scatter", "matmul:split->partial",
+                                         "vocab-parallel", "load+sfb"};
+  equivalence<float>("llama", models::trace_llama_lm<float>(c, 4), 40, 1e-5, 1e6, must);
+  equivalence<double>("llama", models::trace_llama_lm<double>(c, 4), 40, 1e-10, 1e6, must);
 }
 
 TEST_CASE("intermediate gradients share buffers: less gradient memory, the same training") {

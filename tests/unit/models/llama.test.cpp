@@ -1,0 +1,134 @@
+// Llama-style decoder at a tiny size: structure and parameter names, FLOPs of the SwiGLU MLP, a
+// model gradient check in f64 through every new op (RMSNorm, rotary, SwiGLU), the causal mask
+// (a later token does not change an earlier position's output), and learning a counting task.
+#include "../../support/finite_difference.hpp"
+
+#include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/trainer.hpp>
+#include <hspmd/graph/io.hpp>
+#include <hspmd/graph/ops.hpp>
+#include <hspmd/models/llama.hpp>
+#include <hspmd/models/zoo.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+using namespace hspmd;
+
+namespace {
+models::llama_config tiny() {
+  models::llama_config c;
+  c.layers = 2;
+  c.hidden = 16;
+  c.heads = 2;
+  c.ffn = 24;
+  c.seq = 6;
+  c.vocab = 11;
+  return c;
+}
+} // namespace
+
+TEST_CASE("Llama traces RMSNorm, rotary queries and keys, SwiGLU and an untied head") {
+  const auto c = tiny();
+  const graph::graph g = models::trace_llama_lm<float>(c, 3);
+  CHECK(g.find("layers.1.attn.wq.weight").has_value());
+  CHECK_FALSE(g.find("layers.1.attn.wq.bias").has_value()); // no biases
+  CHECK(g.find("layers.0.mlp.gate.weight").has_value());
+  CHECK(g.find("layers.0.attn_norm.weight").has_value());
+  CHECK(g.find("head.weight").has_value()); // untied from tok.table
+  CHECK(g.parameters().size() == 1 + c.layers * 9 + 1 + 1);
+  CHECK(g.of_kind(graph::op::rotary).size() == 2 * c.layers); // queries and keys
+  CHECK(g.of_kind(graph::op::rms_norm).size() == 2 * c.layers + 1);
+  CHECK(g.of_kind(graph::op::swiglu).size() == c.layers);
+  for (graph::node_id s : g.of_kind(graph::op::softmax))
+    CHECK(g[s].attrs.flag); // causal
+  // The SwiGLU MLP of one layer: three (tokens x 16 x 24) products and the gate's 5 per element.
+  double mlp = 0;
+  for (graph::node_id i = 0; i < g.size(); ++i)
+    if (g[i].name.rfind("layers.0.mlp.", 0) == 0)
+      mlp += graph::cost_of(g, i).forward_flops;
+  const double tokens = 3.0 * 6;
+  CHECK(mlp == 3 * 2 * tokens * 16 * 24 + 5 * tokens * 24);
+  CHECK(graph::from_json(graph::to_json(g)) == g);
+  // The zoo traces the same model by name.
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 16;
+  o.heads = 2;
+  o.ffn = 24;
+  o.seq = 6;
+  o.vocab = 11;
+  CHECK(models::trace_model<float>("llama", o, 3) == g);
+  CHECK_THROWS_WITH(models::trace_model<float>("llama", {1, 12, 0, 4, 4, 8, 0, 1.0}, 1),
+                    Catch::Contains("even head sizes"));
+}
+
+TEST_CASE("Llama gradients match finite differences (f64, tiny)") {
+  auto c = tiny();
+  c.layers = 1;
+  c.seq = 4;
+  const graph::graph g = models::trace_llama_lm<double>(c, 2);
+  exec::executor<double> ex(g, 3);
+  ex.set_input("tokens", std::vector<std::int64_t>{1, 2, 3, 4, 7, 8, 9, 10});
+  ex.set_input("targets", std::vector<std::int64_t>{2, 3, 4, 5, 8, 9, 10, 0});
+  ex.forward();
+  ex.backward();
+  std::vector<graph::node_id> params;
+  for (const char* name : {"layers.0.attn.wq.weight", "layers.0.attn.wk.weight",
+                           "layers.0.attn_norm.weight", "layers.0.mlp.gate.weight",
+                           "layers.0.mlp.up.weight", "norm.weight", "tok.table", "head.weight"})
+    params.push_back(ex.parameter(name));
+  CHECK(test_support::worst_gradient_error(ex, params, 12) <= 1e-6);
+}
+
+TEST_CASE("Llama is causal: changing the last token leaves earlier positions' outputs alone") {
+  const auto c = tiny();
+  const graph::graph g = models::trace_llama_lm<double>(c, 1);
+  const auto head = *g.find("head.matmul" + std::to_string(g.size() - 3));
+  exec::executor<double> ex(g, 3);
+  std::vector<std::int64_t> tokens = {1, 2, 3, 4, 5, 6};
+  ex.set_input("targets", std::vector<std::int64_t>(6, 0));
+  ex.set_input("tokens", tokens);
+  ex.forward();
+  const std::vector<double> before(ex.value(head).begin(), ex.value(head).end());
+  tokens.back() = 9;
+  ex.set_input("tokens", tokens);
+  ex.forward();
+  const auto after = ex.value(head);
+  const std::size_t v = c.vocab;
+  for (std::size_t i = 0; i < 5 * v; ++i)
+    CHECK(after[i] == before[i]);
+  bool last_changed = false;
+  for (std::size_t i = 5 * v; i < 6 * v; ++i)
+    last_changed = last_changed || after[i] != before[i];
+  CHECK(last_changed);
+}
+
+TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
+  const auto c = tiny();
+  constexpr std::size_t batch = 8;
+  const graph::graph g = models::trace_llama_lm<float>(c, batch);
+  exec::executor<float> ex(g, 1);
+  std::mt19937_64 rng(5);
+  exec::trainer tr(ex, exec::adam(3e-3));
+  tr.clip = 1.0;
+  const auto losses = tr.run(50, [&](exec::executor<float>& e, std::size_t) {
+    std::vector<std::int64_t> tokens(batch * c.seq);
+    std::vector<std::int64_t> targets(batch * c.seq);
+    for (std::size_t b = 0; b < batch; ++b) {
+      const std::size_t start = rng() % c.vocab;
+      for (std::size_t s = 0; s < c.seq; ++s) {
+        tokens[b * c.seq + s] = static_cast<std::int64_t>((start + s) % c.vocab);
+        targets[b * c.seq + s] = static_cast<std::int64_t>((start + s + 1) % c.vocab);
+      }
+    }
+    e.set_input("tokens", tokens);
+    e.set_input("targets", targets);
+  });
+  const double first = losses.front();
+  const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
+  CAPTURE(first, last);
+  CHECK(last <= 0.8 * first);
+}
