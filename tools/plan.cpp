@@ -17,7 +17,7 @@
 namespace {
 
 std::string seconds(double s) {
-  return hspmd::synth::detail::seconds_text(s);
+  return hspmd::synth::seconds_text(s);
 }
 
 } // namespace

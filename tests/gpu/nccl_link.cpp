@@ -1,6 +1,7 @@
 // Builds every code path of the NCCL backend (all operations, algorithms and element types)
 // and, when run, reports the NCCL and CUDA runtime versions it linked against. It needs no GPU:
 // the collectives are instantiated, not called.
+#include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/nccl/communicator.hpp>
 
 #include <cuda_runtime.h>
@@ -25,7 +26,15 @@ void instantiate(hspmd::nccl_communicator& c, std::span<T> a, std::span<T> b,
   c.all_to_all_v(std::span<const T>(a), counts, b, counts);
   c.send(std::span<const T>(a), 0, 0);
   c.recv(b, 0, 0);
+  (void)c.all_reduce(T{}, hspmd::reduce_op::sum);
 }
+
+// The concept states what the library calls; NCCL moves device buffers of numeric types, so
+// the distributed executor (which also exchanges host text: traces) refuses it at its
+// constraint instead of failing inside.
+static_assert(hspmd::communicator<hspmd::nccl_communicator, float>);
+static_assert(hspmd::communicator<hspmd::nccl_communicator, double>);
+static_assert(!hspmd::communicator<hspmd::nccl_communicator, char>);
 } // namespace nccl_link
 
 template void nccl_link::instantiate<float>(hspmd::nccl_communicator&, std::span<float>,

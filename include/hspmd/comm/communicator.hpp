@@ -16,9 +16,10 @@
 
 namespace hspmd {
 
-/// A communicator over which element type `T` can be moved.
+/// A communicator over which element type `T` can be moved: every operation the library calls
+/// (the distributed executor requires it for each element type it moves).
 template <class C, class T = float>
-concept communicator = requires(C& c, std::span<T> buf, std::span<const T> cbuf,
+concept communicator = requires(C& c, T value, std::span<T> buf, std::span<const T> cbuf,
                                 std::span<const std::size_t> counts, reduce_op op,
                                 uneven_algorithm alg, int peer) {
   { c.rank() } -> std::convertible_to<int>;
@@ -27,6 +28,7 @@ concept communicator = requires(C& c, std::span<T> buf, std::span<const T> cbuf,
   c.broadcast(buf, peer);
   c.all_reduce(cbuf, buf, op);
   c.all_reduce(buf, op);
+  { c.all_reduce(value, op) } -> std::same_as<T>; // one value, returned on every rank
   c.all_gather_v(cbuf, buf, counts, alg);
   c.all_gather_v(buf, counts, alg);
   c.reduce_scatter_v(cbuf, buf, counts, op, alg);

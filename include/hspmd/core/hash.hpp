@@ -4,6 +4,8 @@
 // accidental disagreement between ranks visible.
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace hspmd {
@@ -16,6 +18,13 @@ namespace hspmd {
     h *= 0x100000001b3ULL;
   }
   return h;
+}
+
+/// A hash as 16 hex digits, as plans and agreement errors print it.
+[[nodiscard]] inline std::string to_hex(std::uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
 }
 
 } // namespace hspmd

@@ -1,17 +1,8 @@
 #pragma once
 // Runs a plan on every rank of a communicator: the rank's local graph (exec/lower.hpp) through
-// the single-process executor's kernels, with every transfer of the plan as a collective, and
-// in the backward each transfer's dual:
-//
-//   forward                      backward (of the gradient)
-//   slice      R -> S(d)         zero-padded piece added to the replicated version (a partial sum)
-//   all-gather S(d) -> R         reduce-scatter
-//   reduce-scatter P -> S(d)     all-gather
-//   all-reduce P -> R            all-reduce
-//   all-to-all S(i) -> S(j)      all-to-all S(j) -> S(i)
-//   to-partial R -> P            the owner passes the gradient on
-//   to-partial S(d) -> P         the rank's piece of the gradient
-//   load (parameter, R)          gradient all-reduce (bucketed), or SFB when the plan says so
+// the single-process executor's kernels, with every transfer of the plan as a collective and in
+// the backward each transfer's dual (exec/transfers.hpp); replicated parameters' gradients are
+// all-reduced in buckets, or by SFB where the plan says so.
 //
 // Gradients follow the dual placements: the gradient of a replicated version is a partial sum
 // over ranks, of a partial version complete on every rank, of a split version the rank's piece.
@@ -28,12 +19,13 @@
 #include <hspmd/comm/sfb.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
+#include <hspmd/exec/agreement.hpp>
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/kernels/box.hpp>
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/trace.hpp>
+#include <hspmd/exec/transfers.hpp>
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
@@ -50,29 +42,10 @@
 
 namespace hspmd::exec {
 
-namespace detail {
-
-// Offsets of ranges of the given lengths.
-[[nodiscard]] inline std::vector<std::size_t> starts_of(const std::vector<std::size_t>& lengths) {
-  std::vector<std::size_t> s(lengths.size(), 0);
-  for (std::size_t i = 1; i < lengths.size(); ++i)
-    s[i] = s[i - 1] + lengths[i - 1];
-  return s;
-}
-
-[[nodiscard]] inline std::size_t product(const std::vector<std::size_t>& d) {
-  std::size_t n = 1;
-  for (std::size_t x : d)
-    n *= x;
-  return n;
-}
-
-} // namespace detail
-
 /// One rank's share of a distributed training step (see the file comment).
 template <std::floating_point T, class Comm>
 requires communicator<Comm, T> && communicator<Comm, std::int64_t> &&
-    communicator<Comm, std::uint64_t>
+    communicator<Comm, std::uint64_t> && communicator<Comm, double> && communicator<Comm, char>
 class distributed_executor {
 public:
   /// Checks that every rank holds the same model, cluster, ratios and plan (collective; any
@@ -80,7 +53,7 @@ public:
   /// materializes the rank's pieces of the parameters.
   distributed_executor(const graph::graph& g, const synth::plan& p, Comm& comm,
                        std::uint64_t seed = 0)
-      : g_(g), comm_(&comm), prog_(agreed_lower(g, p, comm)),
+      : g_(g), comm_(&comm), prog_(lower_agreed(g, p, comm)),
         ex_(prog_.local, seed, prog_.layouts) {
     ex_.set_row_reduce([this](std::span<T> v, bool max) {
       comm_->all_reduce(v, max ? reduce_op::max : reduce_op::sum);
@@ -287,45 +260,6 @@ private:
                 run);
   }
 
-  // Before any training collective: every rank compares what it was given with every other.
-  static void agree(const graph::graph& g, const synth::plan& p, Comm& comm) {
-    std::string ratios;
-    for (const auto& seg : p.ratios)
-      for (double r : seg)
-        ratios += std::to_string(r) + " ";
-    const std::array<std::pair<const char*, const char*>, 4> what = {{
-        {"model (traced graph)", "trace the same model with the same sizes and batch"},
-        {"cluster file", "give every rank the same cluster file"},
-        {"sharding ratios", "synthesize once, or from the same inputs, on every rank"},
-        {"plan", "give every rank the same plan file or synthesis options"},
-    }};
-    const std::array<std::uint64_t, 4> mine = {synth::graph_hash(g), p.cluster_fingerprint,
-                                               fnv1a64(ratios), p.hash()};
-    const auto n = static_cast<std::size_t>(comm.size());
-    std::vector<std::uint64_t> all(4 * n);
-    comm.all_gather_v(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(all),
-                      std::vector<std::size_t>(n, 4));
-    for (std::size_t k = 0; k < what.size(); ++k)
-      for (std::size_t r = 1; r < n; ++r)
-        if (all[4 * r + k] != all[k])
-          throw plan_error("rank " + std::to_string(r),
-                           std::string("its ") + what[k].first + " differs from rank 0's (hash " +
-                               synth::detail::hex(all[4 * r + k]) + " vs " +
-                               synth::detail::hex(all[k]) + "); no training step was run",
-                           what[k].second);
-  }
-
-  static local_program agreed_lower(const graph::graph& g, const synth::plan& p, Comm& comm) {
-    if (p.device_names.size() != static_cast<std::size_t>(comm.size()))
-      throw plan_error("plan " + p.strategy + " for " + p.cluster_name,
-                       "has " + std::to_string(p.device_names.size()) + " devices but " +
-                           std::to_string(comm.size()) + " ranks run it",
-                       "launch one rank per device of the cluster (mpirun -np " +
-                           std::to_string(p.device_names.size()) + ")");
-    agree(g, p, comm);
-    return lower(g, p, static_cast<std::size_t>(comm.rank()));
-  }
-
   // Runs f; with a slowdown s, waits (s - 1) times as long again.
   template <class F>
   void compute(F&& f) {
@@ -371,236 +305,18 @@ private:
                        "feed ids as int64 and features as floating point");
     for (const lowered_transfer& t : prog_.transfers)
       if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid)
-        piece_of(whole.data(), t.target, data_of<E>(t.target, false).data(), false);
-  }
-
-  // Copies this rank's piece of a whole tensor (dims of the global node) into `out`, or adds
-  // the piece back into the whole (`back`).
-  template <class E>
-  void piece_of(const E* whole, graph::node_id local, E* out, bool back, E* whole_out = nullptr) {
-    const node_layout& l = prog_.layouts[local];
-    std::vector<std::size_t> start(l.global.size(), 0);
-    if (l.split)
-      start[*l.split] = l.offset;
-    const auto ext = l.local_dims();
-    const std::vector<std::size_t> zero(l.global.size(), 0);
-    if (!back)
-      copy_box(ex_.backend(), whole, l.global, start, out, ext, zero, ext, false);
-    else
-      copy_box(ex_.backend(), out, ext, zero, whole_out, l.global, start, ext, true);
-  }
-
-  // Rank-major blocks of a split version: counts and the pieces' dims.
-  struct split_view {
-    std::vector<std::size_t> counts, starts;
-    std::vector<std::vector<std::size_t>> dims;
-    std::vector<std::size_t> offsets; ///< along the split dimension
-  };
-  [[nodiscard]] split_view view_of(graph::node_id split_version) const {
-    const node_layout& l = prog_.layouts[split_version];
-    const auto& lens = prog_.lengths[split_version];
-    split_view v;
-    v.offsets = detail::starts_of(lens);
-    for (std::size_t len : lens) {
-      auto d = l.global;
-      d[*l.split] = len;
-      v.counts.push_back(detail::product(d));
-      v.dims.push_back(std::move(d));
-    }
-    v.starts = detail::starts_of(v.counts);
-    return v;
-  }
-  [[nodiscard]] bool leading(graph::node_id split_version) const {
-    const node_layout& l = prog_.layouts[split_version];
-    for (std::size_t d = 0; d < *l.split; ++d)
-      if (l.global[d] != 1)
-        return false;
-    return true; // rank-major blocks are the whole tensor's layout
-  }
-  // whole (global layout) <-> rank-major blocks of a split version: `into_blocks` copies (or
-  // adds) the whole into blocks, otherwise the blocks into the whole.
-  template <class E>
-  void reblock(const E* from, graph::node_id sv, E* to, bool into_blocks, bool add) {
-    const node_layout& l = prog_.layouts[sv];
-    const auto v = view_of(sv);
-    const std::vector<std::size_t> zero(l.global.size(), 0);
-    for (std::size_t r = 0; r < v.counts.size(); ++r) {
-      auto start = zero;
-      start[*l.split] = v.offsets[r];
-      if (into_blocks)
-        copy_box(ex_.backend(), from, l.global, start, to + v.starts[r], v.dims[r], zero, v.dims[r],
-                 add);
-      else
-        copy_box(ex_.backend(), from + v.starts[r], v.dims[r], zero, to, l.global, start, v.dims[r],
-                 add);
-    }
-  }
-
-  // all-gather of split version `sv` (data `piece`) into the whole tensor `whole` (set or add).
-  template <class E>
-  void gather_into(graph::node_id sv, std::span<const E> piece, E* whole, bool add,
-                   uneven_algorithm alg) {
-    const auto v = view_of(sv);
-    const std::size_t total = v.starts.back() + v.counts.back();
-    std::vector<E> blocks(total);
-    comm_->all_gather_v(piece, std::span<E>(blocks), std::span<const std::size_t>(v.counts), alg);
-    if (leading(sv) && !add)
-      std::copy(blocks.begin(), blocks.end(), whole);
-    else
-      reblock(blocks.data(), sv, whole, false, add);
-  }
-  // reduce-scatter of the whole partial tensor `whole` to this rank's piece of split version
-  // `sv` (set or add).
-  template <class E>
-  void scatter_into(graph::node_id sv, std::span<const E> whole, E* piece, bool add,
-                    uneven_algorithm alg) {
-    const auto v = view_of(sv);
-    std::vector<E> blocks(whole.size());
-    reblock(whole.data(), sv, blocks.data(), true, false);
-    const auto me = static_cast<std::size_t>(comm_->rank());
-    std::vector<E> mine(v.counts[me]);
-    comm_->reduce_scatter_v(std::span<const E>(blocks), std::span<E>(mine),
-                            std::span<const std::size_t>(v.counts), reduce_op::sum, alg);
-    for (std::size_t i = 0; i < mine.size(); ++i)
-      piece[i] = add ? piece[i] + mine[i] : mine[i];
-  }
-  // all-to-all from split version `a` (data `in`) to split version `b` of the same tensor
-  // (data `out`, set or add).
-  template <class E>
-  void exchange(graph::node_id a, std::span<const E> in, graph::node_id b, E* out, bool add) {
-    const node_layout& la = prog_.layouts[a];
-    const node_layout& lb = prog_.layouts[b];
-    const std::size_t i = *la.split;
-    const std::size_t j = *lb.split;
-    const auto& li = prog_.lengths[a];
-    const auto& lj = prog_.lengths[b];
-    const auto oi = detail::starts_of(li);
-    const auto oj = detail::starts_of(lj);
-    const std::size_t n = li.size();
-    const auto me = static_cast<std::size_t>(comm_->rank());
-    const auto ain = la.local_dims();
-    const auto bout = lb.local_dims();
-    std::vector<std::size_t> send_counts(n), recv_counts(n);
-    std::vector<std::vector<std::size_t>> send_dims(n), recv_dims(n);
-    for (std::size_t s = 0; s < n; ++s) {
-      send_dims[s] = la.global;
-      send_dims[s][i] = li[me];
-      send_dims[s][j] = lj[s];
-      recv_dims[s] = la.global;
-      recv_dims[s][i] = li[s];
-      recv_dims[s][j] = lj[me];
-      send_counts[s] = detail::product(send_dims[s]);
-      recv_counts[s] = detail::product(recv_dims[s]);
-    }
-    const auto ss = detail::starts_of(send_counts);
-    const auto rs = detail::starts_of(recv_counts);
-    std::vector<E> send(ss.back() + send_counts.back());
-    std::vector<E> recv(rs.back() + recv_counts.back());
-    const std::vector<std::size_t> zero(la.global.size(), 0);
-    for (std::size_t s = 0; s < n; ++s) {
-      auto start = zero;
-      start[j] = oj[s];
-      copy_box(ex_.backend(), in.data(), ain, start, send.data() + ss[s], send_dims[s], zero,
-               send_dims[s], false);
-    }
-    comm_->all_to_all_v(std::span<const E>(send), std::span<const std::size_t>(send_counts),
-                        std::span<E>(recv), std::span<const std::size_t>(recv_counts));
-    for (std::size_t s = 0; s < n; ++s) {
-      auto start = zero;
-      start[i] = oi[s];
-      copy_box(ex_.backend(), recv.data() + rs[s], recv_dims[s], zero, out, bout, start,
-               recv_dims[s], add);
-    }
+        moves_.piece_of(whole.data(), t.target, data_of<E>(t.target, false).data(), false);
   }
 
   void transfer_forward(const lowered_transfer& t) {
     if (prog_.local[t.target].type == dtype::i64)
-      move_forward<std::int64_t>(t);
+      moves_.forward(t, ex_.ids(*t.source), ex_.ids(t.target));
     else
-      move_forward<T>(t);
+      moves_.forward(t, ex_.value(*t.source), ex_.value(t.target));
   }
-
-  template <class E>
-  void move_forward(const lowered_transfer& t) {
-    using k = synth::transfer_kind;
-    const graph::node_id src = *t.source;
-    auto in = data_of<E>(src, false);
-    auto out = data_of<E>(t.target, false);
-    const std::span<const E> cin(in.data(), in.size());
-    switch (t.what.kind) {
-    case k::load:
-      return;
-    case k::slice:
-      piece_of(in.data(), t.target, out.data(), false);
-      return;
-    case k::all_gather:
-      gather_into(src, cin, out.data(), false, t.what.algorithm);
-      return;
-    case k::reduce_scatter:
-      scatter_into(t.target, cin, out.data(), false, t.what.algorithm);
-      return;
-    case k::all_reduce:
-      comm_->all_reduce(cin, out, reduce_op::sum);
-      return;
-    case k::all_to_all:
-      exchange(src, cin, t.target, out.data(), false);
-      return;
-    case k::to_partial:
-      std::fill(out.begin(), out.end(), E{});
-      if (prog_.where[src].is_split())
-        piece_of(out.data(), src, in.data(), true, out.data());
-      else if (comm_->rank() == 0)
-        std::copy(in.begin(), in.end(), out.begin());
-      return;
-    }
-  }
-
-  // The dual of transfer t: the target's gradient flows into the source's.
   void transfer_backward(const lowered_transfer& t) {
-    using k = synth::transfer_kind;
-    if (prog_.local[t.target].type == dtype::i64)
-      return;
-    const graph::node_id src = *t.source;
-    auto gin = ex_.grad(src);
-    auto gout = ex_.grad(t.target);
-    const std::span<const T> cg(gout.data(), gout.size());
-    switch (t.what.kind) {
-    case k::load:
-      return;
-    case k::slice: // the piece's gradient, zero-padded: a partial sum of the whole's
-      piece_of(gin.data(), t.target, gout.data(), true, gin.data());
-      return;
-    case k::all_gather:
-      scatter_into(src, cg, gin.data(), true, t.what.algorithm);
-      return;
-    case k::reduce_scatter:
-      gather_into(t.target, cg, gin.data(), true, t.what.algorithm);
-      return;
-    case k::all_reduce: {
-      std::vector<T> sum(gout.size());
-      comm_->all_reduce(cg, std::span<T>(sum), reduce_op::sum);
-      for (std::size_t i = 0; i < sum.size(); ++i)
-        gin[i] += sum[i];
-      return;
-    }
-    case k::all_to_all:
-      exchange(t.target, cg, src, gin.data(), true);
-      return;
-    case k::to_partial:
-      to_partial_backward(src, gin, gout);
-      return;
-    }
-  }
-  void to_partial_backward(graph::node_id src, std::span<T> gin, std::span<T> gout) {
-    if (prog_.where[src].is_split()) {
-      std::vector<T> piece(gin.size());
-      piece_of(gout.data(), src, piece.data(), false);
-      for (std::size_t i = 0; i < piece.size(); ++i)
-        gin[i] += piece[i];
-    } else if (comm_->rank() == 0) {
-      for (std::size_t i = 0; i < gin.size(); ++i)
-        gin[i] += gout[i];
-    }
+    if (prog_.local[t.target].type != dtype::i64)
+      moves_.backward(t, ex_.grad(*t.source), ex_.grad(t.target));
   }
 
   // Replicated parameters: their gradients are partial sums; all-reduce them in buckets (or
@@ -691,20 +407,14 @@ private:
 
   // The whole tensor of local version `id` on every rank (collective).
   std::vector<T> assemble(graph::node_id id) {
-    const node_layout& l = prog_.layouts[id];
-    std::vector<T> whole(l.global_size());
-    const auto v = ex_.value(id);
-    if (!l.split)
-      std::copy(v.begin(), v.end(), whole.begin());
-    else
-      gather_into(id, std::span<const T>(v), whole.data(), false, uneven_algorithm::automatic);
-    return whole;
+    return moves_.assemble(id, std::span<const T>(ex_.value(id)));
   }
 
   const graph::graph& g_;
   Comm* comm_;
   local_program prog_;
   executor<T> ex_;
+  transfer_runner<T, Comm, host_backend> moves_{prog_, *comm_, ex_.backend()};
   double slowdown_ = 1.0;
   trace_recorder trace_;
   std::size_t gradient_bytes_ = 0;

@@ -76,12 +76,6 @@ struct plan {
 
 namespace detail {
 
-[[nodiscard]] inline std::string hex(std::uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 [[nodiscard]] inline std::string family_name(graph::rule::family f) {
   switch (f) {
   case graph::rule::family::replicated:
@@ -184,9 +178,9 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   j["version"] = 1;
   j["model"] = p.model;
   j["strategy"] = p.strategy;
-  j["graph"] = {{"nodes", p.graph_nodes}, {"hash", detail::hex(p.graph_hash)}};
+  j["graph"] = {{"nodes", p.graph_nodes}, {"hash", to_hex(p.graph_hash)}};
   j["cluster"] = {{"name", p.cluster_name},
-                  {"fingerprint", detail::hex(p.cluster_fingerprint)},
+                  {"fingerprint", to_hex(p.cluster_fingerprint)},
                   {"devices", p.device_names}};
   j["segments"] = {{"policy", p.segments == segment_policy::one ? "one" : "batch_and_model"},
                    {"names", p.segment_names}};
@@ -303,8 +297,8 @@ inline std::uint64_t plan::hash() const {
   p.graph_hash = std::stoull(str(gj, "graph", "hash"), nullptr, 16);
   if (p.graph_hash != graph_hash(g) || p.graph_nodes != g.size())
     src.fail("graph.hash",
-             "the plan was made for another graph (" + detail::hex(p.graph_hash) +
-                 ", this one is " + detail::hex(graph_hash(g)) + ")",
+             "the plan was made for another graph (" + to_hex(p.graph_hash) + ", this one is " +
+                 to_hex(graph_hash(g)) + ")",
              "a plan synthesized for this model, batch and configuration");
   const auto& cj =
       expect_object(src, require_key(src, j, "", "cluster", "an object"), "cluster", "an object");
@@ -431,8 +425,7 @@ inline std::uint64_t plan::hash() const {
   return p;
 }
 
-namespace detail {
-
+/// A time as people read it: "0", "12.3 us", "4.56 ms", "1.234 s".
 [[nodiscard]] inline std::string seconds_text(double s) {
   char b[32];
   if (s == 0.0)
@@ -445,6 +438,8 @@ namespace detail {
     std::snprintf(b, sizeof b, "%.3f s", s);
   return b;
 }
+
+namespace detail {
 
 [[nodiscard]] inline std::string short_text(placement p) {
   return p.is_replicated() ? "R" : p.is_partial() ? "P" : "S" + std::to_string(p.dim());
@@ -490,7 +485,7 @@ namespace detail {
       pl += " (vocabulary parallel)";
     std::snprintf(line, sizeof line, "%-5zu %-16s %-34.34s %-34.34s %-10s %-10s %s\n", i,
                   std::string(graph::name(s.kind)).c_str(), s.name.c_str(), pl.c_str(),
-                  detail::seconds_text(s.compute).c_str(), detail::seconds_text(s.comm).c_str(),
+                  seconds_text(s.compute).c_str(), seconds_text(s.comm).c_str(),
                   s.bottleneck < p.device_names.size() ? p.device_names[s.bottleneck].c_str()
                                                        : "-");
     o << line;
@@ -505,7 +500,7 @@ namespace detail {
     for (std::size_t s = 0; s < p.ratios.size(); ++s)
       o << " " << p.segment_names[s] << " " << detail::percent(p.ratios[s][d]);
     if (d < p.device_compute.size())
-      o << ", compute " << detail::seconds_text(p.device_compute[d]);
+      o << ", compute " << seconds_text(p.device_compute[d]);
     o << ", memory " << detail::bytes_text(p.memory.at(d)) << " of "
       << detail::bytes_text(static_cast<double>(m.cluster().devices[d].memory)) << "\n";
   }
@@ -514,9 +509,8 @@ namespace detail {
     for (const std::string& b : p.binding)
       o << "  " << b << "\n";
   }
-  o << "predicted step time " << detail::seconds_text(p.step_time) << " (compute "
-    << detail::seconds_text(p.compute_time) << ", communication "
-    << detail::seconds_text(p.comm_time) << ")\n";
+  o << "predicted step time " << seconds_text(p.step_time) << " (compute "
+    << seconds_text(p.compute_time) << ", communication " << seconds_text(p.comm_time) << ")\n";
   return o.str();
 }
 

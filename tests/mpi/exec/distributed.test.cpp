@@ -11,11 +11,10 @@
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/profile.hpp>
 #include <hspmd/models/bert.hpp>
-#include <hspmd/models/llama.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
-#include "../../support/test_cluster.hpp"
+#include "../../support/equivalence.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -30,196 +29,15 @@
 
 using namespace hspmd;
 
+using namespace hspmd::test;
+
 namespace {
-
-// n devices, d0 the fastest: speeds n, n - 1, ..., 1 Gflop/s.
-cluster make_cluster(std::size_t n, double bandwidth) {
-  std::vector<double> speeds;
-  for (std::size_t d = 0; d < n; ++d)
-    speeds.push_back(1e9 * double(n - d));
-  return test::make_cluster(speeds, bandwidth);
-}
-
-// The whole batch of step s: features uniform in [-1, 1), ids uniform in [0, limit).
-template <class T>
-struct batch_data {
-  std::map<std::string, std::vector<T>> values;
-  std::map<std::string, std::vector<std::int64_t>> ids;
-};
-template <class T>
-batch_data<T> data_for(const graph::graph& g, std::size_t step, std::size_t id_limit) {
-  batch_data<T> b;
-  for (graph::node_id i : g.inputs()) {
-    const auto& n = g[i];
-    const rng_key key{1000 + step, i};
-    if (n.type == dtype::i64) {
-      auto& v = b.ids[n.name];
-      for (std::size_t k = 0; k < n.out.size(); ++k)
-        v.push_back(static_cast<std::int64_t>(uniform01(key, k) * double(id_limit)));
-    } else {
-      auto& v = b.values[n.name];
-      for (std::size_t k = 0; k < n.out.size(); ++k)
-        v.push_back(static_cast<T>(2.0 * uniform01(key, k) - 1.0));
-    }
-  }
-  return b;
-}
-
-template <class T>
-struct result {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<T>> params;
-};
-
-constexpr std::size_t steps = 10;
-constexpr double clip = 0.5;
-
-template <class T>
-result<T> single(const graph::graph& g, std::size_t id_limit) {
-  exec::executor<T> ex(g, 7);
-  exec::sgd opt(0.05, 0.9);
-  result<T> r;
-  for (std::size_t s = 0; s < steps; ++s) {
-    const auto b = data_for<T>(g, s, id_limit);
-    for (const auto& [name, v] : b.values)
-      ex.set_input(name, std::span<const T>(v));
-    for (const auto& [name, v] : b.ids)
-      ex.set_input(name, std::span<const std::int64_t>(v));
-    ex.set_step(s);
-    r.losses.push_back(static_cast<double>(ex.forward()));
-    ex.backward();
-    exec::clip_grad_norm(ex, clip);
-    opt.step(ex);
-  }
-  for (graph::node_id p : g.parameters())
-    r.params[g[p].name].assign(ex.value(p).begin(), ex.value(p).end());
-  return r;
-}
-
-template <class T>
-result<T> distributed(const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
-                      std::size_t id_limit) {
-  exec::distributed_executor<T, mpi_communicator> dx(g, p, comm, 7);
-  exec::sgd opt(0.05, 0.9);
-  result<T> r;
-  for (std::size_t s = 0; s < steps; ++s) {
-    const auto b = data_for<T>(g, s, id_limit);
-    for (const auto& [name, v] : b.values)
-      dx.set_input(name, std::span<const T>(v));
-    for (const auto& [name, v] : b.ids)
-      dx.set_input(name, std::span<const std::int64_t>(v));
-    dx.set_step(s);
-    r.losses.push_back(static_cast<double>(dx.forward()));
-    dx.backward();
-    dx.clip_grad_norm(clip);
-    opt.step(dx.local());
-  }
-  for (graph::node_id q : g.parameters())
-    r.params[g[q].name] = dx.gather(g[q].name);
-  return r;
-}
-
-template <class T>
-void check_same(const result<T>& got, const result<T>& want, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (std::size_t s = 0; s < got.losses.size(); ++s) {
-    INFO("step " << s << ": " << got.losses[s] << " vs " << want.losses[s]);
-    CHECK(std::abs(got.losses[s] - want.losses[s]) <= tol * std::abs(want.losses[s]));
-  }
-  for (const auto& [name, w] : want.params) {
-    const auto& v = got.params.at(name);
-    REQUIRE(v.size() == w.size());
-    double scale = 0.0;
-    for (T x : w)
-      scale = std::max(scale, std::abs(static_cast<double>(x)));
-    double worst = 0.0;
-    for (std::size_t i = 0; i < w.size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(v[i]) - static_cast<double>(w[i])));
-    INFO("parameter " << name << ": max difference " << worst << " at scale " << scale);
-    CHECK(worst <= tol * std::max(scale, 1e-3));
-  }
-}
-
-// Every plan strategy at every ratio vector for this rank count.
-// What the plans of a model must exercise on more than one rank (the default: a model with biased
-// linear layers and a vocabulary).
-const std::vector<std::string> default_must = {
-    "all_gather", "reduce_scatter", "linear:split->partial",
-    "bias-once",  "vocab-parallel", "load+sfb"};
-
-template <class T>
-void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
-                 double bandwidth, const std::vector<std::string>& must_use = default_must) {
-  mpi_communicator comm;
-  const auto n = static_cast<std::size_t>(comm.size());
-  const auto want = single<T>(g, id_limit);
-  const cluster c = make_cluster(n, bandwidth);
-  std::vector<synth::plan> plans;
-  plans.push_back(synth::synthesize(g, c, {}, model));
-  // On a fast link the synthesizer prefers data parallelism (and SFB where it pays).
-  plans.push_back(synth::synthesize(g, make_cluster(n, 1e12), {}, model));
-  for (auto b : {synth::baseline::dp_ev, synth::baseline::dp_cp, synth::baseline::tp})
-    plans.push_back(synth::make_baseline(g, c, b, {}, model));
-  // DP-CP with every eligible weight gradient by SFB instead of all-reduce.
-  synth::plan sfb = plans[3];
-  sfb.strategy = "dp-cp+sfb";
-  for (synth::plan_step& s : sfb.steps)
-    for (synth::transfer& t : s.transfers)
-      if ((s.kind == graph::op::linear || s.kind == graph::op::matmul) &&
-          t.kind == synth::transfer_kind::load && t.tensor == g[s.node].inputs[1] &&
-          t.to.is_replicated() && s.rule.in[0].is_split() &&
-          s.rule.in[0].dim() + 1 < g[g[s.node].inputs[0]].out.rank())
-        t.sfb = true;
-  plans.push_back(sfb);
-  std::vector<std::vector<double>> ratios = {std::vector<double>(n, 1.0 / double(n))};
-  if (n == 2)
-    ratios.push_back({0.75, 0.25});
-  if (n == 3) {
-    ratios.push_back({5.0 / 9, 3.0 / 9, 1.0 / 9});
-    ratios.push_back({0.5, 0.0, 0.5}); // rank 1 holds zero-length shards
-  }
-  // What the plans exercise (the test is only as good as the instructions it runs).
-  std::set<std::string> used;
-  for (const synth::plan& p : plans)
-    for (const synth::plan_step& s : p.steps) {
-      if (s.rule.kind != graph::rule::family::replicated)
-        used.insert(std::string(graph::name(s.kind)) + ":" +
-                    (s.rule.kind == graph::rule::family::split ? "split" : "linear") +
-                    (s.rule.out.is_partial() ? "->partial" : ""));
-      if (s.rule.vocab_parallel)
-        used.insert("vocab-parallel");
-      if (s.rule.bias_once)
-        used.insert("bias-once");
-      for (const synth::transfer& t : s.transfers)
-        used.insert(std::string(synth::name(t.kind)) + (t.sfb ? "+sfb" : ""));
-    }
-  std::string list;
-  for (const auto& u : used)
-    list += u + " ";
-  if (comm.rank() == 0)
-    std::printf("%s on %zu ranks exercises: %s\n", model.c_str(), n, list.c_str());
-  if (n > 1)
-    for (const std::string& must : must_use) {
-      INFO(must);
-      CHECK(used.count(must) == 1);
-    }
-  for (const synth::plan& base : plans)
-    for (const auto& r : ratios) {
-      synth::plan p = base;
-      for (auto& seg : p.ratios)
-        seg = r;
-      std::string what = model + " " + p.strategy + " at";
-      for (double x : r)
-        what += " " + std::to_string(x);
-      check_same(distributed<T>(g, p, comm, id_limit), want, tol, what);
-    }
-}
 
 template <class T>
 void equivalence(const std::string& model, const models::model_options& o, std::size_t batch,
                  std::size_t id_limit, double tol, double bandwidth) {
-  equivalence<T>(model, models::trace_model<T>(model, o, batch), id_limit, tol, bandwidth);
+  hspmd::test::equivalence<T>(model, models::trace_model<T>(model, o, batch), id_limit, tol,
+                              bandwidth);
 }
 
 models::model_options small_mlp() {
@@ -277,22 +95,6 @@ TEST_CASE("ViT-small and VGG-small: distributed training equals the single proce
   vgg.fc = 16;
   vgg.pooled = 1;
   equivalence<float>("vgg", models::trace_vgg<float>(vgg, 4), 10, 1e-5, 1e6);
-}
-
-TEST_CASE("Llama-small: distributed training equals the single process (f32, f64)") {
-  models::llama_config c;
-  c.layers = 2;
-  c.hidden = 16;
-  c.heads = 2;
-  c.ffn = 24;
-  c.seq = 6;
-  c.vocab = 40;
-  // No biases; the plans must still split the bias-free projections both ways, rotate split
-  // sequences and heads, and take the vocabulary apart.
-  const std::vector<std::string> must = {"all_gather", "reduce_scatter", "matmul:split->partial",
-                                         "vocab-parallel", "load+sfb"};
-  equivalence<float>("llama", models::trace_llama_lm<float>(c, 4), 40, 1e-5, 1e6, must);
-  equivalence<double>("llama", models::trace_llama_lm<double>(c, 4), 40, 1e-10, 1e6, must);
 }
 
 TEST_CASE("intermediate gradients share buffers: less gradient memory, the same training") {

@@ -181,6 +181,15 @@ public:
   void all_reduce(std::span<T> data, reduce_op op) {
     all_reduce(std::span<const T>(data), data, op);
   }
+  /// One host value reduced over the ranks (through the device scratch buffer).
+  template <nccl_element T>
+  [[nodiscard]] T all_reduce(T value, reduce_op op) {
+    auto* d = device_scratch<T>(1);
+    HSPMD_CUDA_CHECK(cudaMemcpyAsync(d, &value, sizeof(T), cudaMemcpyHostToDevice, stream_), rank_);
+    all_reduce(std::span<T>(d, 1), op);
+    HSPMD_CUDA_CHECK(cudaMemcpy(&value, d, sizeof(T), cudaMemcpyDeviceToHost), rank_);
+    return value;
+  }
 
   /// See mpi_communicator::all_gather_v; buffers are device memory.
   template <nccl_element T>

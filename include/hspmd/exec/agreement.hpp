@@ -1,0 +1,66 @@
+#pragma once
+// What the ranks of a job must agree on before training: the same model, cluster, ratios and
+// plan, compared by hash over the communicator so that a difference ends every rank with a
+// message naming it instead of a hang or silently wrong numbers.
+
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/exec/lower.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/synth/plan.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hspmd::exec {
+
+/// Collective, before any training collective: every rank compares its model, cluster, ratios
+/// and plan with rank 0's; a difference throws `plan_error` on every rank naming the first rank
+/// and what differs.
+template <class Comm>
+void agree_on_plan(const graph::graph& g, const synth::plan& p, Comm& comm) {
+  std::string ratios;
+  for (const auto& seg : p.ratios)
+    for (double r : seg)
+      ratios += std::to_string(r) + " ";
+  const std::array<std::pair<const char*, const char*>, 4> what = {{
+      {"model (traced graph)", "trace the same model with the same sizes and batch"},
+      {"cluster file", "give every rank the same cluster file"},
+      {"sharding ratios", "synthesize once, or from the same inputs, on every rank"},
+      {"plan", "give every rank the same plan file or synthesis options"},
+  }};
+  const std::array<std::uint64_t, 4> mine = {synth::graph_hash(g), p.cluster_fingerprint,
+                                             fnv1a64(ratios), p.hash()};
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<std::uint64_t> all(4 * n);
+  comm.all_gather_v(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(all),
+                    std::vector<std::size_t>(n, 4));
+  for (std::size_t k = 0; k < what.size(); ++k)
+    for (std::size_t r = 1; r < n; ++r)
+      if (all[4 * r + k] != all[k])
+        throw plan_error("rank " + std::to_string(r),
+                         std::string("its ") + what[k].first + " differs from rank 0's (hash " +
+                             to_hex(all[4 * r + k]) + " vs " + to_hex(all[k]) +
+                             "); no training step was run",
+                         what[k].second);
+}
+
+/// Checks the rank count, agrees on the plan (`agree_on_plan`) and lowers it for this rank.
+template <class Comm>
+[[nodiscard]] local_program lower_agreed(const graph::graph& g, const synth::plan& p, Comm& comm) {
+  if (p.device_names.size() != static_cast<std::size_t>(comm.size()))
+    throw plan_error("plan " + p.strategy + " for " + p.cluster_name,
+                     "has " + std::to_string(p.device_names.size()) + " devices but " +
+                         std::to_string(comm.size()) + " ranks run it",
+                     "launch one rank per device of the cluster (mpirun -np " +
+                         std::to_string(p.device_names.size()) + ")");
+  agree_on_plan(g, p, comm);
+  return lower(g, p, static_cast<std::size_t>(comm.rank()));
+}
+
+} // namespace hspmd::exec

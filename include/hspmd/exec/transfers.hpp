@@ -1,0 +1,291 @@
+#pragma once
+// The transfers of a lowered plan on one rank: every placement change of the plan as a
+// collective over the communicator (forward) and its dual (backward), with the reblocking
+// between a tensor's global layout and the rank-major blocks the uneven collectives move. Box
+// copies run on the executor's backend.
+//
+//   forward                      backward (of the gradient)
+//   slice      R -> S(d)         zero-padded piece added to the replicated version (a partial sum)
+//   all-gather S(d) -> R         reduce-scatter
+//   reduce-scatter P -> S(d)     all-gather
+//   all-reduce P -> R            all-reduce
+//   all-to-all S(i) -> S(j)      all-to-all S(j) -> S(i)
+//   to-partial R -> P            the owner passes the gradient on
+//   to-partial S(d) -> P         the rank's piece of the gradient
+
+#include <hspmd/comm/communicator.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/exec/backend.hpp>
+#include <hspmd/exec/kernels/box.hpp>
+#include <hspmd/exec/layout.hpp>
+#include <hspmd/exec/lower.hpp>
+#include <hspmd/synth/plan.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+namespace hspmd::exec {
+
+namespace detail {
+
+// Offsets of ranges of the given lengths (an exclusive prefix sum).
+[[nodiscard]] inline std::vector<std::size_t> starts_of(const std::vector<std::size_t>& lengths) {
+  std::vector<std::size_t> s(lengths.size(), 0);
+  if (!lengths.empty())
+    std::exclusive_scan(lengths.begin(), lengths.end(), s.begin(), std::size_t{0});
+  return s;
+}
+
+[[nodiscard]] inline std::size_t product(const std::vector<std::size_t>& d) {
+  return std::accumulate(d.begin(), d.end(), std::size_t{1}, std::multiplies<>{});
+}
+
+} // namespace detail
+
+/// Runs the transfers of one rank's lowered program (see the file comment). Collective: every
+/// rank runs the same transfer at the same time.
+template <class T, class Comm, backend B>
+class transfer_runner {
+public:
+  transfer_runner(const local_program& prog, Comm& comm, B& backend)
+      : prog_(&prog), comm_(&comm), backend_(&backend) {}
+
+  /// The whole tensor of split version `id` (data `piece`) on every rank.
+  std::vector<T> assemble(graph::node_id id, std::span<const T> piece) {
+    const node_layout& l = prog_->layouts[id];
+    std::vector<T> whole(l.global_size());
+    if (!l.split)
+      std::copy(piece.begin(), piece.end(), whole.begin());
+    else
+      gather_into(id, piece, whole.data(), false, uneven_algorithm::automatic);
+    return whole;
+  }
+
+  /// Copies this rank's piece of a whole tensor (dims of the global node) into `out`, or adds
+  /// the piece back into the whole (`back`).
+  template <class E>
+  void piece_of(const E* whole, graph::node_id local, E* out, bool back, E* whole_out = nullptr) {
+    const node_layout& l = prog_->layouts[local];
+    std::vector<std::size_t> start(l.global.size(), 0);
+    if (l.split)
+      start[*l.split] = l.offset;
+    const auto ext = l.local_dims();
+    const std::vector<std::size_t> zero(l.global.size(), 0);
+    if (!back)
+      copy_box(*backend_, whole, l.global, start, out, ext, zero, ext, false);
+    else
+      copy_box(*backend_, out, ext, zero, whole_out, l.global, start, ext, true);
+  }
+
+  // Rank-major blocks of a split version: counts and the pieces' dims.
+  struct split_view {
+    std::vector<std::size_t> counts, starts;
+    std::vector<std::vector<std::size_t>> dims;
+    std::vector<std::size_t> offsets; ///< along the split dimension
+  };
+  [[nodiscard]] split_view view_of(graph::node_id split_version) const {
+    const node_layout& l = prog_->layouts[split_version];
+    const auto& lens = prog_->lengths[split_version];
+    split_view v;
+    v.offsets = detail::starts_of(lens);
+    for (std::size_t len : lens) {
+      auto d = l.global;
+      d[*l.split] = len;
+      v.counts.push_back(detail::product(d));
+      v.dims.push_back(std::move(d));
+    }
+    v.starts = detail::starts_of(v.counts);
+    return v;
+  }
+  [[nodiscard]] bool leading(graph::node_id split_version) const {
+    const node_layout& l = prog_->layouts[split_version];
+    for (std::size_t d = 0; d < *l.split; ++d)
+      if (l.global[d] != 1)
+        return false;
+    return true; // rank-major blocks are the whole tensor's layout
+  }
+  // whole (global layout) <-> rank-major blocks of a split version: `into_blocks` copies (or
+  // adds) the whole into blocks, otherwise the blocks into the whole.
+  template <class E>
+  void reblock(const E* from, graph::node_id sv, E* to, bool into_blocks, bool add) {
+    const node_layout& l = prog_->layouts[sv];
+    const auto v = view_of(sv);
+    const std::vector<std::size_t> zero(l.global.size(), 0);
+    for (std::size_t r = 0; r < v.counts.size(); ++r) {
+      auto start = zero;
+      start[*l.split] = v.offsets[r];
+      if (into_blocks)
+        copy_box(*backend_, from, l.global, start, to + v.starts[r], v.dims[r], zero, v.dims[r],
+                 add);
+      else
+        copy_box(*backend_, from + v.starts[r], v.dims[r], zero, to, l.global, start, v.dims[r],
+                 add);
+    }
+  }
+
+  // all-gather of split version `sv` (data `piece`) into the whole tensor `whole` (set or add).
+  template <class E>
+  void gather_into(graph::node_id sv, std::span<const E> piece, E* whole, bool add,
+                   uneven_algorithm alg) {
+    const auto v = view_of(sv);
+    const std::size_t total = v.starts.back() + v.counts.back();
+    std::vector<E> blocks(total);
+    comm_->all_gather_v(piece, std::span<E>(blocks), std::span<const std::size_t>(v.counts), alg);
+    if (leading(sv) && !add)
+      std::copy(blocks.begin(), blocks.end(), whole);
+    else
+      reblock(blocks.data(), sv, whole, false, add);
+  }
+  // reduce-scatter of the whole partial tensor `whole` to this rank's piece of split version
+  // `sv` (set or add).
+  template <class E>
+  void scatter_into(graph::node_id sv, std::span<const E> whole, E* piece, bool add,
+                    uneven_algorithm alg) {
+    const auto v = view_of(sv);
+    std::vector<E> blocks(whole.size());
+    reblock(whole.data(), sv, blocks.data(), true, false);
+    const auto me = static_cast<std::size_t>(comm_->rank());
+    std::vector<E> mine(v.counts[me]);
+    comm_->reduce_scatter_v(std::span<const E>(blocks), std::span<E>(mine),
+                            std::span<const std::size_t>(v.counts), reduce_op::sum, alg);
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      piece[i] = add ? piece[i] + mine[i] : mine[i];
+  }
+  // all-to-all from split version `a` (data `in`) to split version `b` of the same tensor
+  // (data `out`, set or add).
+  template <class E>
+  void exchange(graph::node_id a, std::span<const E> in, graph::node_id b, E* out, bool add) {
+    const node_layout& la = prog_->layouts[a];
+    const node_layout& lb = prog_->layouts[b];
+    const std::size_t i = *la.split;
+    const std::size_t j = *lb.split;
+    const auto& li = prog_->lengths[a];
+    const auto& lj = prog_->lengths[b];
+    const auto oi = detail::starts_of(li);
+    const auto oj = detail::starts_of(lj);
+    const std::size_t n = li.size();
+    const auto me = static_cast<std::size_t>(comm_->rank());
+    const auto ain = la.local_dims();
+    const auto bout = lb.local_dims();
+    std::vector<std::size_t> send_counts(n), recv_counts(n);
+    std::vector<std::vector<std::size_t>> send_dims(n), recv_dims(n);
+    for (std::size_t s = 0; s < n; ++s) {
+      send_dims[s] = la.global;
+      send_dims[s][i] = li[me];
+      send_dims[s][j] = lj[s];
+      recv_dims[s] = la.global;
+      recv_dims[s][i] = li[s];
+      recv_dims[s][j] = lj[me];
+      send_counts[s] = detail::product(send_dims[s]);
+      recv_counts[s] = detail::product(recv_dims[s]);
+    }
+    const auto ss = detail::starts_of(send_counts);
+    const auto rs = detail::starts_of(recv_counts);
+    std::vector<E> send(ss.back() + send_counts.back());
+    std::vector<E> recv(rs.back() + recv_counts.back());
+    const std::vector<std::size_t> zero(la.global.size(), 0);
+    for (std::size_t s = 0; s < n; ++s) {
+      auto start = zero;
+      start[j] = oj[s];
+      copy_box(*backend_, in.data(), ain, start, send.data() + ss[s], send_dims[s], zero,
+               send_dims[s], false);
+    }
+    comm_->all_to_all_v(std::span<const E>(send), std::span<const std::size_t>(send_counts),
+                        std::span<E>(recv), std::span<const std::size_t>(recv_counts));
+    for (std::size_t s = 0; s < n; ++s) {
+      auto start = zero;
+      start[i] = oi[s];
+      copy_box(*backend_, recv.data() + rs[s], recv_dims[s], zero, out, bout, start, recv_dims[s],
+               add);
+    }
+  }
+
+  /// Transfer t forward: from the source version's data `in` to the target's `out`.
+  template <class E>
+  void forward(const lowered_transfer& t, std::span<E> in, std::span<E> out) {
+    using k = synth::transfer_kind;
+    const graph::node_id src = *t.source;
+    const std::span<const E> cin(in.data(), in.size());
+    switch (t.what.kind) {
+    case k::load:
+      return;
+    case k::slice:
+      piece_of(in.data(), t.target, out.data(), false);
+      return;
+    case k::all_gather:
+      gather_into(src, cin, out.data(), false, t.what.algorithm);
+      return;
+    case k::reduce_scatter:
+      scatter_into(t.target, cin, out.data(), false, t.what.algorithm);
+      return;
+    case k::all_reduce:
+      comm_->all_reduce(cin, out, reduce_op::sum);
+      return;
+    case k::all_to_all:
+      exchange(src, cin, t.target, out.data(), false);
+      return;
+    case k::to_partial:
+      std::fill(out.begin(), out.end(), E{});
+      if (prog_->where[src].is_split())
+        piece_of(out.data(), src, in.data(), true, out.data());
+      else if (comm_->rank() == 0)
+        std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+  }
+
+  /// The dual of transfer t: the target's gradient `gout` flows into the source's `gin`.
+  void backward(const lowered_transfer& t, std::span<T> gin, std::span<T> gout) {
+    using k = synth::transfer_kind;
+    const graph::node_id src = *t.source;
+    const std::span<const T> cg(gout.data(), gout.size());
+    switch (t.what.kind) {
+    case k::load:
+      return;
+    case k::slice: // the piece's gradient, zero-padded: a partial sum of the whole's
+      piece_of(gin.data(), t.target, gout.data(), true, gin.data());
+      return;
+    case k::all_gather:
+      scatter_into(src, cg, gin.data(), true, t.what.algorithm);
+      return;
+    case k::reduce_scatter:
+      gather_into(t.target, cg, gin.data(), true, t.what.algorithm);
+      return;
+    case k::all_reduce: {
+      std::vector<T> sum(gout.size());
+      comm_->all_reduce(cg, std::span<T>(sum), reduce_op::sum);
+      for (std::size_t i = 0; i < sum.size(); ++i)
+        gin[i] += sum[i];
+      return;
+    }
+    case k::all_to_all:
+      exchange(t.target, cg, src, gin.data(), true);
+      return;
+    case k::to_partial:
+      to_partial_backward(src, gin, gout);
+      return;
+    }
+  }
+  void to_partial_backward(graph::node_id src, std::span<T> gin, std::span<T> gout) {
+    if (prog_->where[src].is_split()) {
+      std::vector<T> piece(gin.size());
+      piece_of(gout.data(), src, piece.data(), false);
+      for (std::size_t i = 0; i < piece.size(); ++i)
+        gin[i] += piece[i];
+    } else if (comm_->rank() == 0) {
+      for (std::size_t i = 0; i < gin.size(); ++i)
+        gin[i] += gout[i];
+    }
+  }
+
+private:
+  const local_program* prog_;
+  Comm* comm_;
+  B* backend_;
+};
+
+} // namespace hspmd::exec
