@@ -1,6 +1,7 @@
 # The two quick-start commands (see README.md):
 #   make demo   build the release preset and run the demo on the built-in 2-rank cluster
 #   make test   build the dev preset (Debug, ASan + UBSan, -Werror) and run the whole suite
+#   make check  the developer loop: unit tests only, no sanitizers (a few minutes from scratch)
 # Both first make sure the Debian packages are installed (scripts/deps.sh) and are incremental.
 #
 # Launcher flags live here and in CMakePresets.json, never in code:
@@ -9,7 +10,7 @@ MPIRUN_FLAGS ?= --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-r
 DEMO_CLUSTER ?= clusters/emulated-2.json
 DEMO_RANKS ?= 2
 
-.PHONY: all demo test deps build-dev build-release bench format lint install clean
+.PHONY: all demo test check deps build-dev build-release bench format lint install clean
 
 all: test
 
@@ -18,6 +19,8 @@ deps:
 
 build/dev/CMakeCache.txt: | deps
 	cmake --preset dev
+build/check/CMakeCache.txt: | deps
+	cmake --preset check
 build/release/CMakeCache.txt: | deps
 	cmake --preset release
 
@@ -28,6 +31,10 @@ build-release: deps build/release/CMakeCache.txt
 
 test: build-dev
 	ctest --preset dev
+
+check: deps build/check/CMakeCache.txt
+	cmake --build --preset check
+	ctest --preset check
 
 demo: deps build/release/CMakeCache.txt
 	cmake --build --preset release --target demo

@@ -19,9 +19,13 @@ set(hspmd_testing_dir ${CMAKE_CURRENT_LIST_DIR})
 add_library(hspmd_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_main.cpp)
 target_link_libraries(hspmd_catch_main PUBLIC Catch2::Catch2 hspmd_dev_flags)
 
+# `unit-tests` builds every unit test (make check: the quick developer loop).
+add_custom_target(unit-tests)
+
 function(hspmd_add_unit_test)
   cmake_parse_arguments(arg "" "NAME" "SOURCES;LIBS" ${ARGN})
   add_executable(${arg_NAME} ${arg_SOURCES})
+  add_dependencies(unit-tests ${arg_NAME})
   target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_main hspmd::core hspmd_dev_flags ${arg_LIBS})
   target_compile_definitions(${arg_NAME} PRIVATE
     HSPMD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HSPMD_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
