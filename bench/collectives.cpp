@@ -116,7 +116,7 @@ double busbw_factor(hspmd::collective op, double n) {
 
 template <class T>
 MPI_Datatype mpi_type() {
-  return hspmd::detail::mpi_datatype<T>();
+  return hspmd::mpi_datatype<T>();
 }
 
 // Deterministic, small integers: exactly representable, and sums over ranks are exact.

@@ -3,6 +3,7 @@
 // Collective benchmarks run a fixed number of iterations so every rank makes the same calls.
 #include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/partition.hpp>
 

@@ -13,7 +13,7 @@ namespace {
 
 void parse_hap_testbed(benchmark::State& state) {
   const std::string text =
-      hspmd::detail::read_text_file(std::string(HSPMD_SOURCE_DIR) + "/clusters/hap-testbed.json");
+      hspmd::io::read_text_file(std::string(HSPMD_SOURCE_DIR) + "/clusters/hap-testbed.json");
   for (auto _ : state)
     benchmark::DoNotOptimize(hspmd::parse_cluster(text, "hap-testbed.json"));
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(text.size()));

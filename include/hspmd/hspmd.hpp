@@ -5,6 +5,7 @@
 // links `hspmd::mpi` (or `hspmd::hspmd`), which defines HSPMD_HAS_MPI; the NCCL backend when it
 // links `hspmd::nccl`, which defines HSPMD_HAS_NCCL.
 
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
@@ -19,6 +20,8 @@
 #include <hspmd/core/tensor.hpp>
 #include <hspmd/core/tensor_ops.hpp>
 
+#include <hspmd/io/json_input.hpp>
+
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 
@@ -31,8 +34,8 @@
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
-#include <hspmd/graph/signature.hpp>
 #include <hspmd/graph/rules.hpp>
+#include <hspmd/graph/signature.hpp>
 
 #include <hspmd/nn/layers.hpp>
 #include <hspmd/nn/ops.hpp>
@@ -51,6 +54,7 @@
 #include <hspmd/synth/ratio_lp.hpp>
 #include <hspmd/synth/search.hpp>
 #include <hspmd/synth/synthesize.hpp>
+#include <hspmd/synth/transfer.hpp>
 
 #if defined(HSPMD_HAS_BLAS)
 #include <hspmd/exec/backend.hpp>

@@ -2,6 +2,7 @@
 // The cluster a job runs on: one device per rank (device i is rank i) and the links between
 // them. Read from a cluster file (see docs/cluster-file.md and cluster_file.hpp).
 
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 

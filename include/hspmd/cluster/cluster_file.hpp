@@ -14,9 +14,9 @@
 // Every malformed file is rejected with one line "FILE: field PATH: reason (expected ...)".
 
 #include <hspmd/cluster/cluster.hpp>
-#include <hspmd/cluster/json_input.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
+#include <hspmd/io/json_input.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +44,7 @@ inline constexpr std::size_t max_devices = 65536;        ///< devices per cluste
 } // namespace cluster_limits
 
 namespace detail {
+using namespace hspmd::io; // the strict JSON readers
 
 inline constexpr std::string_view cluster_file_expected =
     "a JSON object with \"devices\" and \"links\"; see docs/cluster-file.md";
@@ -195,73 +196,71 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
 /// Throws `config_error` with one line "SOURCE: field PATH: reason (expected ...)".
 [[nodiscard]] inline cluster parse_cluster(std::string_view text,
                                            const std::string& source = "<cluster>") {
-  using detail::json_child;
-  const detail::json_source src(source);
+  using io::json_child;
+  const io::json_source src(source);
   const nlohmann::json doc =
-      detail::parse_json_strict(text, src, std::string(detail::cluster_file_expected));
-  detail::expect_object(src, doc, "", detail::cluster_file_expected);
-  detail::reject_unknown_keys(
-      src, doc, "", {"version", "name", "description", "links", "devices", "collectives"});
+      io::parse_json_strict(text, src, std::string(detail::cluster_file_expected));
+  io::expect_object(src, doc, "", detail::cluster_file_expected);
+  io::reject_unknown_keys(src, doc, "",
+                          {"version", "name", "description", "links", "devices", "collectives"});
 
   cluster c;
   c.source = source;
   if (const auto it = doc.find("version"); it != doc.end() && !(it->is_number() && *it == 1))
-    src.fail("version", "unsupported version " + detail::printable(it->dump()),
+    src.fail("version", "unsupported version " + io::printable(it->dump()),
              "1, the only version this hspmd reads");
-  c.name = doc.contains("name")
-               ? detail::read_string(src, doc["name"], "name",
-                                     "a short name of letters, digits, '.', '_' or '-'",
-                                     detail::name_chars)
-               : std::filesystem::path(source).stem().string();
+  c.name =
+      doc.contains("name")
+          ? io::read_string(src, doc["name"], "name",
+                            "a short name of letters, digits, '.', '_' or '-'", detail::name_chars)
+          : std::filesystem::path(source).stem().string();
   if (doc.contains("description"))
-    c.description =
-        detail::read_string(src, doc["description"], "description", "free text", {}, 1000);
+    c.description = io::read_string(src, doc["description"], "description", "free text", {}, 1000);
 
   // Devices. An entry with "count": N stands for N identical devices named NAME.0 .. NAME.N-1.
   constexpr std::string_view devices_expected =
       "an array of device objects {name, kind, speed, memory, node, slowdown, count}";
-  const auto& devs =
-      detail::expect_array(src, detail::require_key(src, doc, "", "devices", devices_expected),
-                           "devices", devices_expected);
+  const auto& devs = io::expect_array(
+      src, io::require_key(src, doc, "", "devices", devices_expected), "devices", devices_expected);
   if (devs.empty())
     src.fail("devices", "is empty", "at least one device (one per rank)");
   std::map<std::string, std::string> first_path_of_name;
   for (std::size_t i = 0; i < devs.size(); ++i) {
     const std::string path = json_child("devices", i);
-    const auto& d = detail::expect_object(src, devs[i], path, devices_expected);
-    detail::reject_unknown_keys(src, d, path,
-                                {"name", "kind", "speed", "memory", "node", "slowdown", "count"});
+    const auto& d = io::expect_object(src, devs[i], path, devices_expected);
+    io::reject_unknown_keys(src, d, path,
+                            {"name", "kind", "speed", "memory", "node", "slowdown", "count"});
     device_spec dev;
     constexpr std::string_view name_expected =
         "a unique name of letters, digits, '.', '_' or '-', at most 64 characters";
-    dev.name = detail::read_string(src, detail::require_key(src, d, path, "name", name_expected),
-                                   json_child(path, "name"), name_expected, detail::name_chars);
+    dev.name = io::read_string(src, io::require_key(src, d, path, "name", name_expected),
+                               json_child(path, "name"), name_expected, detail::name_chars);
     constexpr std::string_view kind_expected = "the device model, e.g. \"V100\" or \"cpu\"";
-    dev.kind = detail::read_string(src, detail::require_key(src, d, path, "kind", kind_expected),
-                                   json_child(path, "kind"), kind_expected);
+    dev.kind = io::read_string(src, io::require_key(src, d, path, "kind", kind_expected),
+                               json_child(path, "kind"), kind_expected);
     constexpr std::string_view speed_expected = "flop/s > 0, e.g. 1.4e13 for a V100";
-    dev.speed = detail::read_number(src, detail::require_key(src, d, path, "speed", speed_expected),
-                                    json_child(path, "speed"),
-                                    {0.0, true, cluster_limits::max_speed, false, speed_expected});
+    dev.speed = io::read_number(src, io::require_key(src, d, path, "speed", speed_expected),
+                                json_child(path, "speed"),
+                                {0.0, true, cluster_limits::max_speed, false, speed_expected});
     dev.memory = detail::read_memory(
-        src, detail::require_key(src, d, path, "memory", "bytes, or a string such as \"16 GiB\""),
+        src, io::require_key(src, d, path, "memory", "bytes, or a string such as \"16 GiB\""),
         json_child(path, "memory"));
     if (d.contains("node"))
       dev.node = static_cast<std::int64_t>(
-          detail::read_number(src, d["node"], json_child(path, "node"),
-                              {0.0, false, cluster_limits::max_node, true,
-                               "a whole number >= 0; devices on one node share a node id"}));
+          io::read_number(src, d["node"], json_child(path, "node"),
+                          {0.0, false, cluster_limits::max_node, true,
+                           "a whole number >= 0; devices on one node share a node id"}));
     if (d.contains("slowdown"))
       dev.slowdown =
-          detail::read_number(src, d["slowdown"], json_child(path, "slowdown"),
-                              {1.0, false, cluster_limits::max_slowdown, false,
-                               "a factor >= 1 by which an emulated device's compute is stretched"});
+          io::read_number(src, d["slowdown"], json_child(path, "slowdown"),
+                          {1.0, false, cluster_limits::max_slowdown, false,
+                           "a factor >= 1 by which an emulated device's compute is stretched"});
     std::size_t count = 1;
     if (d.contains("count"))
-      count = static_cast<std::size_t>(
-          detail::read_number(src, d["count"], json_child(path, "count"),
-                              {1.0, false, cluster_limits::max_count, true,
-                               "a whole number of identical devices >= 1"}));
+      count =
+          static_cast<std::size_t>(io::read_number(src, d["count"], json_child(path, "count"),
+                                                   {1.0, false, cluster_limits::max_count, true,
+                                                    "a whole number of identical devices >= 1"}));
     if (c.devices.size() + count > cluster_limits::max_devices)
       src.fail(path,
                "makes the cluster larger than " + std::to_string(cluster_limits::max_devices) +
@@ -284,12 +283,11 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
   // Links. The inter-node link is required only when devices span several nodes.
   constexpr std::string_view links_expected =
       "{\"intra_node\": {...}, \"inter_node\": {...}} with bandwidth and latency each";
-  const auto& links = detail::expect_object(
-      src, detail::require_key(src, doc, "", "links", links_expected), "links", links_expected);
-  detail::reject_unknown_keys(src, links, "links", {"intra_node", "inter_node"});
-  c.intra_node =
-      detail::read_link(src, detail::require_key(src, links, "links", "intra_node", links_expected),
-                        "links.intra_node");
+  const auto& links = io::expect_object(src, io::require_key(src, doc, "", "links", links_expected),
+                                        "links", links_expected);
+  io::reject_unknown_keys(src, links, "links", {"intra_node", "inter_node"});
+  c.intra_node = detail::read_link(
+      src, io::require_key(src, links, "links", "intra_node", links_expected), "links.intra_node");
   if (links.contains("inter_node"))
     c.inter_node = detail::read_link(src, links["inter_node"], "links.inter_node");
   if (const auto nodes = c.nodes(); nodes.size() > 1 && !c.inter_node)
@@ -303,7 +301,7 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
 
 /// Reads, parses and validates the cluster file `file`.
 [[nodiscard]] inline cluster load_cluster(const std::filesystem::path& file) {
-  return parse_cluster(detail::read_text_file(file), file.string());
+  return parse_cluster(io::read_text_file(file), file.string());
 }
 
 /// The canonical JSON form: devices expanded (no "count"), memory in bytes, every field

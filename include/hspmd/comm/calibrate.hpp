@@ -8,6 +8,7 @@
 // Works with any `communicator` whose buffers are host spans.
 
 #include <hspmd/comm/communicator.hpp>
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/partition.hpp>
 

@@ -8,6 +8,7 @@
 // backends check that before each call (see comm/debug.hpp).
 
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 
 #include <concepts>

@@ -7,6 +7,7 @@
 // algorithm); on any difference every rank fails with both fingerprints in the message. With
 // the variable unset the check is one branch on a bool per call.
 
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>

@@ -13,6 +13,7 @@
 // SFB gathers 64 * 8192 * 4 B = 2 MiB. With B = 8192, SFB would gather 256 MiB: all-reduce wins.
 
 #include <hspmd/comm/communicator.hpp>
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 

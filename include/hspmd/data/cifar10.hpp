@@ -3,8 +3,8 @@
 // green, 1024 blue, row-major 32x32). Pixels are scaled to [0, 1] and normalized per channel
 // with the usual CIFAR-10 means and standard deviations.
 
-#include <hspmd/cluster/json_input.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/io/json_input.hpp>
 
 #include <array>
 #include <cstddef>
@@ -25,7 +25,7 @@ public:
   /// records or that holds a label above 9.
   explicit cifar10(const std::vector<std::filesystem::path>& files) {
     for (const auto& f : files) {
-      const std::string bytes = hspmd::detail::read_text_file(f, std::size_t{1} << 31U);
+      const std::string bytes = hspmd::io::read_text_file(f, std::size_t{1} << 31U);
       if (bytes.empty() || bytes.size() % record != 0)
         throw config_error(f.string(),
                            std::to_string(bytes.size()) + " bytes is not a whole number of " +

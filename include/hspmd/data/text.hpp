@@ -3,8 +3,8 @@
 // words (ties broken alphabetically, so every rank builds the same one), id 0 for unknown words,
 // and batches of (tokens, next-token targets) cut from the token stream.
 
-#include <hspmd/cluster/json_input.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/io/json_input.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -24,7 +24,7 @@ public:
   /// Reads `file`; keeps the `vocabulary - 1` most frequent words (id 0 is "<unk>"). Throws
   /// `config_error` naming the file when it cannot be read or has fewer than two tokens.
   text_corpus(const std::filesystem::path& file, std::size_t vocabulary) : source_(file.string()) {
-    build(hspmd::detail::read_text_file(file, std::size_t{1} << 30U), vocabulary);
+    build(hspmd::io::read_text_file(file, std::size_t{1} << 30U), vocabulary);
   }
   /// From text in memory (`source` names it in errors).
   static text_corpus from_string(const std::string& text, std::size_t vocabulary,

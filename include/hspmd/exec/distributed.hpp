@@ -171,7 +171,7 @@ public:
   }
 
   /// Starts recording a trace on every rank (collective: the ranks start their clocks together
-  /// after a barrier). Records until `write_trace`.
+  /// after a barrier). Records until `collect_trace`.
   void start_trace() {
     comm_->barrier();
     trace_.start();

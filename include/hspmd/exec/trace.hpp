@@ -4,7 +4,7 @@
 // forward and backward, emulated slowdown included), its collectives (kind, tensor, bytes,
 // algorithm) and its optimizer step; the gaps between them become "idle" events when the trace
 // is written. One process per rank ("rank R (device)"), with a thread for the work and one for
-// the steps. `distributed_executor::write_trace` gathers every rank's events to rank 0.
+// the steps. `distributed_executor::collect_trace` gathers every rank's events to rank 0.
 //
 // Times are microseconds since the recorder started (ranks start together after a barrier).
 // A collective's span includes the time spent waiting for the slowest peer.

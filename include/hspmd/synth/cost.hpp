@@ -35,6 +35,7 @@
 // device's share).
 
 #include <hspmd/cluster/cluster.hpp>
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
@@ -43,6 +44,7 @@
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/graph/rules.hpp>
 #include <hspmd/synth/ratio_lp.hpp>
+#include <hspmd/synth/transfer.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -58,41 +60,6 @@ namespace hspmd::synth {
 using graph::code_of;
 using graph::placement_codes;
 using graph::placement_of_code;
-
-/// What a transfer does to its tensor.
-enum class transfer_kind : std::uint8_t {
-  load,           ///< an input or parameter first used: read at the placement the op needs
-  slice,          ///< replicated -> split: free (backward: the gradient is a partial sum)
-  all_gather,     ///< split -> replicated (backward: reduce-scatter)
-  reduce_scatter, ///< partial -> split (backward: all-gather)
-  all_reduce,     ///< partial -> replicated (backward: all-reduce)
-  all_to_all,     ///< split(i) -> split(j) (backward: all-to-all back)
-  to_partial,     ///< replicated or split -> partial: one rank keeps it / zero padding (free)
-};
-inline constexpr std::size_t transfer_kind_count = 7;
-
-[[nodiscard]] constexpr std::string_view name(transfer_kind k) noexcept {
-  constexpr std::array<std::string_view, transfer_kind_count> names = {
-      "load", "slice", "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "to_partial"};
-  return names.at(static_cast<std::size_t>(k));
-}
-[[nodiscard]] constexpr std::optional<transfer_kind> parse_transfer_kind(std::string_view s) {
-  for (std::size_t i = 0; i < transfer_kind_count; ++i)
-    if (name(static_cast<transfer_kind>(i)) == s)
-      return static_cast<transfer_kind>(i);
-  return std::nullopt;
-}
-
-/// One communication or load instruction, fused into the op that needs it.
-struct transfer {
-  transfer_kind kind = transfer_kind::load;
-  graph::node_id tensor = 0;
-  placement from;
-  placement to;
-  uneven_algorithm algorithm = uneven_algorithm::native; ///< all-gather / reduce-scatter
-  bool sfb = false; ///< a replicated parameter whose gradient comes by SFB, not all-reduce
-  friend bool operator==(const transfer&, const transfer&) = default;
-};
 
 /// How split dimensions share ratio vectors.
 enum class segment_policy : std::uint8_t {

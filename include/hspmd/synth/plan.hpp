@@ -4,9 +4,9 @@
 // hash to a number every rank compares before training, and explain themselves as a table.
 
 #include <hspmd/cluster/cluster_file.hpp>
-#include <hspmd/cluster/json_input.hpp>
 #include <hspmd/core/hash.hpp>
 #include <hspmd/graph/io.hpp>
+#include <hspmd/io/json_input.hpp>
 #include <hspmd/synth/search.hpp>
 
 #include <nlohmann/json.hpp>
@@ -171,7 +171,7 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   return p;
 }
 
-/// The plan as JSON (see docs/plan-file.md).
+/// The plan as JSON (the format is in docs/synthesis.md, "Plan files").
 [[nodiscard]] inline nlohmann::json to_json(const plan& p, bool with_stats = true) {
   using nlohmann::json;
   json j;
@@ -240,32 +240,30 @@ inline std::uint64_t plan::hash() const {
 /// field and the fix (e.g. a plan made for another graph).
 [[nodiscard]] inline plan plan_from_json(const nlohmann::json& j, const graph::graph& g,
                                          const std::string& source = "plan") {
-  using hspmd::detail::expect_array;
-  using hspmd::detail::expect_object;
-  using hspmd::detail::require_key;
-  const hspmd::detail::json_source src(source);
+  using hspmd::io::expect_array;
+  using hspmd::io::expect_object;
+  using hspmd::io::require_key;
+  const hspmd::io::json_source src(source);
   expect_object(src, j, "", "an object");
   const auto str = [&](const nlohmann::json& o, std::string_view path, const char* key) {
     const auto& v = require_key(src, o, path, key, "a string");
     if (!v.is_string())
-      src.fail(hspmd::detail::json_child(path, key), "is " + hspmd::detail::json_kind(v),
-               "a string");
+      src.fail(hspmd::io::json_child(path, key), "is " + hspmd::io::json_kind(v), "a string");
     return v.get<std::string>();
   };
   const auto num = [&](const nlohmann::json& o, std::string_view path, const char* key) {
     const auto& v = require_key(src, o, path, key, "a number");
     if (!v.is_number())
-      src.fail(hspmd::detail::json_child(path, key), "is " + hspmd::detail::json_kind(v),
-               "a number");
+      src.fail(hspmd::io::json_child(path, key), "is " + hspmd::io::json_kind(v), "a number");
     return v.get<double>();
   };
   const auto strings = [&](const nlohmann::json& o, std::string_view path, const char* key) {
     std::vector<std::string> out;
-    const std::string at = hspmd::detail::json_child(path, key);
+    const std::string at = hspmd::io::json_child(path, key);
     for (const auto& v :
          expect_array(src, require_key(src, o, path, key, "an array"), at, "an array of strings")) {
       if (!v.is_string())
-        src.fail(at, "has " + hspmd::detail::json_kind(v), "an array of strings");
+        src.fail(at, "has " + hspmd::io::json_kind(v), "an array of strings");
       out.push_back(v.get<std::string>());
     }
     return out;
@@ -274,7 +272,7 @@ inline std::uint64_t plan::hash() const {
     std::vector<double> out;
     for (const auto& x : expect_array(src, v, at, "an array of numbers")) {
       if (!x.is_number())
-        src.fail(at, "has " + hspmd::detail::json_kind(x), "an array of numbers");
+        src.fail(at, "has " + hspmd::io::json_kind(x), "an array of numbers");
       out.push_back(x.get<double>());
     }
     return out;
@@ -282,8 +280,7 @@ inline std::uint64_t plan::hash() const {
   const auto flag = [&](const nlohmann::json& o, std::string_view path, const char* key) {
     const auto& v = require_key(src, o, path, key, "true or false");
     if (!v.is_boolean())
-      src.fail(hspmd::detail::json_child(path, key), "is " + hspmd::detail::json_kind(v),
-               "true or false");
+      src.fail(hspmd::io::json_child(path, key), "is " + hspmd::io::json_kind(v), "true or false");
     return v.get<bool>();
   };
   if (num(j, "", "version") != 1)
@@ -339,17 +336,17 @@ inline std::uint64_t plan::hash() const {
   const auto& steps =
       expect_array(src, require_key(src, j, "", "steps", "an array"), "steps", "an array");
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    const std::string path = hspmd::detail::json_child("steps", i);
+    const std::string path = hspmd::io::json_child("steps", i);
     const auto& st = expect_object(src, steps[i], path, "an object");
     plan_step s;
     const double node = num(st, path, "node");
     if (!(node >= 0.0) || node >= static_cast<double>(g.size()))
-      src.fail(hspmd::detail::json_child(path, "node"), "is not a node of the graph",
+      src.fail(hspmd::io::json_child(path, "node"), "is not a node of the graph",
                "0 .. " + std::to_string(g.size() - 1));
     s.node = static_cast<graph::node_id>(node);
     s.name = str(st, path, "name");
     if (s.name != g[s.node].name)
-      src.fail(hspmd::detail::json_child(path, "name"),
+      src.fail(hspmd::io::json_child(path, "name"),
                "\"" + s.name + "\" is not node " + std::to_string(s.node) + " (\"" +
                    g[s.node].name + "\")",
                "a plan for this graph");
@@ -357,7 +354,7 @@ inline std::uint64_t plan::hash() const {
     const auto in = strings(st, path, "in");
     s.rule.arity = in.size();
     if (in.size() > graph::max_operands || in.size() != g[s.node].inputs.size())
-      src.fail(hspmd::detail::json_child(path, "in"), "wrong number of placements",
+      src.fail(hspmd::io::json_child(path, "in"), "wrong number of placements",
                std::to_string(g[s.node].inputs.size()));
     for (std::size_t k = 0; k < in.size(); ++k)
       s.rule.in[k] = placement::parse(in[k], source + ": field " + path + ".in");
@@ -371,7 +368,7 @@ inline std::uint64_t plan::hash() const {
         known_family = true;
       }
     if (!known_family)
-      src.fail(hspmd::detail::json_child(path, "family"), "unknown \"" + fam + "\"",
+      src.fail(hspmd::io::json_child(path, "family"), "unknown \"" + fam + "\"",
                "replicated, split, linear or expert");
     s.rule.split_work = flag(st, path, "split_work");
     s.rule.bias_once = flag(st, path, "bias_once");
@@ -384,17 +381,17 @@ inline std::uint64_t plan::hash() const {
     const auto& ts = expect_array(src, require_key(src, st, path, "transfers", "an array"),
                                   path + ".transfers", "an array");
     for (std::size_t k = 0; k < ts.size(); ++k) {
-      const std::string tp = hspmd::detail::json_child(path + ".transfers", k);
+      const std::string tp = hspmd::io::json_child(path + ".transfers", k);
       transfer t;
       const std::string kind = str(ts[k], tp, "kind");
       const auto tk = parse_transfer_kind(kind);
       if (!tk)
-        src.fail(hspmd::detail::json_child(tp, "kind"), "unknown \"" + kind + "\"",
+        src.fail(hspmd::io::json_child(tp, "kind"), "unknown \"" + kind + "\"",
                  "load, slice, all_gather, reduce_scatter, all_reduce, all_to_all or to_partial");
       t.kind = *tk;
       const double tensor = num(ts[k], tp, "tensor");
       if (!(tensor >= 0.0) || tensor >= static_cast<double>(g.size()))
-        src.fail(hspmd::detail::json_child(tp, "tensor"), "is not a node of the graph",
+        src.fail(hspmd::io::json_child(tp, "tensor"), "is not a node of the graph",
                  "0 .. " + std::to_string(g.size() - 1));
       t.tensor = static_cast<graph::node_id>(tensor);
       t.from = placement::parse(str(ts[k], tp, "from"), source + ": field " + tp + ".from");
@@ -402,7 +399,7 @@ inline std::uint64_t plan::hash() const {
       const std::string alg = str(ts[k], tp, "algorithm");
       const auto a = parse_uneven_algorithm(alg);
       if (!a)
-        src.fail(hspmd::detail::json_child(tp, "algorithm"), "unknown \"" + alg + "\"",
+        src.fail(hspmd::io::json_child(tp, "algorithm"), "unknown \"" + alg + "\"",
                  "padded, grouped or native");
       t.algorithm = *a;
       t.sfb = flag(ts[k], tp, "sfb");

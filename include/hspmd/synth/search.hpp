@@ -14,10 +14,13 @@
 //
 // Cost of a step: max over devices of its compute + the sum over its communication
 // instructions of each one's max over devices (cost.hpp), forward and backward together.
-// Heuristic: for every remaining op, its cheapest rule's compute plus the loads it cannot avoid
-// (parameters used by that op alone) -- a lower bound of what any completion pays, so A* stops
-// at an optimal program. Consistent too (each step pays at least its own term), so no state is
-// expanded twice. Goal: every op computed and the loss available `partial` (the sum loss).
+// Heuristic: for every remaining op, the least it pays alone (compute, own communication, loads
+// of parameters only it uses), plus a lower bound of the extra cost of rules and conversions
+// that reaches the loss, shared among consumers (see build_heuristic) -- at most what any
+// completion pays (admissible), so A* stops at an optimal program. It is not consistent (a step can
+// pay less than the drop in the bound when a shared term is settled), so a state reached again more
+// cheaply after it was expanded is reopened (`closed = false` below); dominance pruning keeps
+// that rare. Goal: every op computed and the loss available `partial` (the sum loss).
 // Budgets (expansions, seconds) end the search early with the best completion of the deepest
 // open state and the gap to the A* lower bound.
 

@@ -147,7 +147,7 @@ void leaves(const nlohmann::json& j, const std::string& path,
 
 TEST_CASE("replacing any field of a valid file by a wrong value names that field") {
   const std::string base_file = std::string(HSPMD_SOURCE_DIR) + "/clusters/emulated-3.json";
-  const nlohmann::json base = nlohmann::json::parse(detail::read_text_file(base_file));
+  const nlohmann::json base = nlohmann::json::parse(io::read_text_file(base_file));
   std::vector<std::pair<std::string, nlohmann::json::json_pointer>> all;
   leaves(base, "", all, nlohmann::json::json_pointer());
   REQUIRE(all.size() > 15);
@@ -183,7 +183,7 @@ TEST_CASE("replacing any field of a valid file by a wrong value names that field
 
 TEST_CASE("every prefix of a valid file is rejected cleanly") {
   const std::string text =
-      detail::read_text_file(std::string(HSPMD_SOURCE_DIR) + "/clusters/hap-testbed.json");
+      io::read_text_file(std::string(HSPMD_SOURCE_DIR) + "/clusters/hap-testbed.json");
   for (std::size_t n = 0; n + 1 < text.size(); n += 7) {
     CAPTURE(n);
     const std::string msg =

@@ -1,3 +1,4 @@
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 
 #include <catch2/catch.hpp>

@@ -12,6 +12,7 @@
 #include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/mpi/check.hpp>
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 
@@ -37,7 +38,8 @@ concept mpi_element = std::is_same_v<T, float> || std::is_same_v<T, double> ||
     std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
     std::is_same_v<T, std::uint64_t> || std::is_same_v<T, std::byte> || std::is_same_v<T, char>;
 
-namespace detail {
+/// The MPI datatype of element type T (for code that calls MPI next to the communicator, as the
+/// collectives benchmark does).
 template <mpi_element T>
 [[nodiscard]] MPI_Datatype mpi_datatype() noexcept {
   if constexpr (std::is_same_v<T, float>)
@@ -54,6 +56,7 @@ template <mpi_element T>
     return MPI_BYTE;
 }
 
+namespace detail {
 [[nodiscard]] inline MPI_Op mpi_op(reduce_op op) noexcept {
   switch (op) {
   case reduce_op::max:
@@ -131,9 +134,9 @@ public:
   template <mpi_element T>
   void broadcast(std::span<T> data, int root) {
     precheck<T>(collective::broadcast, data.size(), {}, root, -1, uneven_algorithm::native);
-    HSPMD_MPI_CHECK(MPI_Bcast(data.data(), count_of(data.size(), "MPI_Bcast"),
-                              detail::mpi_datatype<T>(), root, comm_),
-                    rank_);
+    HSPMD_MPI_CHECK(
+        MPI_Bcast(data.data(), count_of(data.size(), "MPI_Bcast"), mpi_datatype<T>(), root, comm_),
+        rank_);
   }
 
   /// Collective: `out[i] = op over ranks of in[i]`; `in` and `out` have the same size on every
@@ -149,7 +152,7 @@ public:
                 uneven_algorithm::native);
     const void* send = in.data() == out.data() ? MPI_IN_PLACE : static_cast<const void*>(in.data());
     HSPMD_MPI_CHECK(MPI_Allreduce(send, out.data(), count_of(out.size(), "MPI_Allreduce"),
-                                  detail::mpi_datatype<T>(), detail::mpi_op(op), comm_),
+                                  mpi_datatype<T>(), detail::mpi_op(op), comm_),
                     rank_);
   }
   /// In-place `all_reduce`.
@@ -232,17 +235,17 @@ public:
     precheck<T>(collective::all_to_all_v, 0, {}, -1, -1, uneven_algorithm::native);
     if (debug_)
       check_all_to_all_counts(send_counts, recv_counts);
-    HSPMD_MPI_CHECK(MPI_Alltoallv(in.data(), s.counts.data(), s.displs.data(),
-                                  detail::mpi_datatype<T>(), out.data(), r.counts.data(),
-                                  r.displs.data(), detail::mpi_datatype<T>(), comm_),
+    HSPMD_MPI_CHECK(MPI_Alltoallv(in.data(), s.counts.data(), s.displs.data(), mpi_datatype<T>(),
+                                  out.data(), r.counts.data(), r.displs.data(), mpi_datatype<T>(),
+                                  comm_),
                     rank_);
   }
 
   /// Point to point: sends `data` to rank `dest` with `tag` (blocking).
   template <mpi_element T>
   void send(std::span<const T> data, int dest, int tag) {
-    HSPMD_MPI_CHECK(MPI_Send(data.data(), count_of(data.size(), "MPI_Send"),
-                             detail::mpi_datatype<T>(), dest, tag, comm_),
+    HSPMD_MPI_CHECK(MPI_Send(data.data(), count_of(data.size(), "MPI_Send"), mpi_datatype<T>(),
+                             dest, tag, comm_),
                     rank_);
   }
   /// Point to point: receives exactly `data.size()` elements from rank `src` with `tag`;
@@ -250,11 +253,11 @@ public:
   template <mpi_element T>
   void recv(std::span<T> data, int src, int tag) {
     MPI_Status status{};
-    HSPMD_MPI_CHECK(MPI_Recv(data.data(), count_of(data.size(), "MPI_Recv"),
-                             detail::mpi_datatype<T>(), src, tag, comm_, &status),
+    HSPMD_MPI_CHECK(MPI_Recv(data.data(), count_of(data.size(), "MPI_Recv"), mpi_datatype<T>(), src,
+                             tag, comm_, &status),
                     rank_);
     int got = 0;
-    HSPMD_MPI_CHECK(MPI_Get_count(&status, detail::mpi_datatype<T>(), &got), rank_);
+    HSPMD_MPI_CHECK(MPI_Get_count(&status, mpi_datatype<T>(), &got), rank_);
     if (static_cast<std::size_t>(got) != data.size())
       throw comm_error(rank_, "recv",
                        "expected " + std::to_string(data.size()) + " elements from rank " +
@@ -368,7 +371,7 @@ private:
   // all_gather_v body; `in` == nullptr means this rank's part is already in place in `out`.
   template <mpi_element T>
   void gather(const T* in, std::span<T> out, const layout& l, uneven_algorithm alg) {
-    const MPI_Datatype type = detail::mpi_datatype<T>();
+    const MPI_Datatype type = mpi_datatype<T>();
     const std::size_t mine = static_cast<std::size_t>(l.counts[me()]);
     const std::size_t at = static_cast<std::size_t>(l.displs[me()]);
     switch (alg) {
@@ -417,7 +420,7 @@ private:
   // reduce_scatter_v body; `in_place`: `out` is this rank's segment inside `in`.
   void scatter(std::span<const T> in, std::span<T> out, const layout& l, reduce_op op,
                uneven_algorithm alg, bool in_place) {
-    const MPI_Datatype type = detail::mpi_datatype<T>();
+    const MPI_Datatype type = mpi_datatype<T>();
     const MPI_Op mop = detail::mpi_op(op);
     switch (alg) {
     case uneven_algorithm::padded: {

@@ -21,6 +21,7 @@
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/comm/nccl/check.hpp>
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 

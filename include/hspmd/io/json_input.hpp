@@ -1,5 +1,7 @@
 #pragma once
-// Strict reading of the JSON files users write (cluster files now, plan files later).
+// Strict reading of the files users write: cluster files, plan files, the data readers' files.
+// Its own folder (io/: core + nlohmann-json) because the cluster, synth and data layers all read
+// user files with it; none of them owns it.
 //
 // Every problem becomes one `config_error` line "FILE: field PATH: reason (expected ...)":
 //   - syntax errors name the field the parser was in when it stopped, plus line and column;
@@ -26,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hspmd::detail {
+namespace hspmd::io {
 
 /// Printable ASCII only, so that a hostile byte in a file cannot garble an error line.
 [[nodiscard]] inline std::string printable(std::string_view s, std::size_t max_len = 60) {
@@ -328,4 +330,4 @@ struct number_rule {
   return s;
 }
 
-} // namespace hspmd::detail
+} // namespace hspmd::io
