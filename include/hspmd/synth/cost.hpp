@@ -8,7 +8,7 @@
 // flops / speed_d. An instruction's time is the maximum over the devices.
 // Communication: one collective over all devices on the cluster's bottleneck link (between
 // nodes when the job spans several), t = a * alpha + beta * x with alpha, beta from the
-// cluster's collective cost model and x the algorithm's byte term (core/collectives.hpp):
+// cluster's collective cost model and x the algorithm's byte term (core/collective_cost.hpp):
 //   all-gather / reduce-scatter, padded : alpha + beta (n - 1) B max_d r_d
 //                                native : alpha + beta B (1 - min_d r_d)
 //                                grouped: n alpha + beta B (1 - min_d r_d)

@@ -140,6 +140,20 @@ private:
   run_state state_;
 };
 
+/// The kernel pair of an op whose backward runs its forward's data movement in reverse:
+/// `Self::run(c, backward)` does both.
+template <class Self>
+struct two_way_kernel {
+  template <class T, class B>
+  static void forward(kernel_context<T, B>& c) {
+    Self::run(c, false);
+  }
+  template <class T, class B>
+  static void backward(kernel_context<T, B>& c) {
+    Self::run(c, true);
+  }
+};
+
 /// Columns per functor index of the kernels that reduce over rows (bias and normalization
 /// gradients, embedding scatters): each index owns a block of columns and walks the rows, so
 /// it reads contiguous pieces of every row.

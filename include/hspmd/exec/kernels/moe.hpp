@@ -108,7 +108,7 @@ struct zero_fill {
 
 // The routing is discrete: no gradient flows to the probabilities here (it does in combine).
 template <>
-struct kernel<graph::op::moe_dispatch> {
+struct kernel<graph::op::moe_dispatch> : two_way_kernel<kernel<graph::op::moe_dispatch>> {
   template <class T, class B>
   static void run(kernel_context<T, B>& c, bool backward) {
     const std::size_t tokens = c.in_shape(0).dims[0];
@@ -121,14 +121,6 @@ struct kernel<graph::op::moe_dispatch> {
     for_each_index(c.backend(), tokens * h,
                    dispatch_rows<T>{r, backward ? c.dout() : c.in(0), backward ? c.din(0) : c.out(),
                                     tokens, h, capacity, backward});
-  }
-  template <class T, class B>
-  static void forward(kernel_context<T, B>& c) {
-    run(c, false);
-  }
-  template <class T, class B>
-  static void backward(kernel_context<T, B>& c) {
-    run(c, true);
   }
 };
 

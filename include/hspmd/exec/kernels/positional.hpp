@@ -42,9 +42,16 @@ struct rotary_pairs {
 };
 
 template <>
-struct kernel<graph::op::rotary> {
+struct kernel<graph::op::rotary> : two_way_kernel<kernel<graph::op::rotary>> {
+  template <class T, class B>
+  static void run(kernel_context<T, B>& c, bool backward) {
+    if (backward)
+      launch<true>(c);
+    else
+      launch<false>(c);
+  }
   template <bool Backward, class T, class B>
-  static void run(kernel_context<T, B>& c) {
+  static void launch(kernel_context<T, B>& c) {
     const auto& x = c.out_shape();
     const std::size_t r = x.rank();
     const node_layout* l = c.layout();
@@ -56,14 +63,6 @@ struct kernel<graph::op::rotary> {
                                       l != nullptr ? l->offset_of(r - 3) : 0,
                                       c.attrs().scalar};
     for_each_index(c.backend(), c.out_size() / 2, f);
-  }
-  template <class T, class B>
-  static void forward(kernel_context<T, B>& c) {
-    run<false>(c);
-  }
-  template <class T, class B>
-  static void backward(kernel_context<T, B>& c) {
-    run<true>(c);
   }
 };
 

@@ -65,7 +65,7 @@ struct permute_rows {
 };
 
 template <>
-struct kernel<graph::op::permute> {
+struct kernel<graph::op::permute> : two_way_kernel<kernel<graph::op::permute>> {
   template <class T, class B>
   static void run(kernel_context<T, B>& c, bool backward) {
     const auto& x = c.in_shape(0);
@@ -88,14 +88,6 @@ struct kernel<graph::op::permute> {
       f.in_stride[i] = stride[perm[i]];
     }
     for_each_index(c.backend(), c.out_size() / f.out_dims[x.rank() - 1], f);
-  }
-  template <class T, class B>
-  static void forward(kernel_context<T, B>& c) {
-    run(c, false);
-  }
-  template <class T, class B>
-  static void backward(kernel_context<T, B>& c) {
-    run(c, true);
   }
 };
 
@@ -129,7 +121,7 @@ struct block_rows {
 
 /// Slice and concat move blocks along one axis (attrs.dims[0]); viewing a tensor as (outer,
 /// axis, inner), input k's block of rows lands at its offset in the output's axis.
-struct axis_copy_kernel {
+struct axis_copy_kernel : two_way_kernel<axis_copy_kernel> {
   template <class T, class B>
   static void run(kernel_context<T, B>& c, bool backward) {
     const bool slice = c.node().kind == graph::op::slice;
@@ -169,14 +161,6 @@ struct axis_copy_kernel {
       for_each_index(c.backend(), outer * len, f);
       at += len;
     }
-  }
-  template <class T, class B>
-  static void forward(kernel_context<T, B>& c) {
-    run(c, false);
-  }
-  template <class T, class B>
-  static void backward(kernel_context<T, B>& c) {
-    run(c, true);
   }
 };
 

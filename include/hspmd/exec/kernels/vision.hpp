@@ -95,7 +95,7 @@ struct channel_bias_gradient {
 };
 
 template <>
-struct kernel<graph::op::conv2d> {
+struct kernel<graph::op::conv2d> : two_way_kernel<kernel<graph::op::conv2d>> {
   template <class T, class B>
   static conv_geometry geometry(const kernel_context<T, B>& c) {
     const auto& x = c.in_shape(0).dims;
@@ -138,14 +138,6 @@ struct kernel<graph::op::conv2d> {
       if (bias)
         for_each_index(be, g.k, channel_bias_gradient<T>{dy, c.din(2), g.plane()});
     }
-  }
-  template <class T, class B>
-  static void forward(kernel_context<T, B>& c) {
-    run(c, false);
-  }
-  template <class T, class B>
-  static void backward(kernel_context<T, B>& c) {
-    run(c, true);
   }
 };
 
@@ -240,7 +232,8 @@ struct adaptive_pool_plane {
 };
 
 template <>
-struct kernel<graph::op::adaptive_avg_pool2d> {
+struct kernel<graph::op::adaptive_avg_pool2d>
+    : two_way_kernel<kernel<graph::op::adaptive_avg_pool2d>> {
   template <class T, class B>
   static void run(kernel_context<T, B>& c, bool backward) {
     const auto& x = c.in_shape(0).dims;
@@ -249,14 +242,6 @@ struct kernel<graph::op::adaptive_avg_pool2d> {
     for_each_index(c.backend(), x[0] * x[1],
                    adaptive_pool_plane<T>{backward ? c.dout() : c.in(0),
                                           backward ? c.din(0) : c.out(), g, backward});
-  }
-  template <class T, class B>
-  static void forward(kernel_context<T, B>& c) {
-    run(c, false);
-  }
-  template <class T, class B>
-  static void backward(kernel_context<T, B>& c) {
-    run(c, true);
   }
 };
 
