@@ -28,12 +28,17 @@ namespace detail {
 struct probe_functor {
   HSPMD_HD void operator()(std::size_t /*i*/) const {}
 };
+struct probe_work {
+  void operator()() const {}
+};
 } // namespace detail
 
 /// What the executor needs of a device. Matrices are row-major; `gemm` computes
 /// C = alpha op(A) op(B) + beta C with op(A) m x k, op(B) k x n; `gemm_strided_batched` does so
 /// for `batch` products whose operands lie `stride_*` elements apart. Buffers hold elements of
-/// float, double, std::int64_t or std::size_t and expose data() and size().
+/// float, double, std::int64_t or std::size_t and expose data() and size(). `copy_from_host`
+/// fills a buffer from host memory (inputs); `timed(f)` runs f and returns the seconds the
+/// device spent on it (host: a clock around f; a device: events on its stream).
 template <class B>
 concept backend = requires(B& b, const B& cb, std::size_t n, float* f, const float* cf, double* d,
                            const double* cd) {
@@ -48,6 +53,9 @@ concept backend = requires(B& b, const B& cb, std::size_t n, float* f, const flo
                          n, n, n);
   b.gemm_strided_batched(transpose::no, transpose::yes, n, n, n, 1.0, cd, n, n, cd, n, n, 0.0, d, n,
                          n, n);
+  b.copy_from_host(f, cf, n);
+  b.copy_from_host(d, cd, n);
+  { b.timed(detail::probe_work{}) } -> std::convertible_to<double>;
   b.synchronize();
 };
 
@@ -71,6 +79,10 @@ struct probe_backend {
   void gemm_strided_batched(transpose, transpose, std::size_t, std::size_t, std::size_t, T,
                             const T*, std::size_t, std::size_t, const T*, std::size_t, std::size_t,
                             T, T*, std::size_t, std::size_t, std::size_t);
+  template <class T>
+  void copy_from_host(T*, const T*, std::size_t);
+  template <class F>
+  double timed(F&&);
   void synchronize();
 };
 } // namespace detail
@@ -79,6 +91,20 @@ struct probe_backend {
 template <backend B, class F>
 void for_each_index(B& b, std::size_t n, const F& f) {
   b.for_each_index(n, f);
+}
+
+/// out[i] = value for every i in [0, n).
+template <class T>
+struct fill_functor {
+  T* out;
+  T value;
+  HSPMD_HD void operator()(std::size_t i) const { out[i] = value; }
+};
+
+/// Sets n elements at `p` (backend memory) to `value`.
+template <backend B, class T>
+void fill(B& b, T* p, std::size_t n, T value) {
+  b.for_each_index(n, fill_functor<T>{p, value});
 }
 
 /// C = alpha op(A) op(B) + beta C on the backend (row-major, leading dimensions lda, ldb, ldc).

@@ -100,7 +100,7 @@ public:
       throw shape_error("input \"" + std::string(name) + "\"",
                         std::to_string(data.size()) + " values for shape " + g_[id].out.to_string(),
                         "one value per element");
-    std::copy(data.begin(), data.end(), s_.values[id].begin());
+    backend_.copy_from_host(s_.values[id].data(), data.data(), data.size());
   }
   /// Feeds an integer input node (token ids, labels) by name.
   void set_input(std::string_view name, std::span<const std::int64_t> data) {
@@ -109,7 +109,7 @@ public:
       throw shape_error("input \"" + std::string(name) + "\"",
                         std::to_string(data.size()) + " ids for shape " + g_[id].out.to_string(),
                         "one id per element");
-    std::copy(data.begin(), data.end(), s_.ids[id].begin());
+    backend_.copy_from_host(s_.ids[id].data(), data.data(), data.size());
   }
 
   /// Runs every node; returns the loss.
@@ -128,28 +128,26 @@ public:
 
   /// One node's forward (inputs and parameters: nothing). For drivers that interleave
   /// communication with the nodes (exec/distributed.hpp).
-  void forward_node(graph::node_id i) {
-    profiler_.time(g_[i].kind, i, false, [&] { run(i, false); });
-  }
+  void forward_node(graph::node_id i) { timed_run(i, false); }
   /// Zeroes every gradient and seeds d loss / d loss = 1 (shared gradient buffers are zeroed
   /// when they come into use, see `reuse_gradient_buffers`).
   void begin_backward() {
     for (graph::node_id i = 0; i < g_.size(); ++i)
       if (!pooled_[i])
-        std::fill(s_.grads[i].begin(), s_.grads[i].end(), T{});
-    s_.grads[*g_.loss()][0] = T{1};
+        fill(backend_, s_.grads[i].data(), s_.grads[i].size(), T{});
+    fill(backend_, s_.grads[*g_.loss()].data(), 1, T{1});
   }
   /// One node's backward: adds its inputs' gradients (after `begin_backward`, in reverse order).
   void backward_node(graph::node_id i) {
     enter_backward(i);
     if (g_[i].type != dtype::i64)
-      profiler_.time(g_[i].kind, i, true, [&] { run(i, true); });
+      timed_run(i, true);
   }
   /// Zeroes the shared gradient buffers that come into use at node i's backward; drivers that
   /// run a node's backward themselves (a transfer's dual) call it first.
   void enter_backward(graph::node_id i) {
     for (graph::node_id j : zero_before_[i])
-      std::fill(s_.grads[j].begin(), s_.grads[j].end(), T{});
+      fill(backend_, s_.grads[j].data(), s_.grads[j].size(), T{});
   }
 
   /// Shares the memory of intermediate gradients whose lives do not overlap
@@ -222,6 +220,13 @@ public:
   }
 
 private:
+  void timed_run(graph::node_id i, bool backward) {
+    if (!profiler_.on()) {
+      run(i, backward);
+      return;
+    }
+    profiler_.add(g_[i].kind, i, backward, backend_.timed([&] { run(i, backward); }));
+  }
   void run(graph::node_id i, bool backward) {
     auto state = state_;
     state.row_reduce = &row_reduce_;

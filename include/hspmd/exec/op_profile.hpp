@@ -1,11 +1,10 @@
 #pragma once
-// Time per op kind and per node, forward and backward, as the executor runs (while on), and the
-// table `--profile` prints.
+// Time per op kind and per node, forward and backward, as the executor runs (while on; the
+// executor measures through its backend's `timed`), and the table `--profile` prints.
 
 #include <hspmd/graph/ir.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <ostream>
@@ -32,20 +31,12 @@ public:
       per_node_.assign(nodes, profile_entry{});
     }
   }
-  /// Runs f, timed against node `id` of kind `kind` when on.
-  template <class F>
-  void time(graph::op kind, graph::node_id id, bool backward, F&& f) {
-    if (!on_) {
-      f();
-      return;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  [[nodiscard]] bool on() const noexcept { return on_; }
+  /// Adds `seconds` to node `id` of kind `kind`, forward or backward.
+  void add(graph::op kind, graph::node_id id, bool backward, double seconds) {
     auto& e = per_kind_[static_cast<std::size_t>(kind)];
-    (backward ? e.backward : e.forward) += s;
-    (backward ? per_node_[id].backward : per_node_[id].forward) += s;
+    (backward ? e.backward : e.forward) += seconds;
+    (backward ? per_node_[id].backward : per_node_[id].forward) += seconds;
   }
   [[nodiscard]] const std::vector<profile_entry>& per_kind() const noexcept { return per_kind_; }
   [[nodiscard]] const std::vector<profile_entry>& per_node() const noexcept { return per_node_; }

@@ -7,12 +7,15 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 extern "C" void openblas_set_num_threads(int num_threads); // OpenBLAS extension
@@ -104,6 +107,19 @@ public:
     for (std::size_t i = 0; i < batch; ++i)
       exec::gemm(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
                  c + i * stride_c, ldc);
+  }
+
+  template <class T>
+  void copy_from_host(T* dst, const T* src, std::size_t n) const {
+    std::copy_n(src, n, dst);
+  }
+
+  /// Runs f; the seconds it took on the clock (host work is done when f returns).
+  template <class F>
+  double timed(F&& f) const {
+    const auto start = std::chrono::steady_clock::now();
+    std::forward<F>(f)();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   /// Host work is done when the call returns.
