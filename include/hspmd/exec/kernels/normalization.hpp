@@ -5,6 +5,7 @@
 
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/graph/ops/common.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -81,16 +82,15 @@ struct softmax_kernel {
     const node_layout* l = c.layout();
     const std::size_t q0 = l != nullptr && out.rank() >= 2 ? l->offset_of(out.rank() - 2) : 0;
     for_each_index(
-        c.backend(), len == 0 ? 0 : rows_of(out),
+        c.backend(), graph::rows_of(out),
         softmax_row<T, Log>{c.in(0), c.out(), len, causal, queries == 0 ? 1 : queries, q0});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
-    for_each_index(c.backend(), len == 0 ? 0 : rows_of(c.out_shape()),
+    for_each_index(c.backend(), graph::rows_of(c.out_shape()),
                    softmax_row_backward<T, Log>{c.out(), c.dout(), c.din(0), len});
   }
-  static std::size_t rows_of(const hspmd::shape& s) { return s.size() / s.dims.back(); }
 };
 
 template <>
@@ -195,7 +195,7 @@ struct kernel<graph::op::layer_norm> {
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
-    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    const std::size_t rows = graph::rows_of(c.out_shape());
     for_each_index(c.backend(), rows,
                    layer_norm_row<T>{c.in(0), c.in(1), c.in(2), c.out(), c.saved(2 * rows), len,
                                      static_cast<T>(c.attrs().scalar)});
@@ -203,7 +203,7 @@ struct kernel<graph::op::layer_norm> {
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
-    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    const std::size_t rows = graph::rows_of(c.out_shape());
     for_each_index(
         c.backend(), rows,
         layer_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
@@ -286,7 +286,7 @@ struct kernel<graph::op::rms_norm> {
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
-    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    const std::size_t rows = graph::rows_of(c.out_shape());
     for_each_index(c.backend(), rows,
                    rms_norm_row<T>{c.in(0), c.in(1), c.out(), c.saved(rows), len,
                                    static_cast<T>(c.attrs().scalar)});
@@ -294,7 +294,7 @@ struct kernel<graph::op::rms_norm> {
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
-    const std::size_t rows = len == 0 ? 0 : c.out_size() / len;
+    const std::size_t rows = graph::rows_of(c.out_shape());
     for_each_index(c.backend(), rows,
                    rms_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
     for_each_index(c.backend(), column_blocks(len),
