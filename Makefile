@@ -51,8 +51,11 @@ format:
 lint: build/dev/CMakeCache.txt
 	clang-tidy -p build/dev --quiet $(filter %.cpp,$(SOURCES))
 
-install: build-release
-	cmake --install build/release --prefix $(or $(PREFIX),/usr/local)
+# The headers, the package config and hspmd-plan; tests, examples and benchmarks are not built.
+install: deps
+	cmake --preset install
+	cmake --build --preset install
+	cmake --install build/install --prefix $(or $(PREFIX),/usr/local)
 
 clean:
 	rm -rf build

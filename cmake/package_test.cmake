@@ -1,10 +1,12 @@
-# Installs this build of hspmd into a fresh prefix, then configures, builds and tests the
-# consumer project in tests/package against it with find_package(hspmd CONFIG REQUIRED).
-#   cmake -D HSPMD_BINARY_DIR=... -D CONSUMER_SOURCE_DIR=... -D WORK_DIR=... -D GENERATOR=...
+# Builds hspmd from its source tree as a user installs it (tests, examples and benchmarks off),
+# installs it into a fresh prefix, then configures, builds and tests the consumer project in
+# tests/package against it with find_package(hspmd CONFIG REQUIRED).
+#   cmake -D HSPMD_SOURCE_DIR=... -D CONSUMER_SOURCE_DIR=... -D WORK_DIR=... -D GENERATOR=...
 #         [-D MPIEXEC_PREFLAGS="a|b"] -P package_test.cmake
+set(hspmd_build ${WORK_DIR}/hspmd-build)
 set(prefix ${WORK_DIR}/prefix)
 set(build ${WORK_DIR}/build)
-file(REMOVE_RECURSE ${prefix} ${build})
+file(REMOVE_RECURSE ${hspmd_build} ${prefix} ${build})
 
 function(step name)
   message(STATUS "package test: ${name}")
@@ -15,9 +17,21 @@ function(step name)
   message(STATUS "${out}")
 endfunction()
 
-step("install hspmd into ${prefix}" ${CMAKE_COMMAND} --install ${HSPMD_BINARY_DIR} --prefix ${prefix})
+step("configure hspmd (tests, examples, benchmarks off)"
+     ${CMAKE_COMMAND} -S ${HSPMD_SOURCE_DIR} -B ${hspmd_build} -G ${GENERATOR}
+     -DCMAKE_BUILD_TYPE=Release -DHSPMD_BUILD_TESTS=OFF -DHSPMD_BUILD_EXAMPLES=OFF
+     -DHSPMD_BUILD_BENCH=OFF)
+step("build hspmd (its tools)" ${CMAKE_COMMAND} --build ${hspmd_build})
+step("install hspmd into ${prefix}" ${CMAKE_COMMAND} --install ${hspmd_build} --prefix ${prefix})
+file(GLOB_RECURSE exported ${prefix}/share/cmake/hspmd/*.cmake)
+foreach(f IN LISTS exported)
+  file(READ ${f} text)
+  if(text MATCHES "/[^ ;\"]*lib[a-z]+[.]so")
+    message(FATAL_ERROR "package test: ${f} names a library by absolute path: ${CMAKE_MATCH_0}")
+  endif()
+endforeach()
 step("configure the consumer" ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} -G ${GENERATOR}
-     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix}
+     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix} -DHSPMD_PLAN=${prefix}/bin/hspmd-plan
      "-DMPIEXEC_PREFLAGS=${MPIEXEC_PREFLAGS}")
 step("build the consumer" ${CMAKE_COMMAND} --build ${build})
 step("run the consumer's tests" ${CMAKE_CTEST_COMMAND} --test-dir ${build} --output-on-failure -V)
