@@ -12,6 +12,7 @@
 // all_to_all_v (n-1)/n, broadcast 1.
 
 #include <hspmd/hspmd.hpp>
+#include <hspmd/io/cli.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -51,6 +52,22 @@ struct options {
 };
 
 // "64M" -> 67108864 (K, M, G are powers of 1024, as in nccl-tests).
+// nccl-tests' spellings ("allreduce", "-d float") for ours ("all_reduce", "f32").
+std::string nccl_tests_spelling(const std::string& s) {
+  static const std::pair<const char*, const char*> aliases[] = {
+      {"allreduce", "all_reduce"},        {"allgather", "all_gather_v"},
+      {"all_gather", "all_gather_v"},     {"reducescatter", "reduce_scatter_v"},
+      {"reduce_scatter", "reduce_scatter_v"}, {"alltoall", "all_to_all_v"},
+      {"all_to_all", "all_to_all_v"},     {"bcast", "broadcast"},
+      {"float", "f32"},                   {"float32", "f32"},
+      {"double", "f64"},                  {"float64", "f64"},
+      {"int", "i32"},                     {"int32", "i32"}};
+  for (const auto& [from, to] : aliases)
+    if (s == from)
+      return to;
+  return s;
+}
+
 std::size_t parse_bytes(const std::string& s, const char* flag) {
   std::size_t pos = 0;
   double v = 0;
@@ -480,23 +497,24 @@ int run(int argc, char** argv) {
   app.add_option("-c,--check", opt.check, "check results (0/1): prints #wrong")
       ->capture_default_str();
   app.add_option("--op", opt.op,
-                 "all, all_reduce, broadcast, all_gather_v, reduce_scatter_v, all_to_all_v")
+                 "all, all_reduce, broadcast, all_gather_v, reduce_scatter_v, all_to_all_v "
+                 "(nccl-tests' allreduce, allgather, reducescatter, alltoall work too)")
       ->capture_default_str();
   app.add_option("--algo", opt.algo, "automatic, padded, grouped, native or all")
       ->capture_default_str();
   app.add_option("--ratios", opt.ratios, "uneven split across ranks, e.g. 4:2:1 (default even)");
   app.add_option("--backend", opt.backend, "mpi or nccl")->capture_default_str();
-  app.add_option("-d,--dtype", opt.dtype, "f32, f64 or i32")->capture_default_str();
+  app.add_option("-d,--dtype", opt.dtype, "f32 (float), f64 (double) or i32 (int32)")
+      ->capture_default_str();
   app.add_option("--json", opt.json_file, "also write the rows to this JSON file");
   app.add_option("--cluster", opt.cluster_file,
                  "take automatic's cost model from this cluster file");
   app.add_flag("--calibrate", opt.calibrate,
                "measure the cost model first (and print it as a cluster-file section)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
+    return *rc;
+  opt.op = nccl_tests_spelling(opt.op);
+  opt.dtype = nccl_tests_spelling(opt.dtype);
 
   hspmd::mpi_communicator comm;
   if (opt.backend == "nccl")

@@ -2,7 +2,11 @@
 // compare it with the baselines (DP-EV, DP-CP, TP) built by the same machinery.
 //   hspmd-plan --model bert --cluster clusters/hap-testbed.json
 //   hspmd-plan --model vgg19 --cluster clusters/mixed-8.json --explain --json plan.json
+//   hspmd-plan --graph my_model.json --cluster clusters/emulated-3.json   # any traced model
 #include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/graph/io.hpp>
+#include <hspmd/io/cli.hpp>
+#include <hspmd/io/json_input.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -10,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -27,6 +32,7 @@ int main(int argc, char** argv) {
                "and compare it with data-parallel (even and speed-proportional) and tensor-"
                "parallel baselines. Times are the cost model's predictions per training step."};
   std::string model = "bert";
+  std::string graph_file;
   std::string cluster_file;
   std::size_t batch = 0;
   std::size_t per_device = 32;
@@ -39,7 +45,11 @@ int main(int argc, char** argv) {
   std::string list;
   for (auto n : hspmd::models::model_names)
     list += (list.empty() ? "" : ", ") + std::string(n);
-  app.add_option("--model", model, "model: " + list)->capture_default_str();
+  auto* model_flag = app.add_option("--model", model, "model: " + list)->capture_default_str();
+  app.add_option("--graph", graph_file,
+                 "plan any traced model instead: a graph JSON file (train_options::save_graph, "
+                 "--save-graph of the examples, or graph::to_json); its batch is fixed")
+      ->excludes(model_flag);
   app.add_option("--cluster", cluster_file, "cluster file (see docs/cluster-file.md)")->required();
   app.add_option("--batch", batch, "global batch (default: --per-device times the devices)");
   app.add_option("--per-device", per_device, "samples per device when --batch is not given")
@@ -68,19 +78,33 @@ int main(int argc, char** argv) {
                "print the plan as a table (ops, placements, collectives, "
                "per-device time and memory, binding LP rows)");
   app.add_flag("--no-baselines", no_baselines, "synthesize only");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
+    return *rc;
   try {
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one
                                     : hspmd::synth::segment_policy::batch_and_model;
     const hspmd::cluster c = hspmd::load_cluster(cluster_file);
-    if (batch == 0)
-      batch = per_device * c.size();
     const auto t0 = std::chrono::steady_clock::now();
-    const auto g = hspmd::models::trace_model<float>(model, mo, batch);
+    hspmd::graph::graph g;
+    if (!graph_file.empty()) {
+      if (batch != 0)
+        throw hspmd::config_error("--batch", "a graph file's batch is fixed when it was traced",
+                                  "drop --batch, or save the graph again with another batch");
+      g = hspmd::graph::from_json(
+          hspmd::io::parse_json_strict(hspmd::io::read_text_file(graph_file),
+                                       hspmd::io::json_source(graph_file), "a graph written by hspmd"),
+          graph_file);
+      model = std::filesystem::path(graph_file).stem().string();
+      for (const auto& n : g.nodes())
+        if (n.kind == hspmd::graph::op::input && n.out.batch_dim) {
+          batch = n.out.dims[*n.out.batch_dim];
+          break;
+        }
+    } else {
+      if (batch == 0)
+        batch = per_device * c.size();
+      g = hspmd::models::trace_model<float>(model, mo, batch);
+    }
     const auto t1 = std::chrono::steady_clock::now();
     const auto plan = hspmd::synth::synthesize(g, c, so, model);
     const auto t2 = std::chrono::steady_clock::now();

@@ -16,6 +16,7 @@
 //     opt.step(dx.local());                 // optimizers update the rank's pieces
 
 #include <hspmd/comm/communicator.hpp>
+#include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/sfb.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
@@ -90,12 +91,17 @@ public:
   [[nodiscard]] executor<T>& local() noexcept { return ex_; }
   [[nodiscard]] const local_program& program() const noexcept { return prog_; }
 
-  void set_step(std::uint64_t step) noexcept { ex_.set_step(step); }
+  void set_step(std::uint64_t step) noexcept {
+    step_ = step;
+    ex_.set_step(step);
+  }
   void set_training(bool on) noexcept { ex_.set_training(on); }
   /// Emulation of a slower device: every local compute takes `s` times as long (busy wait).
   void set_slowdown(double s) noexcept { slowdown_ = std::max(1.0, s); }
 
-  /// Feeds input `name` from the whole (global) batch; the rank keeps its piece.
+  /// Feeds input `name` from the whole (global) batch; the rank keeps its piece. With
+  /// HSPMD_DEBUG=detail the ranks first compare a hash of the batch (collective) and throw
+  /// `plan_error` on every rank, naming the input, the step and the first rank that differs.
   void set_input(std::string_view name, std::span<const T> whole) { feed(name, whole); }
   void set_input(std::string_view name, std::span<const std::int64_t> whole) { feed(name, whole); }
 
@@ -303,9 +309,28 @@ private:
                        std::is_same_v<E, std::int64_t> ? "is not an integer input"
                                                        : "is an integer input",
                        "feed ids as int64 and features as floating point");
+    if (check_inputs_)
+      check_same_input(name, std::as_bytes(whole));
     for (const lowered_transfer& t : prog_.transfers)
       if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid)
         moves_.piece_of(whole.data(), t.target, data_of<E>(t.target, false).data(), false);
+  }
+
+  // Every rank must feed the same whole batch: a rank whose data differs would silently train
+  // on a mixture of batches.
+  void check_same_input(std::string_view name, std::span<const std::byte> bytes) {
+    const std::uint64_t mine = fnv1a64(
+        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    std::uint64_t first = mine;
+    comm_->broadcast(std::span<std::uint64_t>(&first, 1), 0);
+    const std::int64_t differs = comm_->all_reduce(
+        static_cast<std::int64_t>(mine == first ? comm_->size() : comm_->rank()), reduce_op::min);
+    if (differs < comm_->size())
+      throw plan_error("input \"" + std::string(name) + "\" of step " + std::to_string(step_),
+                       "rank " + std::to_string(differs) +
+                           " fed a different whole batch than rank 0 (HSPMD_DEBUG=detail)",
+                       "feed every rank the same whole batch (same data order and seed); each "
+                       "rank keeps its piece");
   }
 
   void transfer_forward(const lowered_transfer& t) {
@@ -416,6 +441,8 @@ private:
   executor<T> ex_;
   transfer_runner<T, Comm, host_backend> moves_{prog_, *comm_, ex_.backend()};
   double slowdown_ = 1.0;
+  std::uint64_t step_ = 0;
+  bool check_inputs_ = debug_collectives_from_env();
   trace_recorder trace_;
   std::size_t gradient_bytes_ = 0;
 };

@@ -294,16 +294,24 @@ template <class T, std::size_t V, std::size_t H, extents_type EI, class PT, clas
   return value<T, R, P>(t, id, detail::extents_of<R>(t.graph()[id].out));
 }
 
-/// Sum over rows of -log softmax(logits)[target]: logits (N, V), integer targets (N).
+/// How a loss reduces over rows: the mean (as PyTorch's default) or the sum.
+enum class reduction : std::uint8_t { mean, sum };
+
+/// Mean (or sum) over rows of -log softmax(logits)[target]: logits (N, V), integer targets (N).
+/// A mean divides by the whole batch's N in every plan, so distributed losses stay means.
 template <class T, extents_type EL, extents_type ET, class PL, class PT>
 requires(EL::rank() == 2 && ET::rank() == 1)
     [[nodiscard]] auto cross_entropy(const value<T, EL, PL>& logits,
-                                     const value<std::int64_t, ET, PT>& targets) {
+                                     const value<std::int64_t, ET, PT>& targets,
+                                     reduction r = reduction::mean) {
   tracer& t = logits.owner();
   using P = detail::pin_result_t<graph::op::cross_entropy, extents<>, value<T, EL, PL>,
                                  value<std::int64_t, ET, PT>>;
-  return value<T, extents<>, P>(t, t.op(graph::op::cross_entropy, {logits.id(), targets.id()}),
-                                extents<>{});
+  graph::attributes a;
+  if (r == reduction::mean)
+    a.scalar = static_cast<double>(logits.extent(0));
+  return value<T, extents<>, P>(
+      t, t.op(graph::op::cross_entropy, {logits.id(), targets.id()}, std::move(a)), extents<>{});
 }
 
 /// Sum of all elements.
@@ -363,6 +371,7 @@ using functional::add;
 using functional::add_broadcast;
 using functional::causal_softmax;
 using functional::cross_entropy;
+using functional::reduction;
 using functional::matmul;
 using functional::mean;
 using functional::mul;

@@ -80,6 +80,9 @@ public:
     if (!is_floating(type) || size_of(type) < 4)
       throw plan_error("nn::tracer", "element type " + std::string(name(type)),
                        "f32 or f64 for traced models");
+    if (batch_size == 0) // a step of no samples would train on nothing and report loss 0
+      throw config_error("batch 0", "a training step needs at least one sample",
+                         "give a batch of 1 or more");
   }
 
   /// The bound batch size.

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -420,6 +421,15 @@ inline std::uint64_t plan::hash() const {
     p.stats.optimal = it->value("optimal", true);
   }
   return p;
+}
+
+/// Reads plan file `file` (written by `to_json`, e.g. `hspmd-plan --json`) for graph `g`;
+/// throws `config_error` naming the file, the field and the fix.
+[[nodiscard]] inline plan load_plan(const std::filesystem::path& file, const graph::graph& g) {
+  const std::string name = file.string();
+  const auto text = io::read_text_file(file);
+  return plan_from_json(io::parse_json_strict(text, io::json_source(name), "a plan written by hspmd"),
+                        g, name);
 }
 
 /// A time as people read it: "0", "12.3 us", "4.56 ms", "1.234 s".

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -63,7 +64,7 @@ struct bottleneck {
   std::size_t device = 0;    ///< the device (a representative when `identical` > 1)
   std::size_t identical = 1; ///< devices that share this row in the collapsed form
   double dual = 0.0;         ///< seconds of step time per unit of the row (memory: per byte)
-  std::string text; ///< "device gpu1's compute in step attn is the bottleneck (share 0.70)"
+  std::string text; ///< "device gpu1: compute in step attn binds (LP dual 0.7: ...)"
 };
 
 /// What the ratio LP found.
@@ -479,10 +480,15 @@ struct ratio_options {
         t << " (and " << identical - 1 << " identical devices)";
       if (mn.what == bottleneck::kind::memory)
         t << ": memory binds (" << -dual << " s of step time per extra byte of each device)";
-      else
+      else {
+        // An op's step reads "in step attn"; a summary step ("replicated work and fixed-size
+        // collectives", "12 steps (...)") reads "of ...".
+        const std::string& name = p.steps[step].name;
         t << ": " << (mn.what == bottleneck::kind::compute ? "compute" : "communication")
-          << (p.steps[step].name.find(" steps (") != std::string::npos ? " in " : " in step ")
-          << p.steps[step].name << " is the bottleneck (share " << dual << ")";
+          << (name.find(' ') != std::string::npos ? " of " : " in step ") << name
+          << " binds (LP dual " << std::setprecision(3) << dual
+          << ": seconds of step time per second of this row)";
+      }
       b.text = t.str();
       out.bottlenecks.push_back(std::move(b));
     };

@@ -226,6 +226,20 @@ namespace detail {
   if (!r.memory_message.empty())
     throw plan_error(where_no_plan(m, r), "no plan fits in memory: " + r.memory_message,
                      "use devices with more memory, more devices, or a smaller batch or model");
+  // Pins are the usual cause: a pinned input or parameter is only loaded in its pinned
+  // placement, and a pinned value only comes from rules that yield its pin.
+  std::string pins;
+  std::size_t count = 0;
+  for (const graph::node& n : m.graph().nodes())
+    if (n.pin && count++ < 8)
+      pins += (pins.empty() ? "" : ", ") + n.name + " " + n.pin->to_string();
+  if (count > 8)
+    pins += ", ... (" + std::to_string(count) + " in all)";
+  if (!pins.empty())
+    throw plan_error(where_no_plan(m, r),
+                     "the search found no plan that keeps the model's pins: " + pins,
+                     "a pinned input is only loaded in its pinned placement: put an op between "
+                     "it and a redistribution, or unpin one of the values");
   throw plan_error(where_no_plan(m, r), "the search found no plan",
                    "allow more rules or raise the search budget");
 }

@@ -3,9 +3,12 @@
 #include <hspmd/exec/trainer.hpp>
 #include <hspmd/nn/layers.hpp>
 
+#include "../../support/training.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <numbers>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -72,20 +75,23 @@ TEST_CASE("an MLP learns a teacher's labels: loss after 50 steps <= 0.8 x the fi
                      nn::linear<float, 64, 4>{"fc2"});
   t.set_loss(nn::cross_entropy(mlp(t, x), labels));
   const graph::graph g = t.take();
-  exec::executor<float> ex(g, 3);
   // The task: class = argmax of a fixed random projection of x (learnable by the MLP).
   std::mt19937_64 rng(11);
   std::normal_distribution<float> nd(0.0F, 1.0F);
   std::vector<float> teacher(16 * 4);
   for (auto& v : teacher)
     v = nd(rng);
-  exec::trainer tr(ex, exec::adam(0.01));
-  tr.clip = 5.0;
-  tr.samples_per_step = batch;
   std::ostringstream log;
-  const auto losses = tr.run(
-      50,
-      [&](exec::executor<float>& e, std::size_t) {
+  exec::train_options o;
+  o.batch = batch;
+  o.steps = 50;
+  o.seed = 3;
+  o.lr = exec::lr_schedule::constant(0.01);
+  o.clip = 5.0;
+  o.out = &log;
+  exec::trainer<float> tr(g, o);
+  const auto losses =
+      tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
         std::vector<float> xs(batch * 16);
         std::vector<std::int64_t> ys(batch);
         for (auto& v : xs)
@@ -106,14 +112,14 @@ TEST_CASE("an MLP learns a teacher's labels: loss after 50 steps <= 0.8 x the fi
         }
         e.set_input("x", xs);
         e.set_input("labels", ys);
-      },
-      &log);
+      }).losses;
   REQUIRE(losses.size() == 50);
   const double first = losses.front();
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
   CAPTURE(first, last);
   CHECK(last <= 0.8 * first);
   CHECK_THAT(log.str(), Catch::Contains("step    50/50"));
+  CHECK_THAT(log.str(), Catch::Contains("ETA"));
   CHECK_THAT(log.str(), Catch::Contains("samples/s"));
 }
 
@@ -147,4 +153,141 @@ TEST_CASE("profiling: time per op kind, only for kinds that ran, and a table") {
 
   ex.set_profiling(true); // restarting clears the totals
   CHECK(ex.profile()[static_cast<std::size_t>(graph::op::mul)].forward == 0.0);
+}
+
+TEST_CASE("learning-rate schedules: constant, and linear warm-up then cosine to the floor") {
+  const auto c = exec::lr_schedule::constant(0.1);
+  CHECK(c.at(0, 10) == 0.1);
+  CHECK(c.at(9, 10) == 0.1);
+  const auto s = exec::lr_schedule::cosine(1.0, 4, 0.1);
+  CHECK(s.at(0, 20) == Approx(0.2)); // warm-up: 1/5, 2/5, ... of the peak
+  CHECK(s.at(3, 20) == Approx(0.8));
+  CHECK(s.at(4, 20) == Approx(1.0)); // the peak, then down
+  CHECK(s.at(19, 20) == Approx(0.1));
+  for (std::size_t i = 5; i < 20; ++i)
+    CHECK(s.at(i, 20) < s.at(i - 1, 20));
+  CHECK(s.at(12, 20) == Approx(0.1 + 0.45 * (1.0 + std::cos(std::numbers::pi * 8.0 / 15.0))));
+}
+
+namespace {
+// A classifier of 5 features into 3 classes, batch bound by the tracer.
+void small_classifier(nn::tracer& t) {
+  auto x = t.input<double, extents<hspmd::batch, 5>>("x");
+  auto y = t.input<std::int64_t, extents<hspmd::batch>>("y");
+  auto h = nn::tanh(nn::linear<double, 5, 8>{"fc1"}(t, x));
+  t.set_loss(nn::cross_entropy(nn::linear<double, 8, 3>{"fc2"}(t, h), y));
+}
+// Sample k of a fixed stream: feature values and a label that depends on them.
+void sample(std::size_t k, std::vector<double>& x, std::vector<std::int64_t>& y) {
+  std::mt19937_64 rng(k + 17);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  double s = 0.0;
+  for (int f = 0; f < 5; ++f) {
+    x.push_back(nd(rng));
+    s += x.back() * (f + 1);
+  }
+  y.push_back(s > 1.0 ? 2 : s > -1.0 ? 1 : 0);
+}
+exec::feed_fn<double> samples(std::size_t batch) {
+  return [batch](exec::batch_sink<double>& b, std::size_t index) {
+    std::vector<double> x;
+    std::vector<std::int64_t> y;
+    for (std::size_t k = 0; k < batch; ++k)
+      sample(index * batch + k, x, y);
+    b.set_input("x", x);
+    b.set_input("y", y);
+  };
+}
+} // namespace
+
+TEST_CASE("gradient accumulation over 3 micro-batches of 2 equals batches of 6 (mean loss)") {
+  exec::train_options o = test_support::quiet_training(3, 0.05, 0.0);
+  o.batch = 6;
+  exec::trainer<double, exec::sgd> whole(small_classifier, o);
+  const auto a = whole.fit(samples(6));
+  o.batch = 2;
+  o.accumulate = 3;
+  exec::trainer<double, exec::sgd> micro(small_classifier, o);
+  const auto b = micro.fit(samples(2));
+  REQUIRE(a.losses.size() == 3);
+  for (std::size_t s = 0; s < 3; ++s)
+    CHECK(b.losses[s] == Approx(a.losses[s]).epsilon(1e-12));
+  for (const char* p : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}) {
+    const auto wa = whole.local().value(whole.local().parameter(p));
+    const auto wb = micro.local().value(micro.local().parameter(p));
+    for (std::size_t i = 0; i < wa.size(); ++i)
+      CHECK(wb[i] == Approx(wa[i]).epsilon(1e-12));
+  }
+  CHECK(a.losses[2] < a.losses[0]); // and it learns
+}
+
+TEST_CASE("the loss is the mean over rows by default; a sum on request") {
+  std::vector<double> x;
+  std::vector<std::int64_t> y;
+  for (std::size_t k = 0; k < 7; ++k)
+    sample(k, x, y);
+  double loss[2] = {};
+  for (const auto r : {nn::reduction::mean, nn::reduction::sum}) {
+    nn::tracer t(dtype::f64, 7);
+    auto xs = t.input<double, extents<hspmd::batch, 5>>("x");
+    auto ys = t.input<std::int64_t, extents<hspmd::batch>>("y");
+    t.set_loss(nn::cross_entropy(nn::linear<double, 5, 3>{"fc"}(t, xs), ys, r));
+    const graph::graph g = t.take(); // the executor keeps a reference
+    exec::executor<double> ex(g, 2);
+    ex.set_input("x", x);
+    ex.set_input("y", y);
+    loss[r == nn::reduction::sum ? 1 : 0] = ex.forward();
+  }
+  CHECK(loss[0] == Approx(loss[1] / 7.0).epsilon(1e-14));
+}
+
+TEST_CASE("evaluation: loss without backward, accuracy of the arg-max, perplexity") {
+  exec::train_options o = test_support::quiet_training(2, 0.05, 1.0);
+  o.batch = 4;
+  o.eval_batches = 2;
+  exec::trainer<double> tr(small_classifier, o);
+  std::vector<exec::eval_report> seen;
+  tr.on_eval = [&](const exec::eval_report& r) { seen.push_back(r); };
+  const auto before = tr.local().value(tr.local().parameter("fc1.weight"))[0];
+  const auto r = tr.evaluate(samples(4), 2);
+  CHECK(tr.local().value(tr.local().parameter("fc1.weight"))[0] == before); // no update
+  REQUIRE(seen.size() == 1);
+  CHECK(r.loss > 0.0);
+  CHECK(r.accuracy >= 0.0);
+  CHECK(r.accuracy <= 1.0);
+  CHECK(r.accuracy * 8.0 == Approx(std::round(r.accuracy * 8.0))); // whole rows of 8
+  CHECK(std::isnan(r.perplexity));
+  o.metric = exec::eval_metric::perplexity;
+  exec::trainer<double> lm(small_classifier, o);
+  const auto p = lm.evaluate(samples(4), 2);
+  CHECK(p.perplexity == Approx(std::exp(p.loss)));
+  std::vector<exec::step_report> steps;
+  lm.on_step = [&](const exec::step_report& s) { steps.push_back(s); };
+  const auto fit = lm.fit(samples(4), samples(4));
+  CHECK(steps.size() == 2);
+  CHECK(fit.evals.size() == 1); // after the last step
+}
+
+TEST_CASE("bad options: one line naming the value and the fix") {
+  CHECK_THROWS_WITH(nn::tracer(dtype::f32, 0),
+                    "batch 0: a training step needs at least one sample (give a batch of 1 or more)");
+  exec::train_options o = test_support::quiet_training(2, 0.05, 1.0);
+  o.plan = "synth";
+  CHECK_THROWS_WITH(exec::trainer<double>(small_classifier, o),
+                    "plan synth: needs a cluster (one process has no plan) (give a cluster file, "
+                    "or drop it)");
+  o.plan.clear();
+  o.accumulate = 0;
+  CHECK_THROWS_WITH(exec::trainer<double>(small_classifier, o),
+                    Catch::StartsWith("accumulate 0: a step needs at least one micro-batch"));
+  o.accumulate = 1;
+  CHECK_THROWS_WITH(exec::trainer<double>([](nn::tracer&) {}, o),
+                    Catch::Contains("model function: set no loss"));
+}
+
+TEST_CASE("a 5:3 slowdown shows as 1.67x, not 1.66x") {
+  CHECK(exec::detail::times_text(5.0 / 3.0) == "1.67x");
+  CHECK(exec::detail::times_text(2.0) == "2x");
+  CHECK(exec::detail::duration_text(3725.0) == "1:02:05");
+  CHECK(exec::detail::duration_text(65.4) == "1:05");
 }

@@ -1,6 +1,7 @@
 // BERT-LM at a tiny size: shapes, parameter names, FLOPs of the attention projections, a model
 // gradient check in f64, and 50 training steps on a learnable synthetic task.
 #include "../../support/finite_difference.hpp"
+#include "../../support/training.hpp"
 
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/trainer.hpp>
@@ -30,7 +31,8 @@ models::bert_config tiny() {
 }
 
 // Sequences counting up modulo the vocabulary from a random start: next = current + 1.
-void feed_counting(exec::executor<float>& ex, const models::bert_config& c, std::size_t batch,
+template <class Sink>
+void feed_counting(Sink& ex, const models::bert_config& c, std::size_t batch,
                    std::mt19937_64& rng) {
   std::vector<std::int64_t> tokens(batch * c.seq);
   std::vector<std::int64_t> targets(batch * c.seq);
@@ -87,12 +89,11 @@ TEST_CASE("BERT-LM learns to count: loss after 50 steps <= 0.8 x the first") {
   const auto c = tiny();
   constexpr std::size_t batch = 8;
   const graph::graph g = models::trace_bert_lm<float>(c, batch);
-  exec::executor<float> ex(g, 1);
   std::mt19937_64 rng(5);
-  exec::trainer tr(ex, exec::adam(3e-3));
-  tr.clip = 1.0;
+  exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
   const auto losses =
-      tr.run(50, [&](exec::executor<float>& e, std::size_t) { feed_counting(e, c, batch, rng); });
+      tr.fit([&](exec::batch_sink<float>& e, std::size_t) { feed_counting(e, c, batch, rng); })
+          .losses;
   const double first = losses.front();
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
   CAPTURE(first, last);
@@ -126,11 +127,10 @@ TEST_CASE("BERT-MoE: experts in every second layer, gradients, and learning") {
 
   constexpr std::size_t batch = 8;
   const graph::graph gt = models::trace_bert_lm<float>(c, batch);
-  exec::executor<float> et(gt, 1);
   std::mt19937_64 rng(6);
-  exec::trainer tr(et, exec::adam(3e-3));
-  tr.clip = 1.0;
+  exec::trainer<float> tr(gt, test_support::quiet_training(50, 3e-3, 1.0));
   const auto losses =
-      tr.run(50, [&](exec::executor<float>& e, std::size_t) { feed_counting(e, c, batch, rng); });
+      tr.fit([&](exec::batch_sink<float>& e, std::size_t) { feed_counting(e, c, batch, rng); })
+          .losses;
   CHECK((losses[47] + losses[48] + losses[49]) / 3.0 <= 0.8 * losses.front());
 }

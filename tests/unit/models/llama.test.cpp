@@ -2,6 +2,7 @@
 // model gradient check in f64 through every new op (RMSNorm, rotary, SwiGLU), the causal mask
 // (a later token does not change an earlier position's output), and learning a counting task.
 #include "../../support/finite_difference.hpp"
+#include "../../support/training.hpp"
 
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/trainer.hpp>
@@ -110,11 +111,9 @@ TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
   const auto c = tiny();
   constexpr std::size_t batch = 8;
   const graph::graph g = models::trace_llama_lm<float>(c, batch);
-  exec::executor<float> ex(g, 1);
   std::mt19937_64 rng(5);
-  exec::trainer tr(ex, exec::adam(3e-3));
-  tr.clip = 1.0;
-  const auto losses = tr.run(50, [&](exec::executor<float>& e, std::size_t) {
+  exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
+  const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
     std::vector<std::int64_t> tokens(batch * c.seq);
     std::vector<std::int64_t> targets(batch * c.seq);
     for (std::size_t b = 0; b < batch; ++b) {
@@ -126,7 +125,7 @@ TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
     }
     e.set_input("tokens", tokens);
     e.set_input("targets", targets);
-  });
+  }).losses;
   const double first = losses.front();
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
   CAPTURE(first, last);

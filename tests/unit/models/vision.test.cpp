@@ -1,6 +1,7 @@
 // VGG and ViT at tiny sizes: shapes, a model gradient check in f64, and 50 training steps on a
 // learnable synthetic task (each class is a fixed random image plus noise).
 #include "../../support/finite_difference.hpp"
+#include "../../support/training.hpp"
 
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/trainer.hpp>
@@ -40,8 +41,17 @@ models::vit_config tiny_vit() {
   return c;
 }
 
+template <class Sink>
+struct element_of {
+  using type = float; // exec::batch_sink<float>
+};
 template <class T>
-void feed_images(exec::executor<T>& ex, std::size_t batch, std::size_t image, std::size_t classes,
+struct element_of<exec::executor<T>> {
+  using type = T;
+};
+
+template <class Sink, class T = typename element_of<Sink>::type>
+void feed_images(Sink& ex, std::size_t batch, std::size_t image, std::size_t classes,
                  std::mt19937_64& rng) {
   static std::vector<std::vector<double>> prototypes;
   std::normal_distribution<double> nd(0.0, 1.0);
@@ -121,11 +131,10 @@ TEST_CASE("VGG and ViT learn the synthetic classes: loss after 50 steps <= 0.8 x
   for (const bool vit : {false, true}) {
     const graph::graph g = vit ? models::trace_vit<float>(tiny_vit(), batch)
                                : models::trace_vgg<float>(tiny_vgg(), batch);
-    exec::executor<float> ex(g, 1);
-    exec::trainer tr(ex, exec::adam(3e-3));
-    tr.clip = 5.0;
-    const auto losses = tr.run(
-        50, [&](exec::executor<float>& e, std::size_t) { feed_images(e, batch, 8, 4, rng); });
+    exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 5.0));
+    const auto losses =
+        tr.fit([&](exec::batch_sink<float>& e, std::size_t) { feed_images(e, batch, 8, 4, rng); })
+            .losses;
     const double first = losses.front();
     const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
     CAPTURE(vit, first, last);

@@ -122,3 +122,21 @@ TEST_CASE("the synthesizer keeps every pin") {
   CHECK(differs);
   CHECK(plan.step_time >= free_plan.step_time); // the pinned space is a subset
 }
+
+TEST_CASE("a search that fails because of pins names the pins and the fix") {
+  const cluster c = parse_cluster(R"({"version": 1, "name": "two", "links": {"intra_node":
+      {"bandwidth": 1e9, "latency": 1e-6}}, "devices": [
+      {"name": "a", "kind": "gpu", "speed": 2e9, "memory": "1 GiB"},
+      {"name": "b", "kind": "gpu", "speed": 1e9, "memory": "1 GiB"}]})");
+  nn::tracer t(dtype::f32, 8);
+  auto x = t.input<float, extents<hspmd::batch, 4>, split<0>>("x");
+  auto y = t.input<std::int64_t, extents<hspmd::batch>>("y");
+  auto whole = nn::redistribute<replicated>(x); // straight from the pinned input
+  t.set_loss(nn::cross_entropy(nn::linear<float, 4, 3>{"fc"}(t, whole), y));
+  const graph::graph g = t.take();
+  CHECK_THROWS_WITH(synth::synthesize(g, c),
+                    Catch::Contains("the search found no plan that keeps the model's pins: x "
+                                    "split(0), redistribute") &&
+                        Catch::Contains("replicated (a pinned input is only loaded in its pinned "
+                                        "placement"));
+}

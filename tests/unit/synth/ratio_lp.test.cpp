@@ -78,6 +78,7 @@ TEST_CASE("a device two times faster gets 2/3 (compute-bound), in both forms") {
     double share1 = 0.0;
     for (const auto& b : s.bottlenecks) {
       CHECK(b.what == bottleneck::kind::compute);
+      CHECK_THAT(b.text, Catch::Contains(" binds (LP dual ") && !Catch::Contains("share"));
       (b.device == 0 ? share0 : share1) += b.dual;
     }
     CHECK(share0 + share1 == Approx(4.0)); // one unit of blame per step

@@ -128,8 +128,8 @@ struct row_exp_sum {
     sums[r] = s;
   }
 };
-/// lse[r] += log sums[r]; out[0] = sum over rows of (owner ? lse : 0) - the target's logit
-/// where the rank holds it (one index: the sum runs in order).
+/// lse[r] += log sums[r]; out[0] = scale * the sum over rows of (owner ? lse : 0) - the target's
+/// logit where the rank holds it (one index: the sum runs in order).
 template <class T>
 struct cross_entropy_total {
   const T* logits;
@@ -141,6 +141,7 @@ struct cross_entropy_total {
   std::size_t v;
   vocab_span range;
   bool owner;
+  T scale; ///< 1 for a sum, 1 / the whole batch's rows for a mean
   HSPMD_HD void operator()(std::size_t /*i*/) const {
     T total{0};
     for (std::size_t r = 0; r < rows; ++r) {
@@ -151,11 +152,11 @@ struct cross_entropy_total {
       if (t >= range.first && t < range.first + range.count)
         total -= logits[r * v + t - range.first];
     }
-    out[0] = total;
+    out[0] = scale * total;
   }
 };
-/// Row r of the logits' gradient: dlogits[r, j] += dy * (softmax(logits)[r, j] - [j is the
-/// target]).
+/// Row r of the logits' gradient: dlogits[r, j] += scale * dy * (softmax(logits)[r, j] - [j is
+/// the target]).
 template <class T>
 struct cross_entropy_backward {
   const T* logits;
@@ -165,8 +166,9 @@ struct cross_entropy_backward {
   T* dlogits;
   std::size_t v;
   vocab_span range;
+  T scale;
   HSPMD_HD void operator()(std::size_t r) const {
-    const T g = dy[0];
+    const T g = scale * dy[0];
     const T m = lse[r];
     const T* lr = logits + r * v;
     T* dr = dlogits + r * v;
@@ -177,6 +179,14 @@ struct cross_entropy_backward {
       dr[t - range.first] -= g;
   }
 };
+
+/// A mean divides by the whole batch's row count, kept in the node (a rank's piece divides by it
+/// too, so the ranks' partial losses sum to the mean).
+template <class T, class B>
+[[nodiscard]] T loss_scale(const kernel_context<T, B>& c) {
+  const double rows = c.node().attrs.scalar;
+  return rows > 0.0 ? static_cast<T>(1.0 / rows) : T{1};
+}
 
 template <>
 struct kernel<graph::op::cross_entropy> {
@@ -200,7 +210,7 @@ struct kernel<graph::op::cross_entropy> {
       c.row_reduce(std::span<T>(sums, rows), false);
     for_each_index(be, 1,
                    cross_entropy_total<T>{c.in(0), targets.data(), sums, lse, c.out(), rows, v,
-                                          range, !vocab_parallel || l->owner});
+                                          range, !vocab_parallel || l->owner, loss_scale<T>(c)});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
@@ -208,7 +218,7 @@ struct kernel<graph::op::cross_entropy> {
     const auto targets = c.ids(1);
     for_each_index(c.backend(), v == 0 ? 0 : targets.size(),
                    cross_entropy_backward<T>{c.in(0), targets.data(), c.saved(), c.dout(), c.din(0),
-                                             v, vocab_range(c, 1)});
+                                             v, vocab_range(c, 1), loss_scale<T>(c)});
   }
 };
 

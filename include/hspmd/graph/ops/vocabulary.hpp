@@ -48,17 +48,22 @@ struct op_traits<op::embedding> {
   }
 };
 
-/// logits (N, V), integer targets (N) -> (): the sum over rows of -log softmax[target].
+/// logits (N, V), integer targets (N) -> (): the mean (or sum) over rows of -log softmax[target].
+/// `attrs.scalar` is the divisor of a mean: the whole batch's row count, fixed when traced so a
+/// rank's piece divides by it too; 0 means a sum.
 template <>
 struct op_traits<op::cross_entropy> {
   static constexpr std::string_view summary =
-      "logits (N, V), targets (N) -> (): sum over rows of -log softmax(row)[target]";
+      "logits (N, V), targets (N) -> (): mean (attrs.scalar = N) or sum (0) over rows of -log "
+      "softmax(row)[target]";
   static constexpr std::size_t arity = 2;
   static hspmd::shape shape(const node_view& v) {
     const auto& logits = v.in(0);
     if (logits.rank() != 2 || v.in(1).rank() != 1 || v.in(1).dims[0] != logits.dims[0])
       v.fail("logits " + logits.to_string() + " and targets " + v.in(1).to_string(),
              "logits (N, V) and targets (N)");
+    if (const double d = v.attrs().scalar; d < 0.0 || d != static_cast<double>(std::size_t(d)))
+      v.fail("mean divisor " + std::to_string(d), "a whole row count, or 0 for a summed loss");
     return {};
   }
   static node_cost cost(const node_view& v) {
@@ -78,7 +83,10 @@ struct op_traits<op::cross_entropy> {
     b.sum_over(s.in[0][0]);
     s.vocabulary = s.in[0][1];
   }
-  static std::vector<op_example> examples() { return {{"", {{{4, 6}}, {{4}, dtype::i64}}, {}, 6}}; }
+  static std::vector<op_example> examples() {
+    return {{"sum", {{{4, 6}}, {{4}, dtype::i64}}, {}, 6},
+            {"mean", {{{4, 6}}, {{4}, dtype::i64}}, {4.0, {}, false}, 6}};
+  }
 };
 
 } // namespace hspmd::graph

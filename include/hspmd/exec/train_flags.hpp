@@ -1,0 +1,98 @@
+#pragma once
+// Command-line flags for the library trainer's options, on a CLI11 app (CLI11 is the caller's
+// dependency: include this header only in a program that links CLI11).
+//
+//     CLI::App app{"my trainer"};
+//     exec::train_options o;                 // defaults the flags show in --help
+//     exec::add_train_flags(app, o);
+//     app.add_option("--hidden", hidden, "hidden width")->capture_default_str();
+//     if (const auto rc = exec::parse_flags(app, argc, argv))
+//       return *rc;                          // --help, or a bad flag (io/cli.hpp)
+
+#include <hspmd/exec/trainer.hpp>
+#include <hspmd/io/cli.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hspmd::exec {
+
+using io::parse_flags;
+
+/// A count flag that must be 1 or more ("--batch 0" is refused with the fix).
+inline const CLI::Validator at_least_one(
+    [](std::string& value) -> std::string {
+      if (value.find_first_not_of("0123456789") == std::string::npos && !value.empty() &&
+          value.find_first_not_of('0') != std::string::npos)
+        return {};
+      return "value " + value + " is not allowed: give a whole number of 1 or more";
+    },
+    "COUNT >= 1");
+
+/// Adds every trainer flag to `app`, writing into `o` (whose values are shown as defaults).
+inline void add_train_flags(CLI::App& app, train_options& o) {
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--batch", o.batch, "samples per micro-batch")
+      ->capture_default_str()
+      ->check(at_least_one);
+  app.add_option("--accumulate", o.accumulate,
+                 "micro-batches per optimizer step (gradient accumulation)")
+      ->capture_default_str()
+      ->check(at_least_one);
+  app.add_option("--seed", o.seed, "seed of parameters, dropout and synthetic data")
+      ->capture_default_str();
+  app.add_option("--lr", o.lr.peak, "(peak) learning rate of Adam")->capture_default_str();
+  app.add_option_function<std::string>(
+         "--schedule",
+         [&o](const std::string& v) {
+           o.lr.shape = v == "cosine" ? lr_schedule::kind::cosine : lr_schedule::kind::constant;
+         },
+         "learning-rate schedule: constant, or cosine (linear warm-up, then cosine decay to "
+         "--min-lr)")
+      ->check(CLI::IsMember({"constant", "cosine"}))
+      ->default_str(o.lr.shape == lr_schedule::kind::constant ? "constant" : "cosine");
+  app.add_option("--warmup", o.lr.warmup, "cosine schedule: warm-up steps")->capture_default_str();
+  app.add_option("--min-lr", o.lr.floor, "cosine schedule: learning rate at the last step")
+      ->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")
+      ->capture_default_str();
+  app.add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")
+      ->capture_default_str();
+  app.add_option("--cluster", o.cluster,
+                 "train on every rank of an MPI job (mpirun -np N, one rank per device of this "
+                 "cluster file); one process when absent");
+  app.add_option("--plan", o.plan,
+                 "with --cluster: synth (default), dp-ev, dp-cp, tp, or a plan JSON file");
+  app.add_flag("--calibrate", o.calibrate,
+               "with --cluster: before planning, time the model's ops on rank 0 and the "
+               "collectives on all ranks, and price the plan by those measurements");
+  app.add_flag("--explain", o.explain, "with --cluster: print the plan's explain table");
+  app.add_option("--trace", o.trace,
+                 "with --cluster: write a Chrome/Perfetto trace (a track per rank: compute, "
+                 "collectives, idle, steps) to this file");
+  app.add_option("--save-plan", o.save_plan, "with --cluster: write the plan as JSON to this file");
+  app.add_option("--save-graph", o.save_graph,
+                 "write the traced graph as JSON to this file (hspmd-plan --graph plans it)");
+  app.add_option("--eval-every", o.eval_every,
+                 "evaluate every N steps (0: only after the last step)")
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "micro-batches per evaluation")
+      ->capture_default_str()
+      ->check(at_least_one);
+  app.add_option("--metrics", o.metrics,
+                 "write one JSON line per step and evaluation (loss, lr, grad norm, seconds) "
+                 "to this file");
+  app.add_option("--log-every", o.log_every, "a progress line every N steps (0: about 20 lines)")
+      ->capture_default_str();
+  app.add_flag("--print-graph", o.print_graph, "print the traced graph (op, name, shape, FLOPs)");
+  app.add_flag("--profile", o.profile, "time each op kind and print where a step's time goes");
+  app.add_flag_callback(
+      "--quiet", [&o] { o.out = nullptr; }, "no progress or summary lines");
+}
+
+} // namespace hspmd::exec

@@ -1,0 +1,49 @@
+// Compares the per-step losses of two metrics files written by the library trainer
+// (train_options::metrics, one JSON line per step or evaluation):
+//   same_losses A.jsonl B.jsonl RELATIVE_TOLERANCE
+// Exits 0 when both have the same steps and every loss agrees within the tolerance.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+std::vector<double> losses(const char* path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "same_losses: cannot read %s\n", path);
+    std::exit(2);
+  }
+  std::vector<double> v;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("step"))
+      v.push_back(j.at("loss").get<double>());
+  }
+  return v;
+}
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: same_losses A.jsonl B.jsonl RELATIVE_TOLERANCE\n");
+    return 2;
+  }
+  const auto a = losses(argv[1]);
+  const auto b = losses(argv[2]);
+  const double tol = std::strtod(argv[3], nullptr);
+  if (a.size() != b.size() || a.empty()) {
+    std::printf("same_losses: %zu steps vs %zu steps\n", a.size(), b.size());
+    return 1;
+  }
+  double worst = 0.0;
+  for (std::size_t s = 0; s < a.size(); ++s)
+    worst = std::max(worst, std::abs(a[s] - b[s]) / std::max(std::abs(b[s]), 1e-30));
+  std::printf("same_losses: %zu steps, largest relative difference %.3g (tolerance %.3g)\n",
+              a.size(), worst, tol);
+  return worst <= tol ? 0 : 1;
+}
