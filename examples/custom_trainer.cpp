@@ -5,9 +5,11 @@
 //   mpirun -np 3 build/release/examples/custom_trainer --cluster clusters/emulated-3.json
 //
 // The flags (--help lists them): schedule, accumulation, evaluation, plan, trace, metrics, ...
-#include <hspmd/exec/train_flags.hpp>
-#include <hspmd/hspmd.hpp>
+#include <hspmd/exec/train_flags.hpp> // the trainer and its flags
+#include <hspmd/nn/layers.hpp>         // the model's layers and ops
+#include <hspmd/nn/ops.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>

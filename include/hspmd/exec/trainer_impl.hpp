@@ -1,0 +1,721 @@
+#pragma once
+// The library trainer's implementation (exec/trainer.hpp has the declarations and the manual):
+// the loop over an executor of one process or of one rank, planning, agreement, evaluation,
+// progress, metrics and traces. Included by exec/trainer.hpp unless HSPMD_COMPILED is defined;
+// hspmd::compiled's src/trainer.cpp instantiates it once.
+
+#include <hspmd/exec/trainer.hpp>
+
+#include <hspmd/cluster/cluster.hpp>
+#include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/optim.hpp>
+#include <hspmd/graph/io.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/nn/tracer.hpp>
+#include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#if defined(HSPMD_HAS_MPI)
+#include <hspmd/comm/calibrate.hpp>
+#include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/comm/mpi/environment.hpp>
+#include <hspmd/comm/mpi/guard.hpp>
+#include <hspmd/exec/distributed.hpp>
+#include <hspmd/exec/profile.hpp>
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <numbers>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+// printf-style checking of the trainer's line formatter.
+#if defined(__GNUC__)
+#define HSPMD_PRINTF_FORMAT(f, a) __attribute__((format(printf, f, a)))
+#else
+#define HSPMD_PRINTF_FORMAT(f, a)
+#endif
+
+namespace hspmd::exec {
+
+namespace detail {
+
+/// One process or one rank: what the loop needs from an executor.
+template <std::floating_point T>
+class engine : public batch_sink<T> {
+public:
+  [[nodiscard]] virtual executor<T>& local() = 0;
+  virtual void set_step(std::size_t s) = 0;
+  virtual void set_training(bool on) = 0;
+  virtual double forward() = 0;
+  virtual void backward() = 0;
+  virtual double clip(double max_norm) = 0; ///< returns the global norm before clipping
+  virtual void update(const std::function<void(executor<T>&)>& step) = 0;
+  /// The whole value of a float node of the traced graph, on every rank (collective).
+  [[nodiscard]] virtual std::vector<T> whole(graph::node_id id) = 0;
+  [[nodiscard]] virtual double slowest(double seconds) = 0; ///< max over ranks
+  virtual void barrier() = 0;
+  [[nodiscard]] virtual bool root() const = 0;
+  virtual void step_span(std::size_t, std::chrono::steady_clock::time_point,
+                         std::chrono::steady_clock::time_point,
+                         std::chrono::steady_clock::time_point, double) {}
+};
+
+template <std::floating_point T>
+class single_engine final : public engine<T> {
+public:
+  single_engine(const graph::graph& g, std::uint64_t seed) : ex_(g, seed) {}
+  void set_input(std::string_view n, std::span<const T> v) override { ex_.set_input(n, v); }
+  void set_input(std::string_view n, std::span<const std::int64_t> v) override {
+    ex_.set_input(n, v);
+  }
+  using batch_sink<T>::set_input;
+  executor<T>& local() override { return ex_; }
+  void set_step(std::size_t s) override { ex_.set_step(s); }
+  void set_training(bool on) override { ex_.set_training(on); }
+  double forward() override { return static_cast<double>(ex_.forward()); }
+  void backward() override { ex_.backward(); }
+  double clip(double max_norm) override {
+    return max_norm > 0.0 ? clip_grad_norm(ex_, max_norm) : std::sqrt(grad_norm_squared(ex_));
+  }
+  void update(const std::function<void(executor<T>&)>& step) override { step(ex_); }
+  std::vector<T> whole(graph::node_id id) override {
+    const auto v = ex_.value(id);
+    return {v.begin(), v.end()};
+  }
+  double slowest(double seconds) override { return seconds; }
+  void barrier() override {}
+  bool root() const override { return true; }
+
+private:
+  executor<T> ex_;
+};
+
+#if defined(HSPMD_HAS_MPI)
+template <std::floating_point T>
+class distributed_engine final : public engine<T> {
+public:
+  distributed_engine(const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
+                     std::uint64_t seed)
+      : g_(&g), comm_(&comm), dx_(g, p, comm, seed) {}
+  void set_input(std::string_view n, std::span<const T> v) override { dx_.set_input(n, v); }
+  void set_input(std::string_view n, std::span<const std::int64_t> v) override {
+    dx_.set_input(n, v);
+  }
+  using batch_sink<T>::set_input;
+  executor<T>& local() override { return dx_.local(); }
+  void set_step(std::size_t s) override { dx_.set_step(s); }
+  void set_training(bool on) override { dx_.set_training(on); }
+  double forward() override { return static_cast<double>(dx_.forward()); }
+  void backward() override { dx_.backward(); }
+  double clip(double max_norm) override {
+    return max_norm > 0.0 ? dx_.clip_grad_norm(max_norm) : std::sqrt(dx_.grad_norm_squared());
+  }
+  void update(const std::function<void(executor<T>&)>& step) override {
+    struct stepper {
+      const std::function<void(executor<T>&)>* f;
+      void step(executor<T>& e) const { (*f)(e); }
+    } s{&step};
+    dx_.update(s);
+  }
+  std::vector<T> whole(graph::node_id id) override { return dx_.gather((*g_)[id].name); }
+  double slowest(double seconds) override {
+    return comm_->all_reduce(seconds, reduce_op::max);
+  }
+  void barrier() override { comm_->barrier(); }
+  bool root() const override { return comm_->rank() == 0; }
+  void step_span(std::size_t s, std::chrono::steady_clock::time_point start,
+                 std::chrono::steady_clock::time_point fed,
+                 std::chrono::steady_clock::time_point done, double loss) override {
+    dx_.trace().add("input", trace_kind::compute, start, fed);
+    dx_.trace().add("step " + std::to_string(s), trace_kind::step, start, done, {{"loss", loss}});
+  }
+  distributed_executor<T, mpi_communicator>& executor_of() noexcept { return dx_; }
+
+private:
+  const graph::graph* g_;
+  mpi_communicator* comm_;
+  distributed_executor<T, mpi_communicator> dx_;
+};
+#endif
+
+/// "1.67x": a slowdown as the trace and the progress show it.
+[[nodiscard]] inline std::string times_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3gx", x);
+  return buf;
+}
+
+[[nodiscard]] inline std::string duration_text(double seconds) {
+  const auto s = static_cast<long long>(std::max(0.0, seconds) + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", s / 60, s % 60);
+  return buf;
+}
+
+
+/// Everything a trainer holds and does (exec/trainer.hpp declares the public face).
+template <std::floating_point T, class Optimizer>
+class trainer_state {
+public:
+  trainer_state(const model_fn& model, const train_options& o) : trainer_state(trace(model, o), o) {}
+  trainer_state(graph::graph g, train_options o) : g_(std::move(g)), o_(std::move(o)) {
+    for (const graph::node& n : g_.nodes())
+      if (n.kind == graph::op::input && n.out.batch_dim) {
+        o_.batch = n.out.dims[*n.out.batch_dim];
+        break;
+      }
+    opt_ = make_optimizer();
+    if (!distributed())
+      start_single();
+    else
+      start_distributed();
+  }
+  trainer_state(const trainer_state&) = delete;
+  trainer_state& operator=(const trainer_state&) = delete;
+
+  /// The public trainer's callbacks (it owns them).
+  void callbacks(const std::function<void(const step_report&)>* step,
+                 const std::function<void(const eval_report&)>* eval) noexcept {
+    on_step_ = step;
+    on_eval_ = eval;
+  }
+
+  train_result fit(const feed_fn<T>& feed, const feed_fn<T>& eval) {
+    return guarded([&] { return run(feed, eval); });
+  }
+  eval_report evaluate(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {
+    return guarded([&] { return run_eval(eval, batches, after_step); });
+  }
+
+  [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
+  [[nodiscard]] const train_options& options() const noexcept { return o_; }
+  [[nodiscard]] const std::optional<synth::plan>& plan() const noexcept { return plan_; }
+  [[nodiscard]] executor<T>& local() { return engine_->local(); }
+  [[nodiscard]] Optimizer& optimizer() noexcept { return opt_; }
+  [[nodiscard]] bool root() const { return engine_->root(); }
+
+private:
+  static graph::graph trace(const model_fn& model, const train_options& o) {
+    nn::tracer t(dtype_of<T>, o.batch);
+    model(t);
+    if (!t.graph().loss())
+      throw plan_error("model function", "set no loss",
+                       "end the model with tracer::set_loss(loss)");
+    return t.take();
+  }
+
+  [[nodiscard]] bool distributed() const { return !o_.cluster.empty() || o_.cluster_spec; }
+
+  Optimizer make_optimizer() const {
+    if constexpr (std::is_same_v<Optimizer, adam>)
+      return adam(o_.lr.peak, 0.9, 0.999, 1e-8, o_.weight_decay);
+    else
+      return Optimizer(o_.lr.peak);
+  }
+
+  // Every option checked before any work: one line naming the option and the fix.
+  void check_options() const {
+    if (o_.batch == 0)
+      throw config_error("batch 0", "a training step needs at least one sample",
+                         "give a batch of 1 or more");
+    if (o_.accumulate == 0)
+      throw config_error("accumulate 0", "a step needs at least one micro-batch",
+                         "give 1 (no accumulation) or more");
+    if (o_.eval_batches == 0)
+      throw config_error("eval batches 0", "an evaluation needs at least one micro-batch",
+                         "give 1 or more");
+    if (!(o_.lr.peak > 0.0) || o_.lr.floor < 0.0 || o_.lr.floor > o_.lr.peak)
+      throw config_error("learning rate " + std::to_string(o_.lr.peak),
+                         "needs 0 < lr and 0 <= floor <= lr", "give a positive learning rate");
+    if (!distributed())
+      for (const auto& [flag, set] :
+           {std::pair<std::string, bool>{"plan " + o_.plan, !o_.plan.empty()},
+            {"calibrate", o_.calibrate},
+            {"explain", o_.explain},
+            {"trace " + o_.trace, !o_.trace.empty()},
+            {"save plan " + o_.save_plan, !o_.save_plan.empty()}})
+        if (set)
+          throw config_error(flag, "needs a cluster (one process has no plan)",
+                             "give a cluster file, or drop it");
+  }
+
+  void start_single() {
+    check_options();
+    if (o_.save_graph.size() > 0)
+      write_file(o_.save_graph, graph::to_json(g_).dump(1));
+    auto e = std::make_unique<single_engine<T>>(g_, o_.seed);
+    e->local().set_profiling(o_.profile);
+    engine_ = std::move(e);
+    if (o_.out != nullptr) {
+      describe(*o_.out);
+      if (o_.print_graph)
+        graph::print(*o_.out, g_);
+    }
+  }
+
+  template <class F>
+  auto guarded(F&& body) {
+#if defined(HSPMD_HAS_MPI)
+    if (distributed()) {
+      using R = decltype(body());
+      std::optional<R> r;
+      run_guarded([&] {
+        r.emplace(body());
+        return 0;
+      });
+      return std::move(*r);
+    }
+#endif
+    return body();
+  }
+
+  void start_distributed() {
+#if defined(HSPMD_HAS_MPI)
+    // MPI is initialized once per process and finalized at exit (a second trainer, e.g. of
+    // another plan, reuses it); a program that initialized MPI itself keeps ownership.
+    static int argc = 0;
+    static char** argv = nullptr;
+    static const mpi_environment env(argc, argv);
+    comm_ = std::make_unique<mpi_communicator>();
+    guarded([&] {
+      check_options();
+      plan_and_materialize();
+      return 0;
+    });
+#else
+    throw config_error("cluster " + o_.cluster, "this build of hspmd has no MPI backend",
+                       "link hspmd::mpi (or hspmd::hspmd) with MPI installed, or drop the cluster");
+#endif
+  }
+
+#if defined(HSPMD_HAS_MPI)
+  void plan_and_materialize() {
+    namespace synth = hspmd::synth;
+    mpi_communicator& comm = *comm_;
+    const bool is_root = comm.rank() == 0;
+    cluster_ = o_.cluster_spec ? *o_.cluster_spec : load_cluster(o_.cluster);
+    check_rank_count(cluster_, static_cast<std::size_t>(comm.size()));
+    for (const auto& [what, path] : {std::pair<const char*, const std::string*>{"trace", &o_.trace},
+                                     {"plan", &o_.save_plan},
+                                     {"graph", &o_.save_graph},
+                                     {"metrics", &o_.metrics}})
+      if (!path->empty()) { // fail now, not after training
+        std::int32_t ok = 1;
+        if (is_root)
+          ok = std::ofstream(*path, std::ios::app).good() ? 1 : 0;
+        comm.broadcast(std::span<std::int32_t>(&ok, 1), 0);
+        if (ok == 0)
+          throw config_error(std::string(what) + " file " + *path, "cannot be written",
+                             "give a path in an existing, writable directory");
+      }
+    if (is_root && !o_.save_graph.empty())
+      write_file(o_.save_graph, graph::to_json(g_).dump(1));
+    synth::synth_options so;
+    if (o_.calibrate) {
+      const auto c0 = std::chrono::steady_clock::now();
+      profile_options po;
+      po.seed = o_.seed;
+      po.slowdown = cluster_.devices.at(0).slowdown;
+      so.profile = measure_compute_on_rank0<T>(g_, cluster_.devices.at(0).speed, comm, po);
+      cluster_.set_collective_costs(calibrate_collectives(comm));
+      if (is_root && o_.out != nullptr) {
+        double step = 0.0;
+        for (double x : so.profile->seconds)
+          step += x;
+        const auto ar =
+            cluster_.cost_model().params(collective::all_reduce, uneven_algorithm::native, 1 << 20);
+        print(*o_.out,
+              "calibrated in %.1f s: forward+backward %.2f ms at full batch on %s; all-reduce of "
+              "1 MiB %.3f ms\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count(),
+              1e3 * step, cluster_.devices[0].name.c_str(), 1e3 * (ar.alpha + ar.beta * (1 << 20)));
+      }
+    }
+    const std::string which = o_.plan.empty() ? "synth" : o_.plan;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (which == "synth")
+      plan_ = synth::synthesize(g_, cluster_, so, o_.name);
+    else if (which == "dp-ev")
+      plan_ = synth::make_baseline(g_, cluster_, synth::baseline::dp_ev, so, o_.name);
+    else if (which == "dp-cp")
+      plan_ = synth::make_baseline(g_, cluster_, synth::baseline::dp_cp, so, o_.name);
+    else if (which == "tp")
+      plan_ = synth::make_baseline(g_, cluster_, synth::baseline::tp, so, o_.name);
+    else
+      plan_ = synth::load_plan(which, g_);
+    const double plan_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (is_root && !o_.save_plan.empty())
+      write_file(o_.save_plan, synth::to_json(*plan_).dump(1));
+    if (is_root && o_.out != nullptr) {
+      std::ostream& out = *o_.out;
+      describe(out);
+      print(out, "cluster \"%s\" (%zu ranks); plan %s (%.0f ms): predicted step %.2f ms; shares",
+            cluster_.name.c_str(), cluster_.size(), plan_->strategy.c_str(), 1e3 * plan_seconds,
+            1e3 * plan_->step_time);
+      for (std::size_t d = 0; d < plan_->device_names.size(); ++d)
+        print(out, " %s %.1f%%", plan_->device_names[d].c_str(), 100.0 * plan_->ratios[0][d]);
+      out << "\n";
+      if (o_.print_graph)
+        graph::print(out, g_);
+      if (o_.explain)
+        out << synth::explain(*plan_,
+                              synth::cost_model(g_, cluster_, synth::segment_map(g_, plan_->segments),
+                                                so.profile));
+    }
+    auto e = std::make_unique<distributed_engine<T>>(g_, *plan_, comm, o_.seed);
+    auto& dx = e->executor_of();
+    dx.set_slowdown(cluster_.devices.at(static_cast<std::size_t>(comm.rank())).slowdown);
+    dx.local().set_profiling(o_.profile);
+    if (is_root && o_.out != nullptr)
+      print(*o_.out,
+            "gradients: %.2f MiB on rank 0 in shared buffers (%.2f MiB with one per tensor "
+            "version)\n",
+            static_cast<double>(dx.gradient_bytes()) / 1048576.0,
+            static_cast<double>(dx.gradient_bytes_unshared()) / 1048576.0);
+    engine_ = std::move(e);
+  }
+#endif
+
+  static void print(std::ostream& out, const char* format, ...) HSPMD_PRINTF_FORMAT(2, 3) {
+    char line[512];
+    va_list args;
+    va_start(args, format);
+    std::vsnprintf(line, sizeof line, format, args);
+    va_end(args);
+    out << line;
+  }
+
+  static void write_file(const std::string& path, const std::string& text) {
+    std::ofstream f(path);
+    f << text << "\n";
+    if (!f)
+      throw config_error(path, "cannot be written", "give a path in an existing, writable directory");
+  }
+
+  void describe(std::ostream& out) const {
+    std::size_t params = 0;
+    for (auto id : g_.parameters())
+      params += g_[id].out.size();
+    const auto cost = graph::total_cost(g_);
+    print(out,
+          "%s: %zu parameters, %zu graph nodes, %.3f GFLOP per micro-batch of %zu (forward %.3f, "
+          "backward %.3f), %zu micro-batch%s per step\n",
+          o_.name.c_str(), params, g_.size(), (cost.forward_flops + cost.backward_flops) / 1e9,
+          o_.batch, cost.forward_flops / 1e9, cost.backward_flops / 1e9, o_.accumulate,
+          o_.accumulate == 1 ? "" : "es");
+  }
+
+  // The loop (see the file comment); every rank runs it in step.
+  train_result run(const feed_fn<T>& feed, const feed_fn<T>& eval) {
+    using clock = std::chrono::steady_clock;
+    engine<T>& e = *engine_;
+    const bool is_root = e.root();
+    std::ostream* out = is_root ? o_.out : nullptr;
+    std::ofstream metrics;
+    if (is_root && !o_.metrics.empty()) {
+      metrics.open(o_.metrics);
+      if (!metrics)
+        throw config_error(o_.metrics, "cannot be written",
+                           "give a path in an existing, writable directory");
+    }
+#if defined(HSPMD_HAS_MPI)
+    auto* dist = dynamic_cast<distributed_engine<T>*>(engine_.get());
+    if (dist != nullptr && !o_.trace.empty())
+      dist->executor_of().start_trace();
+#endif
+    train_result r;
+    if (plan_)
+      r.predicted_step_seconds = plan_->step_time;
+    const std::size_t every = o_.log_every > 0 ? o_.log_every : std::max<std::size_t>(1, o_.steps / 20);
+    std::vector<std::vector<T>> sums; // gradient accumulation over micro-batches
+    const auto params = e.local().graph().parameters();
+    double elapsed = 0.0;
+    for (std::size_t s = 0; s < o_.steps; ++s) {
+      e.barrier();
+      const auto start = clock::now();
+      auto fed = start;
+      const double lr = o_.lr.at(s, o_.steps);
+      opt_.lr = lr;
+      double loss = 0.0;
+      for (std::size_t m = 0; m < o_.accumulate; ++m) {
+        e.set_step(s * o_.accumulate + m); // before the feed: input checks name the step
+        const auto f0 = clock::now();
+        feed(e, s * o_.accumulate + m);
+        fed += clock::now() - f0;
+        loss += e.forward();
+        e.backward();
+        if (o_.accumulate > 1)
+          accumulate(sums, params, m);
+      }
+      loss /= static_cast<double>(o_.accumulate);
+      const double norm = e.clip(o_.clip);
+      e.update([&](executor<T>& ex) { opt_.step(ex); });
+      const auto done = clock::now();
+      e.step_span(s, start, fed, done, loss);
+      const double seconds =
+          e.slowest(std::chrono::duration<double>(done - start).count());
+      elapsed += seconds;
+      r.losses.push_back(loss);
+      r.step_seconds.push_back(seconds);
+      const step_report rep{s, loss, lr, norm, seconds};
+      if (metrics.is_open())
+        metrics << nlohmann::json{{"step", s + 1}, {"loss", loss}, {"lr", lr},
+                                  {"grad_norm", norm}, {"seconds", seconds}}
+                       .dump()
+                << "\n";
+      if (out != nullptr && ((s + 1) % every == 0 || s + 1 == o_.steps))
+        progress(*out, rep, elapsed);
+      if (on_step_ != nullptr && *on_step_)
+        (*on_step_)(rep);
+      if (eval && ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == o_.steps)) {
+        r.evals.push_back(run_eval(eval, o_.eval_batches, s + 1));
+        if (metrics.is_open()) {
+          const auto& ev = r.evals.back();
+          nlohmann::json j{{"eval_after_step", s + 1}, {"loss", ev.loss}};
+          if (!std::isnan(ev.accuracy))
+            j["accuracy"] = ev.accuracy;
+          if (!std::isnan(ev.perplexity))
+            j["perplexity"] = ev.perplexity;
+          metrics << j.dump() << "\n";
+        }
+      }
+    }
+#if defined(HSPMD_HAS_MPI)
+    if (dist != nullptr && !o_.trace.empty())
+      write_trace(*dist);
+#endif
+    if (out != nullptr && !r.losses.empty())
+      summary(*out, r);
+    if (out != nullptr && o_.profile)
+      write_profile(*out, e.local(), r.losses.size() * o_.accumulate);
+    return r;
+  }
+
+  void accumulate(std::vector<std::vector<T>>& sums, const std::vector<graph::node_id>& params,
+                  std::size_t micro) {
+    executor<T>& ex = engine_->local();
+    sums.resize(params.size());
+    const bool last = micro + 1 == o_.accumulate;
+    const T scale = T{1} / static_cast<T>(o_.accumulate);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      auto g = ex.grad(params[p]);
+      auto& sum = sums[p];
+      if (micro == 0)
+        sum.assign(g.begin(), g.end());
+      else
+        for (std::size_t i = 0; i < g.size(); ++i)
+          sum[i] += g[i];
+      if (last) // the step's gradient: the mean over micro-batches, as one batch of them all
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g[i] = sum[i] * scale;
+    }
+  }
+
+  eval_report run_eval(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {
+    engine<T>& e = *engine_;
+    e.set_training(false);
+    eval_report rep;
+    rep.after_step = after_step;
+    const auto loss_id = *g_.loss();
+    const graph::node& loss_node = g_[loss_id];
+    const bool classify = loss_node.kind == graph::op::cross_entropy;
+    // Accuracy compares the logits' arg-max with the targets as fed (through reshapes).
+    std::optional<graph::node_id> targets;
+    if (classify) {
+      graph::node_id t = loss_node.inputs[1];
+      while (g_[t].kind == graph::op::reshape)
+        t = g_[t].inputs[0];
+      if (g_[t].kind == graph::op::input)
+        targets = t;
+    }
+    struct capture final : batch_sink<T> {
+      batch_sink<T>* inner;
+      std::string name;
+      std::vector<std::int64_t> ids;
+      void set_input(std::string_view n, std::span<const T> v) override { inner->set_input(n, v); }
+      void set_input(std::string_view n, std::span<const std::int64_t> v) override {
+        if (n == name)
+          ids.assign(v.begin(), v.end());
+        inner->set_input(n, v);
+      }
+      using batch_sink<T>::set_input;
+    } sink;
+    sink.inner = &e;
+    sink.name = targets ? g_[*targets].name : std::string();
+    double loss = 0.0;
+    std::size_t right = 0;
+    std::size_t rows = 0;
+    for (std::size_t b = 0; b < batches; ++b) {
+      e.set_step(0);
+      eval(sink, b);
+      loss += e.forward();
+      if (classify && targets && o_.metric == eval_metric::accuracy) {
+        const auto logits = e.whole(loss_node.inputs[0]);
+        const std::size_t v = g_[loss_node.inputs[0]].out.dims[1];
+        for (std::size_t i = 0; i < sink.ids.size() && (i + 1) * v <= logits.size(); ++i) {
+          const auto row = std::span<const T>(logits).subspan(i * v, v);
+          const auto best = static_cast<std::int64_t>(std::ranges::max_element(row) - row.begin());
+          right += best == sink.ids[i] ? 1U : 0U;
+          ++rows;
+        }
+      }
+    }
+    e.set_training(true);
+    rep.loss = loss / static_cast<double>(batches);
+    if (classify && o_.metric == eval_metric::perplexity) {
+      const double per_row = loss_node.attrs.scalar > 0.0
+                                 ? rep.loss
+                                 : rep.loss / static_cast<double>(g_[loss_node.inputs[0]].out.dims[0]);
+      rep.perplexity = std::exp(per_row);
+    }
+    if (rows > 0)
+      rep.accuracy = static_cast<double>(right) / static_cast<double>(rows);
+    if (e.root() && o_.out != nullptr) {
+      print(*o_.out, "eval after step %zu: loss %.4f", after_step, rep.loss);
+      if (!std::isnan(rep.accuracy))
+        print(*o_.out, ", accuracy %.2f%%", 100.0 * rep.accuracy);
+      if (!std::isnan(rep.perplexity))
+        print(*o_.out, ", perplexity %.2f", rep.perplexity);
+      print(*o_.out, " (%zu micro-batch%s)\n", batches, batches == 1 ? "" : "es");
+    }
+    if (on_eval_ != nullptr && *on_eval_)
+      (*on_eval_)(rep);
+    return rep;
+  }
+
+  void progress(std::ostream& out, const step_report& r, double elapsed) const {
+    constexpr std::size_t width = 20;
+    const std::size_t done = r.step + 1;
+    std::string bar(width * done / o_.steps, '#');
+    bar.resize(width, '.');
+    const double per_step = elapsed / static_cast<double>(done);
+    const double units = static_cast<double>(o_.batch * o_.accumulate * o_.units_per_sample);
+    print(out, "%s step %5zu/%-5zu [%s] loss %9.4f  lr %.2e  %8.2f ms/step  %9.1f %s/s  ETA %s\n",
+          o_.name.c_str(), done, o_.steps, bar.c_str(), r.loss, r.lr, 1e3 * per_step,
+          units / per_step, o_.unit.c_str(),
+          duration_text(per_step * static_cast<double>(o_.steps - done)).c_str());
+    out.flush();
+  }
+
+  void summary(std::ostream& out, const train_result& r) const {
+    const double median = r.median_step_seconds();
+    const auto cost = graph::total_cost(g_);
+    print(out, "%s: loss %.4f -> %.4f over %zu steps; step time measured %.2f ms (median)",
+          o_.name.c_str(), r.losses.front(), r.losses.back(), r.losses.size(), 1e3 * median);
+    if (plan_)
+      print(out, ", predicted %.2f ms (%+.0f%%)", 1e3 * r.predicted_step_seconds,
+            100.0 * (r.predicted_step_seconds - median) / median);
+    else if (median > 0.0)
+      print(out, ", %.1f GFLOP/s",
+            (cost.forward_flops + cost.backward_flops) * static_cast<double>(o_.accumulate) /
+                median / 1e9);
+    out << "\n";
+    out.flush();
+  }
+
+#if defined(HSPMD_HAS_MPI)
+  void write_trace(distributed_engine<T>& d) {
+    std::vector<std::string> devices;
+    for (const auto& dev : cluster_.devices)
+      devices.push_back(dev.name + (dev.slowdown > 1.0
+                                        ? ", emulated " + times_text(dev.slowdown) + " slower"
+                                        : ""));
+    const auto t = d.executor_of().collect_trace(devices);
+    if (d.root()) {
+      write_file(o_.trace, t.dump());
+      if (o_.out != nullptr)
+        print(*o_.out, "trace: %zu events of %zu ranks in %s (open in ui.perfetto.dev)\n",
+              t["traceEvents"].size(), cluster_.size(), o_.trace.c_str());
+    }
+  }
+#endif
+
+  graph::graph g_;
+  train_options o_;
+  Optimizer opt_{1e-3};
+  std::optional<synth::plan> plan_;
+#if defined(HSPMD_HAS_MPI)
+  std::unique_ptr<mpi_communicator> comm_;
+  cluster cluster_;
+#endif
+  std::unique_ptr<engine<T>> engine_;
+  const std::function<void(const step_report&)>* on_step_ = nullptr;
+  const std::function<void(const eval_report&)>* on_eval_ = nullptr;
+};
+
+} // namespace detail
+
+template <std::floating_point T, class Optimizer>
+trainer<T, Optimizer>::trainer(const model_fn& model, const train_options& o)
+    : s_(std::make_unique<detail::trainer_state<T, Optimizer>>(model, o)) {
+  s_->callbacks(&on_step, &on_eval);
+}
+template <std::floating_point T, class Optimizer>
+trainer<T, Optimizer>::trainer(graph::graph g, train_options o)
+    : s_(std::make_unique<detail::trainer_state<T, Optimizer>>(std::move(g), std::move(o))) {
+  s_->callbacks(&on_step, &on_eval);
+}
+template <std::floating_point T, class Optimizer>
+trainer<T, Optimizer>::~trainer() = default;
+
+template <std::floating_point T, class Optimizer>
+train_result trainer<T, Optimizer>::fit(const feed_fn<T>& feed, const feed_fn<T>& eval) {
+  return s_->fit(feed, eval);
+}
+template <std::floating_point T, class Optimizer>
+eval_report trainer<T, Optimizer>::evaluate(const feed_fn<T>& eval, std::size_t batches,
+                                            std::size_t after_step) {
+  return s_->evaluate(eval, batches, after_step);
+}
+template <std::floating_point T, class Optimizer>
+const graph::graph& trainer<T, Optimizer>::graph() const {
+  return s_->graph();
+}
+template <std::floating_point T, class Optimizer>
+const train_options& trainer<T, Optimizer>::options() const {
+  return s_->options();
+}
+template <std::floating_point T, class Optimizer>
+const synth::plan* trainer<T, Optimizer>::plan() const {
+  return s_->plan() ? &*s_->plan() : nullptr;
+}
+template <std::floating_point T, class Optimizer>
+executor<T, host_backend>& trainer<T, Optimizer>::local() {
+  return s_->local();
+}
+template <std::floating_point T, class Optimizer>
+Optimizer& trainer<T, Optimizer>::optimizer() {
+  return s_->optimizer();
+}
+template <std::floating_point T, class Optimizer>
+bool trainer<T, Optimizer>::root() const {
+  return s_->root();
+}
+
+} // namespace hspmd::exec
