@@ -55,13 +55,20 @@ struct options {
 // nccl-tests' spellings ("allreduce", "-d float") for ours ("all_reduce", "f32").
 std::string nccl_tests_spelling(const std::string& s) {
   static const std::pair<const char*, const char*> aliases[] = {
-      {"allreduce", "all_reduce"},        {"allgather", "all_gather_v"},
-      {"all_gather", "all_gather_v"},     {"reducescatter", "reduce_scatter_v"},
-      {"reduce_scatter", "reduce_scatter_v"}, {"alltoall", "all_to_all_v"},
-      {"all_to_all", "all_to_all_v"},     {"bcast", "broadcast"},
-      {"float", "f32"},                   {"float32", "f32"},
-      {"double", "f64"},                  {"float64", "f64"},
-      {"int", "i32"},                     {"int32", "i32"}};
+      {"allreduce", "all_reduce"},
+      {"allgather", "all_gather_v"},
+      {"all_gather", "all_gather_v"},
+      {"reducescatter", "reduce_scatter_v"},
+      {"reduce_scatter", "reduce_scatter_v"},
+      {"alltoall", "all_to_all_v"},
+      {"all_to_all", "all_to_all_v"},
+      {"bcast", "broadcast"},
+      {"float", "f32"},
+      {"float32", "f32"},
+      {"double", "f64"},
+      {"float64", "f64"},
+      {"int", "i32"},
+      {"int32", "i32"}};
   for (const auto& [from, to] : aliases)
     if (s == from)
       return to;

@@ -174,13 +174,10 @@ template <class F>
 int main_of(CLI::App& app, int argc, char** argv, F&& body) {
   if (const auto rc = hspmd::exec::parse_flags(app, argc, argv))
     return *rc;
-  try {
+  return hspmd::exec::report_errors([&] {
     body();
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 /// Trains `g` with the library trainer on the feeds.

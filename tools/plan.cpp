@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
                                   "drop --batch, or save the graph again with another batch");
       g = hspmd::graph::from_json(
           hspmd::io::parse_json_strict(hspmd::io::read_text_file(graph_file),
-                                       hspmd::io::json_source(graph_file), "a graph written by hspmd"),
+                                       hspmd::io::json_source(graph_file),
+                                       "a graph written by hspmd"),
           graph_file);
       model = std::filesystem::path(graph_file).stem().string();
       for (const auto& n : g.nodes())

@@ -319,8 +319,8 @@ private:
   // Every rank must feed the same whole batch: a rank whose data differs would silently train
   // on a mixture of batches.
   void check_same_input(std::string_view name, std::span<const std::byte> bytes) {
-    const std::uint64_t mine = fnv1a64(
-        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    const std::uint64_t mine =
+        fnv1a64(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     std::uint64_t first = mine;
     comm_->broadcast(std::span<std::uint64_t>(&first, 1), 0);
     const std::int64_t differs = comm_->all_reduce(

@@ -23,6 +23,7 @@
 namespace hspmd::exec {
 
 using io::parse_flags;
+using io::report_errors;
 
 /// A count flag that must be 1 or more ("--batch 0" is refused with the fix).
 inline const CLI::Validator at_least_one(

@@ -124,10 +124,10 @@ struct train_options {
   std::size_t eval_batches = 1; ///< micro-batches per evaluation
   eval_metric metric = eval_metric::accuracy;
 
-  std::string metrics;          ///< JSON lines, one per step and evaluation, written by rank 0
-  std::ostream* out = &std::cout; ///< progress and summary (rank 0); nullptr: quiet
-  std::size_t log_every = 0;    ///< a progress line every N steps (0: about 20 in a run)
-  std::string unit = "samples"; ///< throughput unit
+  std::string metrics;              ///< JSON lines, one per step and evaluation, written by rank 0
+  std::ostream* out = &std::cout;   ///< progress and summary (rank 0); nullptr: quiet
+  std::size_t log_every = 0;        ///< a progress line every N steps (0: about 20 in a run)
+  std::string unit = "samples";     ///< throughput unit
   std::size_t units_per_sample = 1; ///< e.g. the sequence length, with unit "tokens"
   bool print_graph = false;         ///< print the traced graph (op, name, shape, FLOPs)
   bool profile = false;             ///< time each op kind and print where a step's time goes

@@ -31,8 +31,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <concepts>
+#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -140,9 +140,7 @@ public:
     dx_.update(s);
   }
   std::vector<T> whole(graph::node_id id) override { return dx_.gather((*g_)[id].name); }
-  double slowest(double seconds) override {
-    return comm_->all_reduce(seconds, reduce_op::max);
-  }
+  double slowest(double seconds) override { return comm_->all_reduce(seconds, reduce_op::max); }
   void barrier() override { comm_->barrier(); }
   bool root() const override { return comm_->rank() == 0; }
   void step_span(std::size_t s, std::chrono::steady_clock::time_point start,
@@ -177,12 +175,12 @@ private:
   return buf;
 }
 
-
 /// Everything a trainer holds and does (exec/trainer.hpp declares the public face).
 template <std::floating_point T, class Optimizer>
 class trainer_state {
 public:
-  trainer_state(const model_fn& model, const train_options& o) : trainer_state(trace(model, o), o) {}
+  trainer_state(const model_fn& model, const train_options& o)
+      : trainer_state(trace(model, o), o) {}
   trainer_state(graph::graph g, train_options o) : g_(std::move(g)), o_(std::move(o)) {
     for (const graph::node& n : g_.nodes())
       if (n.kind == graph::op::input && n.out.batch_dim) {
@@ -384,9 +382,9 @@ private:
       if (o_.print_graph)
         graph::print(out, g_);
       if (o_.explain)
-        out << synth::explain(*plan_,
-                              synth::cost_model(g_, cluster_, synth::segment_map(g_, plan_->segments),
-                                                so.profile));
+        out << synth::explain(
+            *plan_,
+            synth::cost_model(g_, cluster_, synth::segment_map(g_, plan_->segments), so.profile));
     }
     auto e = std::make_unique<distributed_engine<T>>(g_, *plan_, comm, o_.seed);
     auto& dx = e->executor_of();
@@ -415,7 +413,8 @@ private:
     std::ofstream f(path);
     f << text << "\n";
     if (!f)
-      throw config_error(path, "cannot be written", "give a path in an existing, writable directory");
+      throw config_error(path, "cannot be written",
+                         "give a path in an existing, writable directory");
   }
 
   void describe(std::ostream& out) const {
@@ -452,7 +451,8 @@ private:
     train_result r;
     if (plan_)
       r.predicted_step_seconds = plan_->step_time;
-    const std::size_t every = o_.log_every > 0 ? o_.log_every : std::max<std::size_t>(1, o_.steps / 20);
+    const std::size_t every =
+        o_.log_every > 0 ? o_.log_every : std::max<std::size_t>(1, o_.steps / 20);
     std::vector<std::vector<T>> sums; // gradient accumulation over micro-batches
     const auto params = e.local().graph().parameters();
     double elapsed = 0.0;
@@ -478,15 +478,17 @@ private:
       e.update([&](executor<T>& ex) { opt_.step(ex); });
       const auto done = clock::now();
       e.step_span(s, start, fed, done, loss);
-      const double seconds =
-          e.slowest(std::chrono::duration<double>(done - start).count());
+      const double seconds = e.slowest(std::chrono::duration<double>(done - start).count());
       elapsed += seconds;
       r.losses.push_back(loss);
       r.step_seconds.push_back(seconds);
       const step_report rep{s, loss, lr, norm, seconds};
       if (metrics.is_open())
-        metrics << nlohmann::json{{"step", s + 1}, {"loss", loss}, {"lr", lr},
-                                  {"grad_norm", norm}, {"seconds", seconds}}
+        metrics << nlohmann::json{{"step", s + 1},
+                                  {"loss", loss},
+                                  {"lr", lr},
+                                  {"grad_norm", norm},
+                                  {"seconds", seconds}}
                        .dump()
                 << "\n";
       if (out != nullptr && ((s + 1) % every == 0 || s + 1 == o_.steps))
@@ -589,9 +591,10 @@ private:
     e.set_training(true);
     rep.loss = loss / static_cast<double>(batches);
     if (classify && o_.metric == eval_metric::perplexity) {
-      const double per_row = loss_node.attrs.scalar > 0.0
-                                 ? rep.loss
-                                 : rep.loss / static_cast<double>(g_[loss_node.inputs[0]].out.dims[0]);
+      const double per_row =
+          loss_node.attrs.scalar > 0.0
+              ? rep.loss
+              : rep.loss / static_cast<double>(g_[loss_node.inputs[0]].out.dims[0]);
       rep.perplexity = std::exp(per_row);
     }
     if (rows > 0)

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,6 +60,20 @@ namespace hspmd::io {
     return 2;
   }
   return std::nullopt;
+}
+
+/// Runs `body` (which returns the exit code); an exception becomes one line "error: what()" on
+/// stderr and exit code 1, instead of std::terminate's report.
+template <class F>
+int report_errors(F&& body) noexcept {
+  try {
+    return static_cast<F&&>(body)();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: unknown exception\n");
+  }
+  return 1;
 }
 
 } // namespace hspmd::io

@@ -428,8 +428,8 @@ inline std::uint64_t plan::hash() const {
 [[nodiscard]] inline plan load_plan(const std::filesystem::path& file, const graph::graph& g) {
   const std::string name = file.string();
   const auto text = io::read_text_file(file);
-  return plan_from_json(io::parse_json_strict(text, io::json_source(name), "a plan written by hspmd"),
-                        g, name);
+  return plan_from_json(
+      io::parse_json_strict(text, io::json_source(name), "a plan written by hspmd"), g, name);
 }
 
 /// A time as people read it: "0", "12.3 us", "4.56 ms", "1.234 s".

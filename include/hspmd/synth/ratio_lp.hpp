@@ -64,7 +64,7 @@ struct bottleneck {
   std::size_t device = 0;    ///< the device (a representative when `identical` > 1)
   std::size_t identical = 1; ///< devices that share this row in the collapsed form
   double dual = 0.0;         ///< seconds of step time per unit of the row (memory: per byte)
-  std::string text; ///< "device gpu1: compute in step attn binds (LP dual 0.7: ...)"
+  std::string text;          ///< "device gpu1: compute in step attn binds (LP dual 0.7: ...)"
 };
 
 /// What the ratio LP found.

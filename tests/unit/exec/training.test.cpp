@@ -90,29 +90,28 @@ TEST_CASE("an MLP learns a teacher's labels: loss after 50 steps <= 0.8 x the fi
   o.clip = 5.0;
   o.out = &log;
   exec::trainer<float> tr(g, o);
-  const auto losses =
-      tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
-        std::vector<float> xs(batch * 16);
-        std::vector<std::int64_t> ys(batch);
-        for (auto& v : xs)
-          v = nd(rng);
-        for (std::size_t b = 0; b < batch; ++b) {
-          std::size_t best = 0;
-          float best_v = -1e30F;
-          for (std::size_t c = 0; c < 4; ++c) {
-            float s = 0;
-            for (std::size_t i = 0; i < 16; ++i)
-              s += xs[b * 16 + i] * teacher[i * 4 + c];
-            if (s > best_v) {
-              best_v = s;
-              best = c;
-            }
-          }
-          ys[b] = static_cast<std::int64_t>(best);
-        }
-        e.set_input("x", xs);
-        e.set_input("labels", ys);
-      }).losses;
+  const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
+                          std::vector<float> xs(batch * 16);
+                          std::vector<std::int64_t> ys(batch);
+                          for (auto& v : xs)
+                            v = nd(rng);
+                          for (std::size_t b = 0; b < batch; ++b) {
+                            std::size_t best = 0;
+                            float best_v = -1e30F;
+                            for (std::size_t c = 0; c < 4; ++c) {
+                              float s = 0;
+                              for (std::size_t i = 0; i < 16; ++i)
+                                s += xs[b * 16 + i] * teacher[i * 4 + c];
+                              if (s > best_v) {
+                                best_v = s;
+                                best = c;
+                              }
+                            }
+                            ys[b] = static_cast<std::int64_t>(best);
+                          }
+                          e.set_input("x", xs);
+                          e.set_input("labels", ys);
+                        }).losses;
   REQUIRE(losses.size() == 50);
   const double first = losses.front();
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
@@ -269,8 +268,9 @@ TEST_CASE("evaluation: loss without backward, accuracy of the arg-max, perplexit
 }
 
 TEST_CASE("bad options: one line naming the value and the fix") {
-  CHECK_THROWS_WITH(nn::tracer(dtype::f32, 0),
-                    "batch 0: a training step needs at least one sample (give a batch of 1 or more)");
+  CHECK_THROWS_WITH(
+      nn::tracer(dtype::f32, 0),
+      "batch 0: a training step needs at least one sample (give a batch of 1 or more)");
   exec::train_options o = test_support::quiet_training(2, 0.05, 1.0);
   o.plan = "synth";
   CHECK_THROWS_WITH(exec::trainer<double>(small_classifier, o),

@@ -91,9 +91,9 @@ TEST_CASE("BERT-LM learns to count: loss after 50 steps <= 0.8 x the first") {
   const graph::graph g = models::trace_bert_lm<float>(c, batch);
   std::mt19937_64 rng(5);
   exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
-  const auto losses =
-      tr.fit([&](exec::batch_sink<float>& e, std::size_t) { feed_counting(e, c, batch, rng); })
-          .losses;
+  const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
+                          feed_counting(e, c, batch, rng);
+                        }).losses;
   const double first = losses.front();
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
   CAPTURE(first, last);
@@ -129,8 +129,8 @@ TEST_CASE("BERT-MoE: experts in every second layer, gradients, and learning") {
   const graph::graph gt = models::trace_bert_lm<float>(c, batch);
   std::mt19937_64 rng(6);
   exec::trainer<float> tr(gt, test_support::quiet_training(50, 3e-3, 1.0));
-  const auto losses =
-      tr.fit([&](exec::batch_sink<float>& e, std::size_t) { feed_counting(e, c, batch, rng); })
-          .losses;
+  const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
+                          feed_counting(e, c, batch, rng);
+                        }).losses;
   CHECK((losses[47] + losses[48] + losses[49]) / 3.0 <= 0.8 * losses.front());
 }

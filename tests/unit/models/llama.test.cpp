@@ -113,19 +113,20 @@ TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
   const graph::graph g = models::trace_llama_lm<float>(c, batch);
   std::mt19937_64 rng(5);
   exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
-  const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
-    std::vector<std::int64_t> tokens(batch * c.seq);
-    std::vector<std::int64_t> targets(batch * c.seq);
-    for (std::size_t b = 0; b < batch; ++b) {
-      const std::size_t start = rng() % c.vocab;
-      for (std::size_t s = 0; s < c.seq; ++s) {
-        tokens[b * c.seq + s] = static_cast<std::int64_t>((start + s) % c.vocab);
-        targets[b * c.seq + s] = static_cast<std::int64_t>((start + s + 1) % c.vocab);
-      }
-    }
-    e.set_input("tokens", tokens);
-    e.set_input("targets", targets);
-  }).losses;
+  const auto losses =
+      tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
+          std::vector<std::int64_t> tokens(batch * c.seq);
+          std::vector<std::int64_t> targets(batch * c.seq);
+          for (std::size_t b = 0; b < batch; ++b) {
+            const std::size_t start = rng() % c.vocab;
+            for (std::size_t s = 0; s < c.seq; ++s) {
+              tokens[b * c.seq + s] = static_cast<std::int64_t>((start + s) % c.vocab);
+              targets[b * c.seq + s] = static_cast<std::int64_t>((start + s + 1) % c.vocab);
+            }
+          }
+          e.set_input("tokens", tokens);
+          e.set_input("targets", targets);
+        }).losses;
   const double first = losses.front();
   const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
   CAPTURE(first, last);

@@ -132,9 +132,9 @@ TEST_CASE("VGG and ViT learn the synthetic classes: loss after 50 steps <= 0.8 x
     const graph::graph g = vit ? models::trace_vit<float>(tiny_vit(), batch)
                                : models::trace_vgg<float>(tiny_vgg(), batch);
     exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 5.0));
-    const auto losses =
-        tr.fit([&](exec::batch_sink<float>& e, std::size_t) { feed_images(e, batch, 8, 4, rng); })
-            .losses;
+    const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
+                            feed_images(e, batch, 8, 4, rng);
+                          }).losses;
     const double first = losses.front();
     const double last = (losses[47] + losses[48] + losses[49]) / 3.0;
     CAPTURE(vit, first, last);
