@@ -101,6 +101,38 @@ private:
   std::vector<float> protos_;
 };
 
+/// The training feed (batches from 0) and the evaluation feed (batches from `eval_from`) of a
+/// text source: `source->batch(index, batch, seq, tokens, targets)`.
+template <class Source>
+std::pair<feed_fn, feed_fn> token_feeds(std::shared_ptr<Source> source, std::size_t b,
+                                        std::size_t seq, std::uint64_t eval_from) {
+  const auto feed = [source, b, seq](std::uint64_t offset) -> feed_fn {
+    return [source, b, seq, offset](sink& s, std::size_t i) {
+      std::vector<std::int64_t> tokens, targets;
+      source->batch(offset + i, b, seq, tokens, targets);
+      s.set_input("tokens", tokens);
+      s.set_input("targets", targets);
+    };
+  };
+  return {feed(0), feed(eval_from)};
+}
+
+/// The same for an image source: `source->batch(index, batch, images, labels)`.
+template <class Source>
+std::pair<feed_fn, feed_fn> image_feeds(std::shared_ptr<Source> source, std::size_t b,
+                                        std::uint64_t eval_from) {
+  const auto feed = [source, b](std::uint64_t offset) -> feed_fn {
+    return [source, b, offset](sink& s, std::size_t i) {
+      std::vector<float> x;
+      std::vector<std::int64_t> y;
+      source->batch(offset + i, b, x, y);
+      s.set_input("images", x);
+      s.set_input("labels", y);
+    };
+  };
+  return {feed(0), feed(eval_from)};
+}
+
 /// Training and evaluation feeds of a language model: the --data text file (evaluation reads
 /// the corpus from its middle on: no separate held-out file), else Markov text.
 inline std::pair<feed_fn, feed_fn> text_feeds(const options& o, std::size_t vocab,
@@ -111,26 +143,9 @@ inline std::pair<feed_fn, feed_fn> text_feeds(const options& o, std::size_t voca
     std::printf("data: %s, %zu tokens, vocabulary %zu (%zu unknown)\n", o.data.front().c_str(),
                 corpus->tokens().size(), corpus->vocabulary().size(), corpus->unknown_count());
     const std::size_t half = corpus->tokens().size() / 2 / (b * seq + 1);
-    const auto feed = [corpus, b, seq](std::size_t offset) {
-      return [corpus, b, seq, offset](sink& s, std::size_t i) {
-        std::vector<std::int64_t> tokens, targets;
-        corpus->batch(offset + i, b, seq, tokens, targets);
-        s.set_input("tokens", tokens);
-        s.set_input("targets", targets);
-      };
-    };
-    return {feed(0), feed(half)};
+    return token_feeds(corpus, b, seq, half);
   }
-  auto text = std::make_shared<markov_text>(vocab, o.train.seed);
-  const auto feed = [text, b, seq](std::uint64_t offset) {
-    return [text, b, seq, offset](sink& s, std::size_t i) {
-      std::vector<std::int64_t> tokens, targets;
-      text->batch(offset + i, b, seq, tokens, targets);
-      s.set_input("tokens", tokens);
-      s.set_input("targets", targets);
-    };
-  };
-  return {feed(0), feed(held_out)};
+  return token_feeds(std::make_shared<markov_text>(vocab, o.train.seed), b, seq, held_out);
 }
 
 /// Training and evaluation feeds of an image model: CIFAR-10 files with --data (evaluation reads
@@ -144,28 +159,10 @@ inline std::pair<feed_fn, feed_fn> image_feeds(const options& o, std::size_t ima
     std::vector<std::filesystem::path> files(o.data.begin(), o.data.end());
     auto c = std::make_shared<hspmd::data::cifar10>(files);
     std::printf("data: %zu CIFAR-10 images from %zu file(s)\n", c->size(), files.size());
-    const auto feed = [c, b](std::size_t offset) {
-      return [c, b, offset](sink& s, std::size_t i) {
-        std::vector<float> x;
-        std::vector<std::int64_t> y;
-        c->batch(offset + i, b, x, y);
-        s.set_input("images", x);
-        s.set_input("labels", y);
-      };
-    };
-    return {feed(0), feed(c->size() / 2 / b)};
+    return image_feeds(c, b, c->size() / 2 / b);
   }
-  auto gen = std::make_shared<prototype_images>(3 * image * image, classes, o.train.seed);
-  const auto feed = [gen, b](std::uint64_t offset) {
-    return [gen, b, offset](sink& s, std::size_t i) {
-      std::vector<float> x;
-      std::vector<std::int64_t> y;
-      gen->batch(offset + i, b, x, y);
-      s.set_input("images", x);
-      s.set_input("labels", y);
-    };
-  };
-  return {feed(0), feed(held_out)};
+  return image_feeds(std::make_shared<prototype_images>(3 * image * image, classes, o.train.seed),
+                     b, held_out);
 }
 
 /// Parses the flags and runs `body`; an error of a single-process run becomes one line on
