@@ -2,6 +2,7 @@
 # hspmd_dev_flags is an internal INTERFACE target those link to.
 #   HSPMD_WARNINGS_AS_ERRORS  -Werror on top of the warning set below
 #   HSPMD_SANITIZE            AddressSanitizer + UndefinedBehaviorSanitizer, no recovery
+#   HSPMD_NATIVE_ARCH         -march=native (the release preset: benchmarks and the demo)
 add_library(hspmd_dev_flags INTERFACE)
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(hspmd_dev_flags INTERFACE
@@ -14,6 +15,9 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   endif()
   if(HSPMD_WARNINGS_AS_ERRORS)
     target_compile_options(hspmd_dev_flags INTERFACE -Werror)
+  endif()
+  if(HSPMD_NATIVE_ARCH)
+    target_compile_options(hspmd_dev_flags INTERFACE -march=native)
   endif()
   if(HSPMD_SANITIZE)
     set(hspmd_sanitize_flags -fsanitize=address,undefined -fno-sanitize-recover=all

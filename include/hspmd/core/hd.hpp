@@ -8,3 +8,13 @@
 #else
 #define HSPMD_HD
 #endif
+
+// HSPMD_INLINE: inlined wherever it is called, so that a kernel's element loop that calls it can
+// be vectorized (a call left out of line keeps the loop scalar).
+#if defined(__CUDACC__)
+#define HSPMD_INLINE __forceinline__
+#elif defined(__GNUC__) || defined(__clang__)
+#define HSPMD_INLINE inline __attribute__((always_inline))
+#else
+#define HSPMD_INLINE inline
+#endif

@@ -86,10 +86,13 @@ public:
     return buffer<T>(n, T{});
   }
 
+  // A copy of the functor: its pointers then live in registers, not behind a reference that
+  // every store through them might change, and the loop vectorizes.
   template <class F>
   void for_each_index(std::size_t n, const F& f) const {
+    const F local = f;
     for (std::size_t i = 0; i < n; ++i)
-      f(i);
+      local(i);
   }
 
   template <class T>

@@ -3,12 +3,12 @@
 // activation.hpp, scale in graph/ops/elementwise.hpp). Each op is a `math` with the forward
 // y = f(x) and the backward dx = f'(x) dy (given x, y and dy), launched by `map_kernel`.
 
+#include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/kernels/common.hpp>
 
 #include <cmath>
 #include <cstddef>
-#include <limits>
 #include <numbers>
 
 namespace hspmd::exec {
@@ -19,7 +19,7 @@ struct map_forward {
   Math m;
   const T* x;
   T* y;
-  HSPMD_HD void operator()(std::size_t i) const { y[i] = m.forward(x[i]); }
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const { y[i] = m.forward(x[i]); }
 };
 /// dx[i] += m.backward(x[i], y[i], dy[i]).
 template <class Math, class T>
@@ -29,7 +29,9 @@ struct map_backward {
   const T* y;
   const T* dy;
   T* dx;
-  HSPMD_HD void operator()(std::size_t i) const { dx[i] += m.backward(x[i], y[i], dy[i]); }
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
+    dx[i] += m.backward(x[i], y[i], dy[i]);
+  }
 };
 
 /// The kernel pair of an elementwise map whose math is `Math<T>` (built from the node by
@@ -59,50 +61,48 @@ struct stateless_math {
 
 template <class T>
 struct relu_math : stateless_math<relu_math<T>> {
-  HSPMD_HD T forward(T x) const { return x > T{0} ? x : T{0}; }
-  HSPMD_HD T backward(T x, T /*y*/, T dy) const { return x > T{0} ? dy : T{0}; }
+  HSPMD_HD HSPMD_INLINE T forward(T x) const { return math::select(x > T{0}, x, T{0}); }
+  HSPMD_HD HSPMD_INLINE T backward(T x, T /*y*/, T dy) const {
+    return math::select(x > T{0}, dy, T{0});
+  }
 };
 
 /// The standard normal CDF.
 template <class T>
-HSPMD_HD T normal_cdf(T x) {
-  return static_cast<T>(0.5) * (T{1} + std::erf(x / std::numbers::sqrt2_v<T>));
+HSPMD_HD HSPMD_INLINE T normal_cdf(T x) {
+  return static_cast<T>(0.5) * (T{1} + math::erf(x / std::numbers::sqrt2_v<T>));
 }
 
 template <class T>
 struct gelu_math : stateless_math<gelu_math<T>> {
-  HSPMD_HD T forward(T x) const { return x * normal_cdf(x); }
-  // d/dx x Phi(x) = Phi(x) + x phi(x); Phi(x) = y / x recovers the forward's erf to an ulp (erf
-  // again only near 0).
-  HSPMD_HD T backward(T x, T y, T dy) const {
+  HSPMD_HD HSPMD_INLINE T forward(T x) const { return x * normal_cdf(x); }
+  // d/dx x Phi(x) = Phi(x) + x phi(x), Phi recomputed (math::erf is as cheap as a division and
+  // exact where y / x is not, near 0).
+  HSPMD_HD HSPMD_INLINE T backward(T x, T /*y*/, T dy) const {
     const T inv_sqrt_2pi = static_cast<T>(0.3989422804014327);
-    const T tiny = std::numeric_limits<T>::min() * T{1024};
-    T cdf = y / x;
-    if (!(x > tiny || x < -tiny)) [[unlikely]]
-      cdf = normal_cdf(x);
-    return dy * (cdf + x * inv_sqrt_2pi * std::exp(-x * x / T{2}));
+    return dy * (normal_cdf(x) + x * inv_sqrt_2pi * math::exp(-x * x / T{2}));
   }
 };
 
 template <class T>
 struct tanh_math : stateless_math<tanh_math<T>> {
-  HSPMD_HD T forward(T x) const { return std::tanh(x); }
-  HSPMD_HD T backward(T /*x*/, T y, T dy) const { return dy * (T{1} - y * y); }
+  HSPMD_HD HSPMD_INLINE T forward(T x) const { return math::tanh(x); }
+  HSPMD_HD HSPMD_INLINE T backward(T /*x*/, T y, T dy) const { return dy * (T{1} - y * y); }
 };
 
 template <class T>
 struct sigmoid_math : stateless_math<sigmoid_math<T>> {
-  HSPMD_HD T forward(T x) const { return T{1} / (T{1} + std::exp(-x)); }
-  HSPMD_HD T backward(T /*x*/, T y, T dy) const { return dy * y * (T{1} - y); }
+  HSPMD_HD HSPMD_INLINE T forward(T x) const { return math::sigmoid(x); }
+  HSPMD_HD HSPMD_INLINE T backward(T /*x*/, T y, T dy) const { return dy * y * (T{1} - y); }
 };
 
 /// x * sigmoid(x); the backward recomputes the sigmoid (y / x loses it near 0):
 /// d/dx x s(x) = s (1 + x (1 - s)).
 template <class T>
 struct silu_math : stateless_math<silu_math<T>> {
-  HSPMD_HD T forward(T x) const { return x / (T{1} + std::exp(-x)); }
-  HSPMD_HD T backward(T x, T /*y*/, T dy) const {
-    const T s = T{1} / (T{1} + std::exp(-x));
+  HSPMD_HD HSPMD_INLINE T forward(T x) const { return x * math::sigmoid(x); }
+  HSPMD_HD HSPMD_INLINE T backward(T x, T /*y*/, T dy) const {
+    const T s = math::sigmoid(x);
     return dy * s * (T{1} + x * (T{1} - s));
   }
 };
@@ -115,8 +115,8 @@ struct scale_math {
   static scale_math of(const C& c) {
     return {static_cast<T>(c.attrs().scalar)};
   }
-  HSPMD_HD T forward(T x) const { return factor * x; }
-  HSPMD_HD T backward(T /*x*/, T /*y*/, T dy) const { return factor * dy; }
+  HSPMD_HD HSPMD_INLINE T forward(T x) const { return factor * x; }
+  HSPMD_HD HSPMD_INLINE T backward(T /*x*/, T /*y*/, T dy) const { return factor * dy; }
 };
 
 template <>
@@ -138,7 +138,9 @@ struct swiglu_forward {
   const T* a;
   const T* b;
   T* out;
-  HSPMD_HD void operator()(std::size_t i) const { out[i] = silu_math<T>{}.forward(a[i]) * b[i]; }
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
+    out[i] = silu_math<T>{}.forward(a[i]) * b[i];
+  }
 };
 /// da[i] += dy b silu'(a); db[i] += dy silu(a).
 template <class T>
@@ -148,8 +150,8 @@ struct swiglu_backward {
   const T* dy;
   T* da;
   T* db;
-  HSPMD_HD void operator()(std::size_t i) const {
-    const T s = T{1} / (T{1} + std::exp(-a[i]));
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
+    const T s = math::sigmoid(a[i]);
     da[i] += dy[i] * b[i] * (s * (T{1} + a[i] * (T{1} - s)));
     db[i] += dy[i] * (a[i] * s);
   }

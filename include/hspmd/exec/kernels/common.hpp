@@ -12,6 +12,7 @@
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/extents.hpp>
+#include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/layout.hpp>
@@ -161,6 +162,44 @@ inline constexpr std::size_t column_block = 64;
 /// The number of column blocks of `n` columns.
 [[nodiscard]] constexpr std::size_t column_blocks(std::size_t n) {
   return (n + column_block - 1) / column_block;
+}
+
+/// Independent accumulators of the row reductions (sums, maxima): a row is reduced in this many
+/// lanes, combined pairwise in a fixed order at the end, so the compiler vectorizes the loop
+/// without reassociating on its own and every backend and rank reduces in the same order.
+inline constexpr std::size_t reduce_lanes = 8;
+
+/// The sum of term(j) for j in [0, n), in `reduce_lanes` lanes.
+template <class T, class F>
+[[nodiscard]] HSPMD_HD T lane_sum(std::size_t n, const F& term) {
+  T acc[reduce_lanes] = {};
+  std::size_t j = 0;
+  for (; j + reduce_lanes <= n; j += reduce_lanes)
+    for (std::size_t l = 0; l < reduce_lanes; ++l)
+      acc[l] += term(j + l);
+  for (std::size_t l = 0; j + l < n; ++l)
+    acc[l] += term(j + l);
+  for (std::size_t w = reduce_lanes / 2; w > 0; w /= 2)
+    for (std::size_t l = 0; l < w; ++l)
+      acc[l] += acc[l + w];
+  return acc[0];
+}
+/// The maximum of x[0 .. n) (n >= 1), in `reduce_lanes` lanes.
+template <class T>
+[[nodiscard]] HSPMD_HD T lane_max(const T* x, std::size_t n) {
+  T acc[reduce_lanes];
+  for (std::size_t l = 0; l < reduce_lanes; ++l)
+    acc[l] = x[0];
+  std::size_t j = 0;
+  for (; j + reduce_lanes <= n; j += reduce_lanes)
+    for (std::size_t l = 0; l < reduce_lanes; ++l)
+      acc[l] = math::select(x[j + l] > acc[l], x[j + l], acc[l]);
+  for (std::size_t l = 0; j + l < n; ++l)
+    acc[l] = math::select(x[j + l] > acc[l], x[j + l], acc[l]);
+  for (std::size_t w = reduce_lanes / 2; w > 0; w /= 2)
+    for (std::size_t l = 0; l < w; ++l)
+      acc[l] = math::select(acc[l + w] > acc[l], acc[l + w], acc[l]);
+  return acc[0];
 }
 
 /// Maps an element of a broadcast result to the element of one operand it reads (numpy rules,

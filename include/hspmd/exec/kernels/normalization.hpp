@@ -3,6 +3,7 @@
 // log-softmax and layer norm (registry: graph/ops/normalization.hpp). One functor index per row
 // (layer norm's gamma and beta gradients: one per column).
 
+#include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/kernels/common.hpp>
 #include <hspmd/graph/ops/common.hpp>
@@ -26,19 +27,18 @@ struct softmax_row {
     const T* xr = x + r * len;
     T* yr = y + r * len;
     const std::size_t seen = causal ? q0 + r % queries + 1 : len;
-    T mx = xr[0];
-    for (std::size_t j = 1; j < seen; ++j)
-      mx = xr[j] > mx ? xr[j] : mx;
-    T s{0};
-    for (std::size_t j = 0; j < seen; ++j)
-      s += std::exp(xr[j] - mx);
-    const T log_s = Log ? std::log(s) : T{0};
-    if constexpr (Log)
+    const T mx = lane_max(xr, seen);
+    if constexpr (Log) {
+      const T s = lane_sum<T>(seen, [&](std::size_t j) { return math::exp(xr[j] - mx); });
+      const T log_s = std::log(s);
       for (std::size_t j = 0; j < seen; ++j)
         yr[j] = xr[j] - mx - log_s;
-    else
+    } else { // exponentials once: stored, summed, then scaled
+      const T s = lane_sum<T>(seen, [&](std::size_t j) { return yr[j] = math::exp(xr[j] - mx); });
+      const T inv = T{1} / s;
       for (std::size_t j = 0; j < seen; ++j)
-        yr[j] = std::exp(xr[j] - mx) / s;
+        yr[j] *= inv;
+    }
     for (std::size_t j = seen; j < len; ++j)
       yr[j] = T{0};
   }
@@ -55,17 +55,14 @@ struct softmax_row_backward {
     const T* gr = dy + r * len;
     const T* yr = y + r * len;
     T* dr = dx + r * len;
-    T s{0};
     if constexpr (!Log) {
-      for (std::size_t j = 0; j < len; ++j)
-        s += gr[j] * yr[j];
+      const T s = lane_sum<T>(len, [&](std::size_t j) { return gr[j] * yr[j]; });
       for (std::size_t j = 0; j < len; ++j)
         dr[j] += yr[j] * (gr[j] - s);
     } else {
+      const T s = lane_sum<T>(len, [&](std::size_t j) { return gr[j]; });
       for (std::size_t j = 0; j < len; ++j)
-        s += gr[j];
-      for (std::size_t j = 0; j < len; ++j)
-        dr[j] += gr[j] - std::exp(yr[j]) * s;
+        dr[j] += gr[j] - math::exp(yr[j]) * s;
     }
   }
 };
@@ -110,14 +107,9 @@ struct layer_norm_row {
   T eps;
   HSPMD_HD void operator()(std::size_t r) const {
     const T* xr = x + r * len;
-    T mu{0};
-    for (std::size_t j = 0; j < len; ++j)
-      mu += xr[j];
-    mu /= static_cast<T>(len);
-    T var{0};
-    for (std::size_t j = 0; j < len; ++j)
-      var += (xr[j] - mu) * (xr[j] - mu);
-    var /= static_cast<T>(len);
+    const T mu = lane_sum<T>(len, [&](std::size_t j) { return xr[j]; }) / static_cast<T>(len);
+    const T var = lane_sum<T>(len, [&](std::size_t j) { return (xr[j] - mu) * (xr[j] - mu); }) /
+                  static_cast<T>(len);
     const T rstd = T{1} / std::sqrt(var + eps);
     saved[2 * r] = mu;
     saved[2 * r + 1] = rstd;
@@ -142,14 +134,9 @@ struct layer_norm_row_backward {
     const T* xr = x + r * len;
     const T* gr = dy + r * len;
     const auto lt = static_cast<T>(len);
-    T sum_dxhat{0};
-    T sum_dxhat_xhat{0};
-    for (std::size_t j = 0; j < len; ++j) {
-      const T xhat = (xr[j] - mu) * rstd;
-      const T dxhat = gr[j] * gamma[j];
-      sum_dxhat += dxhat;
-      sum_dxhat_xhat += dxhat * xhat;
-    }
+    const T sum_dxhat = lane_sum<T>(len, [&](std::size_t j) { return gr[j] * gamma[j]; });
+    const T sum_dxhat_xhat =
+        lane_sum<T>(len, [&](std::size_t j) { return gr[j] * gamma[j] * ((xr[j] - mu) * rstd); });
     for (std::size_t j = 0; j < len; ++j) {
       const T xhat = (xr[j] - mu) * rstd;
       const T dxhat = gr[j] * gamma[j];
@@ -224,9 +211,7 @@ struct rms_norm_row {
   T eps;
   HSPMD_HD void operator()(std::size_t r) const {
     const T* xr = x + r * len;
-    T ss{0};
-    for (std::size_t j = 0; j < len; ++j)
-      ss += xr[j] * xr[j];
+    const T ss = lane_sum<T>(len, [&](std::size_t j) { return xr[j] * xr[j]; });
     const T rrms = T{1} / std::sqrt(ss / static_cast<T>(len) + eps);
     saved[r] = rrms;
     for (std::size_t j = 0; j < len; ++j)
@@ -248,9 +233,7 @@ struct rms_norm_row_backward {
     const T rrms = saved[r];
     const T* xr = x + r * len;
     const T* gr = dy + r * len;
-    T dot{0};
-    for (std::size_t j = 0; j < len; ++j)
-      dot += gr[j] * w[j] * (xr[j] * rrms);
+    const T dot = lane_sum<T>(len, [&](std::size_t j) { return gr[j] * w[j] * (xr[j] * rrms); });
     const T mean = dot / static_cast<T>(len);
     for (std::size_t j = 0; j < len; ++j)
       dx[r * len + j] += rrms * (gr[j] * w[j] - xr[j] * rrms * mean);

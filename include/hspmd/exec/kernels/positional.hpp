@@ -1,7 +1,8 @@
 #pragma once
-// Kernel of the rotary position embedding (registry: graph/ops/positional.hpp). One functor
-// index per pair; angles are computed in double from the pair's global position, so every
-// piece of a split sequence rotates exactly as the whole tensor does.
+// Kernel of the rotary position embedding (registry: graph/ops/positional.hpp). The angles of the
+// piece's positions are tabulated first (in double, from each position's global index, so every
+// piece of a split sequence rotates exactly as the whole tensor does); then one functor index
+// per pair.
 
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/kernels/common.hpp>
@@ -11,24 +12,39 @@
 
 namespace hspmd::exec {
 
+/// The rotation of pair i at local position q: table[2 (q half + i)] = cos, [.. + 1] = sin of
+/// (offset + q) base^(-2i / d), in double (half = d / 2 pairs per position).
+template <class T>
+struct rotary_table {
+  T* table;
+  std::size_t half;
+  std::size_t offset; // the piece's first position
+  double base;
+  HSPMD_HD void operator()(std::size_t k) const {
+    const std::size_t i = k % half;
+    const double angle =
+        static_cast<double>(k / half + offset) *
+        std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(2 * half));
+    table[2 * k] = static_cast<T>(std::cos(angle));
+    table[2 * k + 1] = static_cast<T>(std::sin(angle));
+  }
+};
+
 /// Rotates pair p of x (..., S, heads, d) by +angle (forward) or -angle (backward, adding).
 template <class T, bool Backward>
 struct rotary_pairs {
   const T* src;
   T* dst;
+  const T* table;
   std::size_t d;
   std::size_t heads;
   std::size_t seq;
-  std::size_t offset; // the piece's first position
-  double base;
   HSPMD_HD void operator()(std::size_t p) const {
     const std::size_t e = 2 * p;
     const std::size_t i = e % d / 2;
-    const std::size_t pos = e / (d * heads) % seq + offset;
-    const double angle = static_cast<double>(pos) *
-                         std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-    const T c = static_cast<T>(std::cos(angle));
-    const T s = static_cast<T>(std::sin(angle));
+    const std::size_t q = e / (d * heads) % seq;
+    const T c = table[q * d + 2 * i];
+    const T s = table[q * d + 2 * i + 1];
     const T x0 = src[e];
     const T x1 = src[e + 1];
     if constexpr (Backward) {
@@ -50,18 +66,20 @@ struct kernel<graph::op::rotary> : two_way_kernel<kernel<graph::op::rotary>> {
     else
       launch<false>(c);
   }
+  // The angles once per launch (seq x d / 2 of them, not one pow, cos and sin per element).
   template <bool Backward, class T, class B>
   static void launch(kernel_context<T, B>& c) {
     const auto& x = c.out_shape();
     const std::size_t r = x.rank();
     const node_layout* l = c.layout();
-    const rotary_pairs<T, Backward> f{Backward ? c.dout() : c.in(0),
-                                      Backward ? c.din(0) : c.out(),
-                                      x.dims[r - 1],
-                                      x.dims[r - 2],
-                                      x.dims[r - 3],
-                                      l != nullptr ? l->offset_of(r - 3) : 0,
-                                      c.attrs().scalar};
+    const std::size_t d = x.dims[r - 1];
+    const std::size_t seq = x.dims[r - 3];
+    T* table = c.saved(seq * d);
+    for_each_index(
+        c.backend(), seq * (d / 2),
+        rotary_table<T>{table, d / 2, l != nullptr ? l->offset_of(r - 3) : 0, c.attrs().scalar});
+    const rotary_pairs<T, Backward> f{
+        Backward ? c.dout() : c.in(0), Backward ? c.din(0) : c.out(), table, d, x.dims[r - 2], seq};
     for_each_index(c.backend(), c.out_size() / 2, f);
   }
 };

@@ -4,6 +4,7 @@
 // the table, columns [v0, v0 + count) of the logits; ids outside its range contribute 0 here
 // and their value on another rank).
 
+#include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/kernels/common.hpp>
 
@@ -108,10 +109,7 @@ struct row_max {
   T* lse;
   std::size_t v;
   HSPMD_HD void operator()(std::size_t r) const {
-    T m = -std::numeric_limits<T>::infinity();
-    for (std::size_t j = 0; j < v; ++j)
-      m = logits[r * v + j] > m ? logits[r * v + j] : m;
-    lse[r] = m;
+    lse[r] = v == 0 ? -std::numeric_limits<T>::infinity() : lane_max(logits + r * v, v);
   }
 };
 /// sums[r] = sum_j exp(logits[r, j] - lse[r]).
@@ -122,10 +120,9 @@ struct row_exp_sum {
   T* sums;
   std::size_t v;
   HSPMD_HD void operator()(std::size_t r) const {
-    T s{0};
-    for (std::size_t j = 0; j < v; ++j)
-      s += std::exp(logits[r * v + j] - lse[r]);
-    sums[r] = s;
+    const T* row = logits + r * v;
+    const T m = lse[r];
+    sums[r] = lane_sum<T>(v, [&](std::size_t j) { return math::exp(row[j] - m); });
   }
 };
 /// lse[r] += log sums[r]; out[0] = scale * the sum over rows of (owner ? lse : 0) - the target's
@@ -173,7 +170,7 @@ struct cross_entropy_backward {
     const T* lr = logits + r * v;
     T* dr = dlogits + r * v;
     for (std::size_t j = 0; j < v; ++j)
-      dr[j] += g * std::exp(lr[j] - m);
+      dr[j] += g * math::exp(lr[j] - m);
     const auto t = static_cast<std::size_t>(targets[r]);
     if (t >= range.first && t < range.first + range.count)
       dr[t - range.first] -= g;

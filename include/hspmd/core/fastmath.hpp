@@ -1,0 +1,160 @@
+#pragma once
+// exp, erf and tanh that a compiler vectorizes: no branches (selects only), no library calls, no
+// tables, so a kernel's element loop over them runs at SIMD width on the host and is the same
+// arithmetic on a device. In float they are within 2 ulp of the correctly rounded result over
+// every float input whose result is a normal float (tests/unit/fastmath.cpp sweeps them densely
+// against std:: in double); in double they are the std:: functions themselves.
+//
+//   exp : x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2); e^r by a degree-7 polynomial; 2^n built in
+//         the exponent bits as two halves, so results down to the subnormal range stay finite.
+//   erf : |x| < 0.921875: x P(x^2) (degree 6 in x^2); beyond: 1 - e^{-x^2} R(t), t = 1/(1 + |x|/2)
+//         (degree 7), R fitted to erfc(x) e^{x^2} (the form keeps erfc's tail relative).
+//   tanh: |x| < 0.625: x P(x^2) (degree 5 in x^2); beyond: 1 - 2 / (e^{2|x|} + 1).
+// Selects are bit masks over integer comparisons of the inputs' bit patterns (`select`, `key`):
+// a float comparison in a ternary becomes a branch under the default -ftrapping-math, and a
+// branch stops the vectorizer.
+// The polynomials were fitted for this file (weighted minimax in double, coefficients rounded to
+// float); NaN propagates, +-inf give the limits.
+
+#include <hspmd/core/hd.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace hspmd::math {
+
+/// c ? a : b without a branch (a bit mask), for loops the compiler should vectorize.
+template <class T>
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T select(bool c, T a, T b) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  const U m = U{0} - static_cast<U>(c);
+  return std::bit_cast<T>(static_cast<U>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m)));
+}
+
+namespace detail {
+
+// Floats ordered as integers (for non-NaN x: key(x) < key(y) iff x < y), compared without a
+// float comparison.
+[[nodiscard]] HSPMD_HD constexpr std::int32_t key(float x) {
+  const auto b = std::bit_cast<std::int32_t>(x);
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+[[nodiscard]] HSPMD_HD constexpr std::uint32_t magnitude(float x) {
+  return std::bit_cast<std::uint32_t>(x) & 0x7fffffffU;
+}
+[[nodiscard]] HSPMD_HD constexpr bool is_nan(float x) {
+  return magnitude(x) > 0x7f800000U;
+}
+// |v| with the sign of x.
+[[nodiscard]] HSPMD_HD constexpr float with_sign_of(float x, float v) {
+  return std::bit_cast<float>(magnitude(v) | (std::bit_cast<std::uint32_t>(x) & 0x80000000U));
+}
+
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float pow2i(std::int32_t n) { // 2^n for -126 <= n <= 127
+  return std::bit_cast<float>(static_cast<std::int32_t>((n + 127) << 23));
+}
+
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float exp_f32(float x) {
+  constexpr std::int32_t hi = key(88.72283935546875f);   // above: +inf
+  constexpr std::int32_t lo = key(-103.97208404541016f); // below: 0
+  const std::int32_t k = key(x);
+  // Clamped so that n stays within the two halves' exponent range; the ends are selected below.
+  const float xc = select(k < key(-104.0f), -104.0f, select(k > key(89.0f), 89.0f, x));
+  constexpr float round = 12582912.0f; // 1.5 * 2^23: adding and subtracting it rounds to integer
+  const float n = (xc * 1.44269504088896341f + round) - round;
+  float r = xc - n * 0.693359375f; // ln 2 = 0.693359375 - 2.12194440e-4 (the first part exact)
+  r = r + n * 2.12194440e-4f;
+  const float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r2 + r + 1.0f;
+  const auto ni = static_cast<std::int32_t>(n);
+  const std::int32_t h = ni / 2;
+  float y = p * pow2i(h) * pow2i(ni - h);
+  y = select(k > hi, std::numeric_limits<float>::infinity(), y);
+  y = select(k < lo, 0.0f, y);
+  return select(is_nan(x), x, y);
+}
+
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float erf_f32(float x) {
+  const float ax = std::bit_cast<float>(magnitude(x));
+  // small: x P(x^2), written x + x (P(x^2) - 1) so that the last rounding is of a small term
+  const float z = x * x;
+  float s = 8.370135037694126e-5f;
+  s = s * z - 8.142714505083859e-4f;
+  s = s * z + 5.201033316552639e-3f;
+  s = s * z - 2.6859398931264877e-2f;
+  s = s * z + 1.1283695697784424e-1f;
+  s = s * z - 3.7612634897232056e-1f;
+  s = s * z + 1.2837916612625122e-1f;
+  const float small = x + x * s;
+  // large: 1 - e^{-x^2} R(1 / (1 + |x| / 2))
+  const float t = 1.0f / (1.0f + 0.5f * ax);
+  float q = 1.1943994462490082e-1f;
+  q = q * t - 4.715688228607178e-1f;
+  q = q * t + 5.638846755027771e-1f;
+  q = q * t - 1.0416415333747864e-1f;
+  q = q * t + 3.4809091687202454e-1f;
+  q = q * t + 2.596001625061035e-1f;
+  q = q * t + 2.849268913269043e-1f;
+  q = q * t - 1.5516519488301128e-4f;
+  const float large = with_sign_of(x, 1.0f - exp_f32(-ax * ax) * q);
+  return select(magnitude(x) < magnitude(0.921875f), small, select(is_nan(x), x, large));
+}
+
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float tanh_f32(float x) {
+  const float ax = std::bit_cast<float>(magnitude(x));
+  const float z = x * x;
+  float s = -5.660028662532568e-3f;
+  s = s * z + 2.059103175997734e-2f;
+  s = s * z - 5.372108519077301e-2f;
+  s = s * z + 1.3331127166748047e-1f;
+  s = s * z - 3.333325982093811e-1f;
+  const float small = x + x * z * s;
+  const float large = with_sign_of(x, 1.0f - 2.0f / (exp_f32(2.0f * ax) + 1.0f));
+  return select(magnitude(x) < magnitude(0.625f), small, select(is_nan(x), x, large));
+}
+
+} // namespace detail
+
+/// e^x (float: vectorizable, <= 2 ulp; double: std::exp).
+template <class T>
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T exp(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return detail::exp_f32(x);
+  else
+    return std::exp(x);
+}
+
+/// erf(x) (float: vectorizable, <= 2 ulp; double: std::erf).
+template <class T>
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T erf(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return detail::erf_f32(x);
+  else
+    return std::erf(x);
+}
+
+/// tanh(x) (float: vectorizable, <= 2 ulp; double: std::tanh).
+template <class T>
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T tanh(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return detail::tanh_f32(x);
+  else
+    return std::tanh(x);
+}
+
+/// 1 / (1 + e^-x), from `math::exp`.
+template <class T>
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T sigmoid(T x) {
+  return T{1} / (T{1} + math::exp(-x));
+}
+
+} // namespace hspmd::math
