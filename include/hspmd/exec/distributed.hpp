@@ -136,10 +136,13 @@ public:
     synchronize_gradients();
   }
 
-  /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute).
+  /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute);
+  /// `grad_scale` is the clipping factor (`clip_scale` of the global norm), fused into the
+  /// optimizer's pass where it takes one (exec/optim.hpp `step_scaled`).
   template <class Optimizer>
-  void update(Optimizer& opt) {
-    trace_.span("optimizer", trace_kind::compute, {}, [&] { compute([&] { opt.step(ex_); }); });
+  void update(Optimizer& opt, double grad_scale = 1.0) {
+    trace_.span("optimizer", trace_kind::compute, {},
+                [&] { compute([&] { step_scaled(opt, ex_, grad_scale); }); });
   }
 
   /// Squared L2 norm of the whole gradient (every parameter element counted once).
@@ -148,8 +151,7 @@ public:
     for (graph::node_id id : prog_.local.parameters()) {
       if (!prog_.where[id].is_split() && comm_->rank() != 0)
         continue; // replicated: rank 0 counts it
-      for (T x : ex_.grad(id))
-        s += static_cast<double>(x) * static_cast<double>(x);
+      s += sum_of_squares(std::span<const T>(ex_.grad(id)));
     }
     double total = 0.0;
     trace_.span("all_reduce gradient norm", trace_kind::communication, {{"bytes", sizeof(double)}},

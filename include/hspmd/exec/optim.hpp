@@ -6,26 +6,49 @@
 //         with bias-corrected m^, v^; `decoupled_weight_decay` (AdamW) subtracts lr * wd * w
 //         separately instead of adding wd * w to the gradient.
 //
-// In a sharded run every rank updates its own shards; the global norm for clipping must then be
-// summed over ranks first (`clip_grad_norm` takes the already-reduced squared norm there).
+// Each step is one fused pass over every parameter (an HSPMD_HD functor through the executor's
+// backend): the gradient scaled by the clipping factor, the decay, the moments and the weight
+// in one read and one write of each, in the parameter's element type; moment buffers are
+// allocated at the first step and reused. Clipping needs the global norm first: one reduction
+// over the gradients (`grad_norm_squared`, all-reduced across ranks in a sharded run), then
+// `step(ex, clip_scale(norm, max_norm))` applies it inside the update, so the gradients are
+// never rewritten. `clip_grad_norm` still scales the gradients in place for other optimizers.
 
+#include <hspmd/core/hd.hpp>
 #include <hspmd/exec/executor.hpp>
 
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 namespace hspmd::exec {
+
+/// Sum of squares of `g` in double, in `reduce_lanes` lanes (vectorized, fixed order).
+template <std::floating_point T>
+[[nodiscard]] double sum_of_squares(std::span<const T> g) {
+  const T* p = g.data();
+  return lane_sum<double>(g.size(), [p](std::size_t i) {
+    const auto x = static_cast<double>(p[i]);
+    return x * x;
+  });
+}
 
 /// Sum of squared gradients over all parameters.
 template <std::floating_point T>
 [[nodiscard]] double grad_norm_squared(const executor<T>& ex) {
   double s = 0.0;
   for (graph::node_id id : ex.graph().parameters())
-    for (T g : ex.grad(id))
-      s += static_cast<double>(g) * static_cast<double>(g);
+    s += sum_of_squares(std::span<const T>(ex.grad(id)));
   return s;
+}
+
+/// The factor that brings gradients of global norm `norm` to at most `max_norm` (1 when
+/// `max_norm` <= 0, the norm is within it, or the norm is 0).
+[[nodiscard]] inline double clip_scale(double norm, double max_norm) {
+  return max_norm > 0.0 && norm > max_norm && norm > 0.0 ? max_norm / norm : 1.0;
 }
 
 /// Scales all gradients so that their global L2 norm is at most `max_norm`; returns the norm
@@ -34,14 +57,95 @@ template <std::floating_point T>
 template <std::floating_point T>
 double clip_grad_norm(executor<T>& ex, double max_norm, double norm_squared = -1.0) {
   const double norm = std::sqrt(norm_squared >= 0.0 ? norm_squared : grad_norm_squared(ex));
-  if (norm > max_norm && norm > 0.0) {
-    const auto f = static_cast<T>(max_norm / norm);
+  const double f = clip_scale(norm, max_norm);
+  if (f != 1.0)
     for (graph::node_id id : ex.graph().parameters())
       for (T& g : ex.grad(id))
-        g *= f;
-  }
+        g *= static_cast<T>(f);
   return norm;
 }
+
+/// `opt.step(ex, grad_scale)` when the optimizer takes the clipping factor into its pass (sgd,
+/// adam); otherwise the gradients are scaled first and `opt.step(ex)` runs.
+template <class Optimizer, std::floating_point T>
+void step_scaled(Optimizer& opt, executor<T>& ex, double grad_scale) {
+  if constexpr (requires { opt.step(ex, grad_scale); }) {
+    opt.step(ex, grad_scale);
+  } else {
+    if (grad_scale != 1.0)
+      for (graph::node_id id : ex.graph().parameters())
+        for (T& g : ex.grad(id))
+          g *= static_cast<T>(grad_scale);
+    opt.step(ex);
+  }
+}
+
+/// One element of SGD's fused update.
+template <class T>
+struct sgd_update {
+  T* w;
+  const T* g;
+  T* v;
+  T scale;
+  T lr;
+  T momentum;
+  T decay;
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
+    const T gi = g[i] * scale + decay * w[i];
+    const T vi = momentum * v[i] + gi;
+    v[i] = vi;
+    w[i] -= lr * vi;
+  }
+};
+
+/// One element of Adam's fused update; `step_size` = lr / (1 - b1^t), `inv_sqrt_c2` =
+/// 1 / sqrt(1 - b2^t), `keep` = 1 - lr wd (AdamW) or 1, `l2` = wd (Adam's coupled decay) or 0.
+template <class T>
+struct adam_update {
+  T* w;
+  const T* g;
+  T* m;
+  T* v;
+  T scale;
+  T b1;
+  T b2;
+  T step_size;
+  T inv_sqrt_c2;
+  T eps;
+  T keep;
+  T l2;
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
+    const T wi = w[i];
+    const T gi = g[i] * scale + l2 * wi;
+    const T mi = b1 * m[i] + (T{1} - b1) * gi;
+    const T vi = b2 * v[i] + (T{1} - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi * keep - step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
+  }
+};
+
+namespace detail {
+// Per-parameter state buffers of one element type, allocated once.
+template <class T>
+struct optimizer_slots {
+  std::vector<std::vector<T>> a, b;
+  void fit(std::size_t params, std::size_t p, std::size_t n, bool two) {
+    if (a.size() != params) {
+      a.resize(params);
+      b.resize(params);
+    }
+    if (a[p].size() != n)
+      a[p].assign(n, T{});
+    if (two && b[p].size() != n)
+      b[p].assign(n, T{});
+  }
+};
+struct optimizer_state {
+  optimizer_slots<float> f;
+  optimizer_slots<double> d;
+};
+} // namespace detail
 
 /// Stochastic gradient descent with momentum and L2 weight decay.
 class sgd {
@@ -53,25 +157,31 @@ public:
   double momentum;
   double weight_decay;
 
+  /// One step over every parameter; the gradients are read times `grad_scale` (the clipping
+  /// factor, see `clip_scale`).
   template <std::floating_point T>
-  void step(executor<T>& ex) {
+  void step(executor<T>& ex, double grad_scale = 1.0) {
     const auto params = ex.graph().parameters();
-    velocity_.resize(params.size());
+    auto& slots = slots_for<T>();
     for (std::size_t p = 0; p < params.size(); ++p) {
       auto w = ex.value(params[p]);
-      const auto g = ex.grad(params[p]);
-      auto& v = velocity_[p];
-      v.resize(w.size(), 0.0);
-      for (std::size_t i = 0; i < w.size(); ++i) {
-        const double gi = static_cast<double>(g[i]) + weight_decay * static_cast<double>(w[i]);
-        v[i] = momentum * v[i] + gi;
-        w[i] = static_cast<T>(static_cast<double>(w[i]) - lr * v[i]);
-      }
+      slots.fit(params.size(), p, w.size(), false);
+      for_each_index(ex.backend(), w.size(),
+                     sgd_update<T>{w.data(), ex.grad(params[p]).data(), slots.a[p].data(),
+                                   static_cast<T>(grad_scale), static_cast<T>(lr),
+                                   static_cast<T>(momentum), static_cast<T>(weight_decay)});
     }
   }
 
 private:
-  std::vector<std::vector<double>> velocity_;
+  template <class T>
+  detail::optimizer_slots<T>& slots_for() {
+    if constexpr (std::is_same_v<T, float>)
+      return state_.f;
+    else
+      return state_.d;
+  }
+  detail::optimizer_state state_;
 };
 
 /// Adam, or AdamW with `decoupled_weight_decay`.
@@ -89,36 +199,38 @@ public:
   double weight_decay;
   bool decoupled_weight_decay;
 
+  /// One step over every parameter; the gradients are read times `grad_scale` (the clipping
+  /// factor, see `clip_scale`).
   template <std::floating_point T>
-  void step(executor<T>& ex) {
+  void step(executor<T>& ex, double grad_scale = 1.0) {
     const auto params = ex.graph().parameters();
-    m_.resize(params.size());
-    v_.resize(params.size());
+    auto& slots = slots_for<T>();
     ++t_;
     const double c1 = 1.0 - std::pow(beta1, static_cast<double>(t_));
     const double c2 = 1.0 - std::pow(beta2, static_cast<double>(t_));
+    const auto keep = static_cast<T>(decoupled_weight_decay ? 1.0 - lr * weight_decay : 1.0);
+    const auto l2 = static_cast<T>(decoupled_weight_decay ? 0.0 : weight_decay);
     for (std::size_t p = 0; p < params.size(); ++p) {
       auto w = ex.value(params[p]);
-      const auto g = ex.grad(params[p]);
-      m_[p].resize(w.size(), 0.0);
-      v_[p].resize(w.size(), 0.0);
-      for (std::size_t i = 0; i < w.size(); ++i) {
-        double wi = static_cast<double>(w[i]);
-        double gi = static_cast<double>(g[i]);
-        if (!decoupled_weight_decay)
-          gi += weight_decay * wi;
-        m_[p][i] = beta1 * m_[p][i] + (1.0 - beta1) * gi;
-        v_[p][i] = beta2 * v_[p][i] + (1.0 - beta2) * gi * gi;
-        const double update = (m_[p][i] / c1) / (std::sqrt(v_[p][i] / c2) + eps);
-        if (decoupled_weight_decay)
-          wi -= lr * weight_decay * wi;
-        w[i] = static_cast<T>(wi - lr * update);
-      }
+      slots.fit(params.size(), p, w.size(), true);
+      for_each_index(ex.backend(), w.size(),
+                     adam_update<T>{w.data(), ex.grad(params[p]).data(), slots.a[p].data(),
+                                    slots.b[p].data(), static_cast<T>(grad_scale),
+                                    static_cast<T>(beta1), static_cast<T>(beta2),
+                                    static_cast<T>(lr / c1), static_cast<T>(1.0 / std::sqrt(c2)),
+                                    static_cast<T>(eps), keep, l2});
     }
   }
 
 private:
-  std::vector<std::vector<double>> m_, v_;
+  template <class T>
+  detail::optimizer_slots<T>& slots_for() {
+    if constexpr (std::is_same_v<T, float>)
+      return state_.f;
+    else
+      return state_.d;
+  }
+  detail::optimizer_state state_;
   std::size_t t_ = 0;
 };
 

@@ -70,7 +70,7 @@ public:
   virtual void set_training(bool on) = 0;
   virtual double forward() = 0;
   virtual void backward() = 0;
-  virtual double clip(double max_norm) = 0; ///< returns the global norm before clipping
+  virtual double grad_norm() = 0; ///< the global L2 norm of the gradients (one reduction)
   virtual void update(const std::function<void(executor<T>&)>& step) = 0;
   /// The whole value of a float node of the traced graph, on every rank (collective).
   [[nodiscard]] virtual std::vector<T> whole(graph::node_id id) = 0;
@@ -96,9 +96,7 @@ public:
   void set_training(bool on) override { ex_.set_training(on); }
   double forward() override { return static_cast<double>(ex_.forward()); }
   void backward() override { ex_.backward(); }
-  double clip(double max_norm) override {
-    return max_norm > 0.0 ? clip_grad_norm(ex_, max_norm) : std::sqrt(grad_norm_squared(ex_));
-  }
+  double grad_norm() override { return std::sqrt(grad_norm_squared(ex_)); }
   void update(const std::function<void(executor<T>&)>& step) override { step(ex_); }
   std::vector<T> whole(graph::node_id id) override {
     const auto v = ex_.value(id);
@@ -129,9 +127,7 @@ public:
   void set_training(bool on) override { dx_.set_training(on); }
   double forward() override { return static_cast<double>(dx_.forward()); }
   void backward() override { dx_.backward(); }
-  double clip(double max_norm) override {
-    return max_norm > 0.0 ? dx_.clip_grad_norm(max_norm) : std::sqrt(dx_.grad_norm_squared());
-  }
+  double grad_norm() override { return std::sqrt(dx_.grad_norm_squared()); }
   void update(const std::function<void(executor<T>&)>& step) override {
     struct stepper {
       const std::function<void(executor<T>&)>* f;
@@ -474,8 +470,10 @@ private:
           accumulate(sums, params, m);
       }
       loss /= static_cast<double>(o_.accumulate);
-      const double norm = e.clip(o_.clip);
-      e.update([&](executor<T>& ex) { opt_.step(ex); });
+      // Clipping is fused into the optimizer's pass: the norm's one reduction, then the factor.
+      const double norm = e.grad_norm();
+      const double scale = clip_scale(norm, o_.clip);
+      e.update([&](executor<T>& ex) { step_scaled(opt_, ex, scale); });
       const auto done = clock::now();
       e.step_span(s, start, fed, done, loss);
       const double seconds = e.slowest(std::chrono::duration<double>(done - start).count());
