@@ -93,6 +93,9 @@ template <class T>
 result<T> distributed(const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
                       std::size_t id_limit) {
   exec::distributed_executor<T, mpi_communicator> dx(g, p, comm, 7);
+  // Buckets of a few gradients each: many all-reduces in flight during the backward, started
+  // and completed at different points (the default size puts these small models in one).
+  dx.set_bucket_bytes(256);
   exec::sgd opt(0.05, 0.9);
   result<T> r;
   for (std::size_t s = 0; s < steps; ++s) {

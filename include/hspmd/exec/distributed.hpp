@@ -27,6 +27,7 @@
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/exec/transfers.hpp>
+#include <hspmd/synth/cost.hpp>
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
@@ -35,13 +36,36 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hspmd::exec {
+
+namespace detail {
+// The request of a communicator's non-blocking all-reduce, or `none` when it has none (then the
+// buckets are all-reduced blocking, each as soon as it is ready).
+struct no_request {};
+template <class C, class T>
+struct request_of {
+  using type = no_request;
+  static constexpr bool nonblocking = false;
+};
+template <class C, class T>
+requires requires(C& c, std::span<T> b) {
+  c.start_all_reduce(b, reduce_op::sum);
+}
+struct request_of<C, T> {
+  using type =
+      decltype(std::declval<C&>().start_all_reduce(std::declval<std::span<T>>(), reduce_op::sum));
+  static constexpr bool nonblocking = true;
+};
+} // namespace detail
 
 /// One rank's share of a distributed training step (see the file comment).
 template <std::floating_point T, class Comm>
@@ -71,6 +95,7 @@ public:
           keep.push_back(*user);
     }
     gradient_bytes_ = ex_.reuse_gradient_buffers(keep, duals);
+    plan_gradient_sync();
   }
   distributed_executor(const distributed_executor&) = delete;
   distributed_executor& operator=(const distributed_executor&) = delete;
@@ -98,6 +123,21 @@ public:
   void set_training(bool on) noexcept { ex_.set_training(on); }
   /// Emulation of a slower device: every local compute takes `s` times as long (busy wait).
   void set_slowdown(double s) noexcept { slowdown_ = std::max(1.0, s); }
+  /// Bytes of gradients all-reduced together (the same on every rank; default
+  /// `gradient_bucket_bytes`). Smaller buckets start earlier in the backward and overlap more of
+  /// it; each pays one latency.
+  void set_bucket_bytes(std::size_t bytes) {
+    bucket_bytes_ = std::max<std::size_t>(bytes, sizeof(T));
+    plan_gradient_sync();
+  }
+  /// The gradient buckets: for each, its parameters' local node ids, in the order they are
+  /// started (the first is ready earliest in the backward).
+  [[nodiscard]] std::vector<std::vector<graph::node_id>> gradient_buckets() const {
+    std::vector<std::vector<graph::node_id>> out;
+    for (const gradient_bucket& b : buckets_)
+      out.push_back(b.params);
+    return out;
+  }
 
   /// Feeds input `name` from the whole (global) batch; the rank keeps its piece. With
   /// HSPMD_DEBUG=detail the ranks first compare a hash of the batch (collective) and throw
@@ -123,8 +163,14 @@ public:
 
   /// Backward on every rank, then the parameters' gradients are synchronized: afterwards each
   /// rank holds the complete gradient of its piece of every parameter.
+  ///
+  /// A bucket of replicated parameters' gradients starts its all-reduce as soon as the backward
+  /// has produced all of them (non-blocking where the communicator has one), and the backward
+  /// goes on; between nodes (and while an emulated slow device waits) the rank drives the
+  /// collectives in flight; at the end it waits for them.
   void backward() {
     ex_.begin_backward();
+    std::size_t next = 0;
     for (graph::node_id i = static_cast<graph::node_id>(prog_.local.size()); i-- > 0;) {
       const auto t = prog_.transfer_of[i];
       if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load) {
@@ -132,8 +178,16 @@ public:
         traced_transfer(prog_.transfers[*t], true);
       } else
         traced_compute(i, true);
+      for (; next < buckets_.size() && buckets_[next].ready_at >= i; ++next)
+        start_bucket(next);
+      progress();
     }
-    synchronize_gradients();
+    for (; next < buckets_.size(); ++next)
+      start_bucket(next);
+    for (graph::node_id w : sfb_params_)
+      trace_.span("sfb " + g_[prog_.global[w]].name, trace_kind::communication,
+                  {{"bytes", ex_.grad(w).size() * sizeof(T)}}, [&] { sfb_gradient(w); });
+    finish_buckets();
   }
 
   /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute);
@@ -281,8 +335,8 @@ private:
     const auto until =
         std::chrono::steady_clock::now() +
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * (slowdown_ - 1.0));
-    while (std::chrono::steady_clock::now() < until) {
-    }
+    while (std::chrono::steady_clock::now() < until)
+      progress(); // an emulated slow device computes; its host drives the collectives
   }
 
   template <class E>
@@ -346,49 +400,120 @@ private:
       moves_.backward(t, ex_.grad(*t.source), ex_.grad(t.target));
   }
 
-  // Replicated parameters: their gradients are partial sums; all-reduce them in buckets (or
-  // take the SFB path the plan chose).
-  void synchronize_gradients() {
-    constexpr std::size_t bucket_bytes = std::size_t{25} << 20;
-    std::vector<graph::node_id> pending;
-    std::size_t pending_size = 0;
-    const auto flush = [&] {
-      if (pending.empty())
-        return;
-      std::vector<T> flat;
-      flat.reserve(pending_size);
-      for (graph::node_id id : pending)
-        flat.insert(flat.end(), ex_.grad(id).begin(), ex_.grad(id).end());
-      trace_.span("all_reduce gradients", trace_kind::communication,
-                  {{"bytes", flat.size() * sizeof(T)}, {"parameters", pending.size()}},
-                  [&] { comm_->all_reduce(std::span<T>(flat), reduce_op::sum); });
-      std::size_t at = 0;
-      for (graph::node_id id : pending) {
-        auto gr = ex_.grad(id);
-        std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), gr.size(), gr.begin());
-        at += gr.size();
-      }
-      pending.clear();
-      pending_size = 0;
-    };
+  // Replicated parameters' gradients are partial sums over the ranks: all-reduced in buckets, or
+  // (where the plan chose SFB and the weight has one matmul user) by SFB after the backward.
+  // Buckets are formed once, in the order the backward completes their gradients: a parameter's
+  // gradient is final after the backward of the first node (in graph order) that reads it.
+  void plan_gradient_sync() {
+    buckets_.clear();
+    sfb_params_.clear();
+    if (comm_->size() == 1)
+      return;
+    const auto n = static_cast<graph::node_id>(prog_.local.size());
+    std::vector<graph::node_id> first_use(n, n);
+    for (graph::node_id i = 0; i < n; ++i) {
+      for (graph::node_id in : prog_.local[i].inputs)
+        first_use[in] = std::min(first_use[in], i);
+      if (const auto t = prog_.transfer_of[i]; t && prog_.transfers[*t].source)
+        first_use[*prog_.transfers[*t].source] =
+            std::min(first_use[*prog_.transfers[*t].source], i);
+    }
+    std::vector<graph::node_id> params;
     for (const lowered_transfer& t : prog_.transfers) {
       if (t.what.kind != synth::transfer_kind::load ||
-          g_[t.what.tensor].kind != graph::op::parameter || !t.what.to.is_replicated() ||
-          comm_->size() == 1)
+          g_[t.what.tensor].kind != graph::op::parameter || !t.what.to.is_replicated())
         continue;
-      bool by_sfb = false;
-      if (t.what.sfb)
-        trace_.span("sfb " + g_[t.what.tensor].name, trace_kind::communication,
-                    {{"bytes", ex_.grad(t.target).size() * sizeof(T)}},
-                    [&] { by_sfb = sfb_gradient(t.target); });
-      if (by_sfb)
-        continue;
-      pending.push_back(t.target);
-      pending_size += ex_.grad(t.target).size();
-      if (pending_size * sizeof(T) >= bucket_bytes)
-        flush();
+      if (t.what.sfb && sfb_applies(t.target))
+        sfb_params_.push_back(t.target);
+      else
+        params.push_back(t.target);
     }
-    flush();
+    std::ranges::stable_sort(params, std::ranges::greater{},
+                             [&](graph::node_id p) { return first_use[p]; });
+    for (graph::node_id p : params) {
+      const std::size_t bytes = ex_.grad(p).size() * sizeof(T);
+      if (buckets_.empty() ||
+          (buckets_.back().bytes > 0 && buckets_.back().bytes + bytes > bucket_bytes_))
+        buckets_.emplace_back();
+      gradient_bucket& b = buckets_.back();
+      b.params.push_back(p);
+      b.bytes += bytes;
+      const graph::node_id ready = first_use[p] == n ? n - 1 : first_use[p];
+      b.ready_at = b.params.size() == 1 ? ready : std::min(b.ready_at, ready);
+    }
+    for (gradient_bucket& b : buckets_)
+      b.flat.assign(b.bytes / sizeof(T), T{});
+    requests_.resize(buckets_.size());
+  }
+
+  // Packs bucket k's gradients and starts their all-reduce.
+  void start_bucket(std::size_t k) {
+    gradient_bucket& b = buckets_[k];
+    std::size_t at = 0;
+    for (graph::node_id id : b.params) {
+      const auto gr = ex_.grad(id);
+      std::copy(gr.begin(), gr.end(), b.flat.begin() + static_cast<std::ptrdiff_t>(at));
+      at += gr.size();
+    }
+    b.started = std::chrono::steady_clock::now();
+    b.done = false;
+    if constexpr (detail::request_of<Comm, T>::nonblocking) {
+      requests_[k] = comm_->start_all_reduce(std::span<T>(b.flat), reduce_op::sum);
+      in_flight_ = true;
+    } else {
+      trace_.span("all_reduce gradients", trace_kind::communication, bucket_args(k),
+                  [&] { comm_->all_reduce(std::span<T>(b.flat), reduce_op::sum); });
+      b.done = true;
+    }
+  }
+
+  // Drives the collectives in flight (MPI progresses only inside its calls); records each one
+  // that completes.
+  void progress() {
+    if constexpr (detail::request_of<Comm, T>::nonblocking) {
+      if (!in_flight_)
+        return;
+      bool any = false;
+      for (std::size_t k = 0; k < buckets_.size(); ++k) {
+        gradient_bucket& b = buckets_[k];
+        if (b.done || requests_[k].done())
+          continue;
+        if (comm_->test(requests_[k])) {
+          b.done = true;
+          trace_.add("all_reduce gradients", trace_kind::in_flight, b.started,
+                     std::chrono::steady_clock::now(), bucket_args(k));
+        } else
+          any = true;
+      }
+      in_flight_ = any;
+    }
+  }
+
+  // Waits for every bucket and copies the sums back into the gradients.
+  void finish_buckets() {
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      gradient_bucket& b = buckets_[k];
+      if constexpr (detail::request_of<Comm, T>::nonblocking) {
+        if (!b.done) {
+          trace_.span("wait for gradients", trace_kind::communication, bucket_args(k),
+                      [&] { comm_->wait(requests_[k]); });
+          b.done = true;
+          trace_.add("all_reduce gradients", trace_kind::in_flight, b.started,
+                     std::chrono::steady_clock::now(), bucket_args(k));
+        }
+      }
+      std::size_t at = 0;
+      for (graph::node_id id : b.params) {
+        auto gr = ex_.grad(id);
+        std::copy_n(b.flat.begin() + static_cast<std::ptrdiff_t>(at), gr.size(), gr.begin());
+        at += gr.size();
+      }
+    }
+    in_flight_ = false;
+  }
+
+  [[nodiscard]] nlohmann::json bucket_args(std::size_t k) const {
+    return {{"bytes", buckets_[k].bytes}, {"parameters", buckets_[k].params.size()}, {"bucket", k}};
   }
 
   // SFB for replicated weight `w` read by exactly one matmul / linear with row-split input:
@@ -407,17 +532,22 @@ private:
     return user;
   }
 
-  bool sfb_gradient(graph::node_id w) {
+  // SFB applies to `w` (see above); otherwise its gradient is all-reduced.
+  [[nodiscard]] bool sfb_applies(graph::node_id w) const {
     const std::optional<graph::node_id> user = sole_user(w);
     if (!user)
       return false;
     const graph::node& op = prog_.local[*user];
     if ((op.kind != graph::op::linear && op.kind != graph::op::matmul) || op.inputs[1] != w)
       return false;
+    const node_layout& lx = prog_.layouts[op.inputs[0]];
+    return lx.split && *lx.split + 1 < lx.global.size();
+  }
+
+  void sfb_gradient(graph::node_id w) {
+    const graph::node& op = prog_.local[*sole_user(w)];
     const graph::node_id x = op.inputs[0];
     const node_layout& lx = prog_.layouts[x];
-    if (!lx.split || *lx.split + 1 >= lx.global.size())
-      return false;
     const std::size_t k = lx.global.back();
     const std::size_t n = prog_.local[w].out.dims[1];
     std::vector<std::size_t> rows;
@@ -427,9 +557,8 @@ private:
       rows.push_back(detail::product(d) / std::max<std::size_t>(k, 1));
     }
     sfb_weight_gradient(*comm_, std::span<const T>(ex_.value(x)),
-                        std::span<const T>(ex_.grad(*user)), std::span<const std::size_t>(rows), k,
-                        n, ex_.grad(w));
-    return true;
+                        std::span<const T>(ex_.grad(*sole_user(w))),
+                        std::span<const std::size_t>(rows), k, n, ex_.grad(w));
   }
 
   // The whole tensor of local version `id` on every rank (collective).
@@ -442,6 +571,19 @@ private:
   local_program prog_;
   executor<T> ex_;
   transfer_runner<T, Comm, host_backend> moves_{prog_, *comm_, ex_.backend()};
+  struct gradient_bucket {
+    std::vector<graph::node_id> params; // local parameter versions, packed in this order
+    std::size_t bytes = 0;
+    std::vector<T> flat;       // the bucket's buffer, reused every step
+    graph::node_id ready_at{}; // every gradient is final once the backward has run this node
+    std::chrono::steady_clock::time_point started;
+    bool done = true;
+  };
+  std::size_t bucket_bytes_ = static_cast<std::size_t>(synth::gradient_bucket_bytes);
+  std::vector<gradient_bucket> buckets_;
+  std::vector<typename detail::request_of<Comm, T>::type> requests_;
+  std::vector<graph::node_id> sfb_params_;
+  bool in_flight_ = false;
   double slowdown_ = 1.0;
   std::uint64_t step_ = 0;
   bool check_inputs_ = debug_collectives_from_env();

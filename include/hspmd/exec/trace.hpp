@@ -22,7 +22,10 @@
 namespace hspmd::exec {
 
 /// What a traced span was.
-enum class trace_kind : std::uint8_t { compute, communication, step };
+/// compute and communication: the rank's work (one track, nested); step: the trainer's step spans
+/// (a track of their own); in_flight: a non-blocking collective from its start to its
+/// completion, while the rank works on (a third track, not counted as work).
+enum class trace_kind : std::uint8_t { compute, communication, step, in_flight };
 
 /// Records spans of one rank.
 class trace_recorder {
@@ -73,9 +76,10 @@ public:
     out.back()["args"]["sort_index"] = rank;
     meta("thread_name", 0, "work");
     meta("thread_name", 1, "steps");
+    meta("thread_name", 2, "collectives in flight");
     std::vector<const event*> work;
     for (const event& e : events_)
-      if (e.kind != trace_kind::step)
+      if (e.kind != trace_kind::step && e.kind != trace_kind::in_flight)
         work.push_back(&e);
     std::ranges::stable_sort(work, {}, &event::start);
     double busy_until = work.empty() ? 0.0 : work.front()->start;
@@ -86,7 +90,10 @@ public:
     }
     for (const event& e : events_)
       out.push_back(item(e.name, category(e.kind), e.start, e.duration, rank,
-                         e.kind == trace_kind::step ? 1 : 0, e.args));
+                         e.kind == trace_kind::step        ? 1
+                         : e.kind == trace_kind::in_flight ? 2
+                                                           : 0,
+                         e.args));
     return out;
   }
 
@@ -102,7 +109,7 @@ private:
     return std::chrono::duration<double, std::micro>(t - epoch_).count();
   }
   static const char* category(trace_kind k) {
-    return k == trace_kind::compute ? "compute" : k == trace_kind::communication ? "comm" : "step";
+    return k == trace_kind::compute ? "compute" : k == trace_kind::step ? "step" : "comm";
   }
   static nlohmann::json item(const std::string& name, const char* cat, double ts, double dur,
                              int pid, int tid, const nlohmann::json& args) {

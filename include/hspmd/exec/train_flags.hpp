@@ -72,6 +72,10 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
   app.add_flag("--calibrate", o.calibrate,
                "with --cluster: before planning, time the model's ops on rank 0 and the "
                "collectives on all ranks, and price the plan by those measurements");
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "with --cluster: MiB of gradients per all-reduce bucket, each started during the "
+                 "backward as soon as it is complete (0: the library default)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--explain", o.explain, "with --cluster: print the plan's explain table");
   app.add_option("--trace", o.trace,
                  "with --cluster: write a Chrome/Perfetto trace (a track per rank: compute, "

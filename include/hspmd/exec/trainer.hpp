@@ -115,6 +115,9 @@ struct train_options {
   /// With a cluster: "synth" (default), "dp-ev", "dp-cp", "tp", or a plan JSON file.
   std::string plan;
   bool calibrate = false; ///< with a cluster: price the plan by measured op and collective times
+  /// With a cluster: MiB of gradients all-reduced together, each bucket started as soon as the
+  /// backward has produced it (0: the library default, synth::gradient_bucket_bytes).
+  double bucket_mb = 0.0;
   bool explain = false;   ///< with a cluster: print the plan's explain table
   std::string trace;      ///< with a cluster: Chrome/Perfetto trace file of the run
   std::string save_plan;  ///< with a cluster: write the plan as JSON here

@@ -385,6 +385,8 @@ private:
     auto e = std::make_unique<distributed_engine<T>>(g_, *plan_, comm, o_.seed);
     auto& dx = e->executor_of();
     dx.set_slowdown(cluster_.devices.at(static_cast<std::size_t>(comm.rank())).slowdown);
+    if (o_.bucket_mb > 0.0)
+      dx.set_bucket_bytes(static_cast<std::size_t>(o_.bucket_mb * 1024.0 * 1024.0));
     dx.local().set_profiling(o_.profile);
     if (is_root && o_.out != nullptr)
       print(*o_.out,

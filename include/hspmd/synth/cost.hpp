@@ -177,7 +177,7 @@ inline constexpr double optimizer_flops_per_element = 12.0;
 inline constexpr double parameter_copies = 4.0;
 
 /// Bytes of weight gradients all-reduced together (one latency per bucket).
-inline constexpr double gradient_bucket_bytes = 25.0 * 1024.0 * 1024.0;
+inline constexpr double gradient_bucket_bytes = 4.0 * 1024.0 * 1024.0;
 
 /// Measured compute of one graph on one device (exec/profile.hpp measures it): forward +
 /// backward seconds of every node at full size, and of the optimizer step (with gradient

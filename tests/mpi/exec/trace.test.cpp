@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -98,8 +100,9 @@ TEST_CASE("a traced run gives rank 0 one trace: a track per rank, compute, colle
   CHECK(compute >= n * steps * (2 * computed + 1));
   // The loss and the gradient norm are all-reduced every step; TP moves activations too.
   CHECK(collectives >= n * steps * 2 + (n > 1 ? n * steps : 0));
-  // On each rank the work events (compute, collectives, idle) never overlap.
+  // On each rank the work events (compute, collectives, idle: the work track) never overlap.
   for (auto& [rank, events] : work) {
+    std::erase_if(events, [](const nlohmann::json& e) { return e["tid"] != 0; });
     std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
       return a["ts"].template get<double>() < b["ts"].template get<double>();
     });
@@ -109,4 +112,74 @@ TEST_CASE("a traced run gives rank 0 one trace: a track per rank, compute, colle
     }
   }
   (void)idle; // gaps depend on timing: counted, not asserted
+}
+
+TEST_CASE("gradient buckets all-reduce during the backward: in flight while later layers compute") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 32;
+  o.heads = 2;
+  o.seq = 4;
+  o.vocab = 24;
+  const auto g = models::trace_model<float>("bert", o, 4);
+  const cluster c = test::make_cluster(std::vector<double>(n, 1e9), 1e6);
+  const synth::plan p = synth::make_baseline(g, c, synth::baseline::dp_ev, {}, "bert");
+  exec::distributed_executor<float, mpi_communicator> dx(g, p, comm, 3);
+  dx.set_bucket_bytes(4096);
+  const auto buckets = dx.gradient_buckets();
+  if (n == 1) {
+    CHECK(buckets.empty()); // nothing to synchronize
+    return;
+  }
+  REQUIRE(buckets.size() >= 3);
+  // Started in the order the backward completes them: the first holds the head's gradients (the
+  // last layer), the last the embedding's.
+  const auto names_of = [&](const std::vector<graph::node_id>& b) {
+    std::string s;
+    for (graph::node_id id : b)
+      s += g[dx.program().global[id]].name + " ";
+    return s;
+  };
+  CAPTURE(names_of(buckets.front()), names_of(buckets.back()));
+  CHECK(names_of(buckets.front()).find("head") != std::string::npos);
+  CHECK(names_of(buckets.back()).find("tok") != std::string::npos);
+  const std::vector<std::int64_t> tokens(4 * 4, 1);
+  dx.set_input("tokens", std::span<const std::int64_t>(tokens));
+  dx.set_input("targets", std::span<const std::int64_t>(tokens));
+  dx.start_trace();
+  exec::adam opt(1e-3);
+  for (int s = 0; s < 2; ++s) {
+    (void)dx.forward();
+    dx.backward();
+    dx.update(opt, exec::clip_scale(std::sqrt(dx.grad_norm_squared()), 1.0));
+  }
+  const nlohmann::json t = dx.collect_trace();
+  if (comm.rank() != 0)
+    return;
+  // Per rank: the in-flight all-reduces (track 2) and the backward's compute spans (track 0).
+  std::map<int, std::vector<std::pair<double, double>>> in_flight;
+  std::map<int, double> last_backward; // the latest start of a backward compute span
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X")
+      continue;
+    const int pid = e["pid"].get<int>();
+    const double ts = e["ts"].get<double>();
+    if (e["tid"] == 2) {
+      CHECK(e["name"] == "all_reduce gradients");
+      CHECK(e["args"].contains("bytes"));
+      in_flight[pid].emplace_back(ts, ts + e["dur"].get<double>());
+    } else if (e["tid"] == 0 && e["cat"] == "compute" && e.contains("args") &&
+               e["args"].value("pass", "") == "backward")
+      last_backward[pid] = std::max(last_backward[pid], ts);
+  }
+  CHECK(in_flight.size() == n);
+  for (const auto& [rank, spans] : in_flight) {
+    INFO("rank " << rank);
+    CHECK(spans.size() == 2 * buckets.size()); // every bucket, both steps
+    // The first bucket starts while the backward still has nodes to run.
+    const double first = std::min_element(spans.begin(), spans.end())->first;
+    CHECK(first < last_backward[rank]);
+  }
 }

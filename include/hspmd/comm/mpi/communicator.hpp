@@ -241,6 +241,60 @@ public:
                     rank_);
   }
 
+  /// A collective started by a `start_*` call and not yet known to be complete. Its buffer must
+  /// stay valid and unread until `test` returns true or `wait` returns. Move-only.
+  class request {
+  public:
+    request() = default;
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    request(request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)) {}
+    request& operator=(request&& o) noexcept {
+      std::swap(r_, o.r_);
+      return *this;
+    }
+    /// An unfinished request is cancelled by freeing it (MPI completes it in the background);
+    /// only an error path drops one.
+    ~request() {
+      if (r_ != MPI_REQUEST_NULL)
+        MPI_Request_free(&r_);
+    }
+    /// True once `test` or `wait` saw it complete (or it was never started).
+    [[nodiscard]] bool done() const noexcept { return r_ == MPI_REQUEST_NULL; }
+
+  private:
+    friend class mpi_communicator;
+    MPI_Request r_ = MPI_REQUEST_NULL;
+  };
+
+  /// Collective, non-blocking: starts the in-place sum (or max, min) of `data` over the ranks.
+  /// Ranks start their non-blocking and blocking collectives in the same order. Open MPI moves
+  /// the data only inside MPI calls: call `test` between pieces of work to keep it going.
+  template <mpi_element T>
+  [[nodiscard]] request start_all_reduce(std::span<T> data, reduce_op op) {
+    precheck<T>(collective::all_reduce, data.size(), {}, -1, static_cast<int>(op),
+                uneven_algorithm::native);
+    request r;
+    HSPMD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(),
+                                   count_of(data.size(), "MPI_Iallreduce"), mpi_datatype<T>(),
+                                   detail::mpi_op(op), comm_, &r.r_),
+                    rank_);
+    return r;
+  }
+  /// Advances `r`; true when it has completed (its buffer then holds the result).
+  bool test(request& r) {
+    if (r.done())
+      return true;
+    int flag = 0;
+    HSPMD_MPI_CHECK(MPI_Test(&r.r_, &flag, MPI_STATUS_IGNORE), rank_);
+    return flag != 0;
+  }
+  /// Blocks until `r` has completed.
+  void wait(request& r) {
+    if (!r.done())
+      HSPMD_MPI_CHECK(MPI_Wait(&r.r_, MPI_STATUS_IGNORE), rank_);
+  }
+
   /// Point to point: sends `data` to rank `dest` with `tag` (blocking).
   template <mpi_element T>
   void send(std::span<const T> data, int dest, int tag) {
