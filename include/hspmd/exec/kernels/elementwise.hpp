@@ -3,11 +3,13 @@
 // graph/ops/elementwise.hpp). A broadcast operand's gradient is reduced per operand element
 // (each functor index owns one element of the gradient it adds to, so no two indices collide).
 
+#include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hash.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/core/rng.hpp>
 #include <hspmd/exec/kernels/common.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -197,6 +199,31 @@ struct dropout_mask {
   }
 };
 
+/// The common case of `dropout_mask` fused with its product: a piece that is one run starting
+/// at a multiple of 4 (every whole tensor). Index i draws Philox block first_block + i and writes
+/// its four mask elements and outputs, with no branch (the loop vectorizes); `threshold` =
+/// ceil(p 2^32), so a word w keeps its element exactly when w 2^-32 >= p, as above. Indices
+/// past `n` (the last block's tail) are skipped by the caller launching n / 4 of them and one
+/// `dropout_mask` for the rest.
+template <class T>
+struct dropout_aligned {
+  rng_key key;
+  std::uint64_t first_block;
+  std::uint64_t threshold;
+  T keep;
+  const T* x;
+  T* mask;
+  T* out;
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
+    const auto words = random_block(key, first_block + i);
+    for (std::size_t w = 0; w < 4; ++w) {
+      const T m = math::select(std::uint64_t{words[w]} >= threshold, keep, T{0});
+      mask[4 * i + w] = m;
+      out[4 * i + w] = x[4 * i + w] * m;
+    }
+  }
+};
+
 /// out[i] = x[i] * m[i] (forward); dx[i] += dy[i] * m[i] (backward).
 template <class T, bool Add>
 struct masked_copy {
@@ -230,10 +257,26 @@ struct kernel<graph::op::dropout> {
     if (s.training && p > 0.0) {
       const rng_key key{s.seed ^ (s.step * 0x9E3779B97F4A7C15ULL), fnv1a64(c.node().name)};
       const piece_runs piece = piece_runs::of(c.layout(), n);
+      const T keep = static_cast<T>(1.0 / (1.0 - p));
+      if (piece.runs == 1 && piece.first_global(0) % 4 == 0) { // mask and product in one pass
+        const auto threshold = static_cast<std::uint64_t>(std::ceil(p * 0x1.0p32));
+        const std::uint64_t first = piece.first_global(0) / 4;
+        for_each_index(c.backend(), n / 4,
+                       dropout_aligned<T>{key, first, threshold, keep, c.in(0), mask, c.out()});
+        const std::size_t done = n / 4 * 4;
+        if (done < n) {    // the last block's first n % 4 elements
+          piece_runs tail; // one run of n % 4 elements from global element first + done
+          tail.run = n - done;
+          tail.offset = piece.first_global(0) + done;
+          for_each_index(c.backend(), 1, dropout_mask<T>{key, p, keep, tail, 1, mask + done});
+          for_each_index(c.backend(), n - done,
+                         masked_copy<T, false>{c.in(0) + done, mask + done, c.out() + done});
+        }
+        return;
+      }
       const std::size_t per_run = piece.run / 4 + 2;
-      for_each_index(
-          c.backend(), n == 0 ? 0 : piece.runs * per_run,
-          dropout_mask<T>{key, p, static_cast<T>(1.0 / (1.0 - p)), piece, per_run, mask});
+      for_each_index(c.backend(), n == 0 ? 0 : piece.runs * per_run,
+                     dropout_mask<T>{key, p, keep, piece, per_run, mask});
     } else {
       for_each_index(c.backend(), n, constant_fill<T>{mask, T{1}});
     }
