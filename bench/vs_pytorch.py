@@ -251,7 +251,14 @@ if world > 1:
 '''
 
 
-def run_torch(args, model, steps, world=1, split=None, slowdowns=None):
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_torch(args, model, steps, world=1, split=None, slowdowns=None, attempt=0):
     cfg = BERT if model == "bert" else LLAMA
     spec = {"model": model, "cfg": cfg, "steps": steps, "batch": BATCH}
     if split:
@@ -263,7 +270,7 @@ def run_torch(args, model, steps, world=1, split=None, slowdowns=None):
         with open(worker, "w") as f:
             f.write(TORCH_WORKER)
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + (os.getpid() % 1000)))
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         procs = []
         for r in range(world):
             e = dict(env, RANK=str(r), WORLD_SIZE=str(world))
@@ -271,9 +278,13 @@ def run_torch(args, model, steps, world=1, split=None, slowdowns=None):
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
         outs = [p.communicate() for p in procs]
-        for p, (o, e) in zip(procs, outs):
-            if p.returncode != 0:
-                sys.exit("PyTorch run failed:\n" + e)
+        failed = [e for p, (o, e) in zip(procs, outs) if p.returncode != 0]
+        if failed:
+            if attempt < 2:  # gloo's rendezvous can fail on a busy machine: retry, say so
+                print("  (PyTorch run failed, retrying: %s)" % failed[0].strip().splitlines()[-1],
+                      flush=True)
+                return run_torch(args, model, steps, world, split, slowdowns, attempt + 1)
+            sys.exit("PyTorch run failed:\n" + failed[0])
         return json.loads(outs[0][0].strip().splitlines()[-1])["median"]
 
 
