@@ -9,16 +9,16 @@
 
 namespace hspmd::exec {
 
-/// Row i of an (m, n) result: out[i, j] += b[j].
+/// Row i of an (m, n) result: out[i, j] = b[j] (the GEMM then accumulates onto it).
 template <class T>
-struct add_row_bias {
+struct fill_row_bias {
   const T* b;
   T* out;
   std::size_t n;
   HSPMD_HD void operator()(std::size_t i) const {
     T* row = out + i * n;
     for (std::size_t j = 0; j < n; ++j)
-      row[j] += b[j];
+      row[j] = b[j];
   }
 };
 /// db[j] += sum over rows of dy[., j], for the columns of block b.
@@ -54,10 +54,13 @@ struct matmul_kernel {
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const auto [m, k, n] = dims_of(c);
-    gemm(c.backend(), transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, T{0},
-         c.out(), n);
-    if (c.arity() == 3 && !c.skip_bias())
-      for_each_index(c.backend(), m, add_row_bias<T>{c.in(2), c.out(), n});
+    // With a bias: rows of the bias first, the product accumulated onto them (one pass over the
+    // result fewer than adding the bias after a beta-0 GEMM, which clears it first).
+    const bool bias = c.arity() == 3 && !c.skip_bias();
+    if (bias)
+      for_each_index(c.backend(), m, fill_row_bias<T>{c.in(2), c.out(), n});
+    gemm(c.backend(), transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n,
+         bias ? T{1} : T{0}, c.out(), n);
   }
   // dX += dY W^T ; dW += X^T dY ; db += column sums of dY
   template <class T, class B>
