@@ -141,9 +141,17 @@ struct optimizer_slots {
       b[p].assign(n, T{});
   }
 };
+// The slots of each element type an optimizer may step (one optimizer, float or double runs).
 struct optimizer_state {
   optimizer_slots<float> f;
   optimizer_slots<double> d;
+  template <class T>
+  optimizer_slots<T>& of() {
+    if constexpr (std::is_same_v<T, float>)
+      return f;
+    else
+      return d;
+  }
 };
 } // namespace detail
 
@@ -162,7 +170,7 @@ public:
   template <std::floating_point T>
   void step(executor<T>& ex, double grad_scale = 1.0) {
     const auto params = ex.graph().parameters();
-    auto& slots = slots_for<T>();
+    auto& slots = state_.of<T>();
     for (std::size_t p = 0; p < params.size(); ++p) {
       auto w = ex.value(params[p]);
       slots.fit(params.size(), p, w.size(), false);
@@ -174,13 +182,6 @@ public:
   }
 
 private:
-  template <class T>
-  detail::optimizer_slots<T>& slots_for() {
-    if constexpr (std::is_same_v<T, float>)
-      return state_.f;
-    else
-      return state_.d;
-  }
   detail::optimizer_state state_;
 };
 
@@ -204,7 +205,7 @@ public:
   template <std::floating_point T>
   void step(executor<T>& ex, double grad_scale = 1.0) {
     const auto params = ex.graph().parameters();
-    auto& slots = slots_for<T>();
+    auto& slots = state_.of<T>();
     ++t_;
     const double c1 = 1.0 - std::pow(beta1, static_cast<double>(t_));
     const double c2 = 1.0 - std::pow(beta2, static_cast<double>(t_));
@@ -223,13 +224,6 @@ public:
   }
 
 private:
-  template <class T>
-  detail::optimizer_slots<T>& slots_for() {
-    if constexpr (std::is_same_v<T, float>)
-      return state_.f;
-    else
-      return state_.d;
-  }
   detail::optimizer_state state_;
   std::size_t t_ = 0;
 };
