@@ -83,7 +83,9 @@ namespace detail {
   return select(is_nan(x), x, y);
 }
 
-[[nodiscard]] HSPMD_HD HSPMD_INLINE float erf_f32(float x) {
+// erf(x) given g = e^{-x^2} (computed as exp_f32(-|x| |x|)): callers that need the Gaussian too
+// (GELU's derivative) compute it once.
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float erf_f32(float x, float g) {
   const float ax = std::bit_cast<float>(magnitude(x));
   // small: x P(x^2), written x + x (P(x^2) - 1) so that the last rounding is of a small term
   const float z = x * x;
@@ -105,8 +107,13 @@ namespace detail {
   q = q * t + 2.596001625061035e-1f;
   q = q * t + 2.849268913269043e-1f;
   q = q * t - 1.5516519488301128e-4f;
-  const float large = with_sign_of(x, 1.0f - exp_f32(-ax * ax) * q);
+  const float large = with_sign_of(x, 1.0f - g * q);
   return select(magnitude(x) < magnitude(0.921875f), small, select(is_nan(x), x, large));
+}
+
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float erf_f32(float x) {
+  const float ax = std::bit_cast<float>(magnitude(x));
+  return erf_f32(x, exp_f32(-ax * ax));
 }
 
 [[nodiscard]] HSPMD_HD HSPMD_INLINE float tanh_f32(float x) {
@@ -140,6 +147,19 @@ template <class T>
     return detail::erf_f32(x);
   else
     return std::erf(x);
+}
+
+/// erf(x) and e^{-x^2} from one exponential: returns erf(x), sets `gauss` to e^{-x^2}.
+template <class T>
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T erf(T x, T& gauss) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float ax = std::bit_cast<float>(detail::magnitude(x));
+    gauss = detail::exp_f32(-ax * ax);
+    return detail::erf_f32(x, gauss);
+  } else {
+    gauss = std::exp(-x * x);
+    return std::erf(x);
+  }
 }
 
 /// tanh(x) (float: vectorizable, <= 2 ulp; double: std::tanh).

@@ -116,6 +116,28 @@ TEST_CASE("math::erf in float is within 2 ulp of the rounded erf", "[fastmath]")
   CHECK(std::isnan(hspmd::math::erf(std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST_CASE("math::erf with the Gaussian returns erf itself and e^{-x^2} within 2 ulp",
+          "[fastmath]") {
+  std::uint64_t differing = 0; // inputs where the two forms of erf disagree
+  const worst w = sweep(
+      [&differing](float x) {
+        float gauss = -1.0f;
+        const float e = hspmd::math::erf(x, gauss);
+        if (std::bit_cast<std::uint32_t>(e) != std::bit_cast<std::uint32_t>(hspmd::math::erf(x)))
+          ++differing;
+        return gauss;
+      },
+      [](double x) { // e^{-x^2} of the float square, as the kernel forms it
+        const float a = std::fabs(static_cast<float>(x));
+        return std::exp(-static_cast<double>(a * a));
+      },
+      {0.0f, 0.921875f, 2.0f, 9.0f});
+  INFO("worst " << w.ulp << " ulp at x = " << w.at << "; " << w.wrong);
+  CHECK(differing == 0);
+  CHECK(w.wrong.empty());
+  CHECK(w.ulp <= 2);
+}
+
 TEST_CASE("math::tanh in float is within 2 ulp of the rounded tanh", "[fastmath]") {
   const worst w =
       sweep([](float x) { return hspmd::math::tanh(x); }, ref_tanh, {0.0f, 0.625f, 9.0f, 44.0f});

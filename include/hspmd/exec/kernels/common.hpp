@@ -167,11 +167,11 @@ inline constexpr std::size_t column_block = 64;
 /// Independent accumulators of the row reductions (sums, maxima): a row is reduced in this many
 /// lanes, combined pairwise in a fixed order at the end, so the compiler vectorizes the loop
 /// without reassociating on its own and every backend and rank reduces in the same order.
-inline constexpr std::size_t reduce_lanes = 8;
+inline constexpr std::size_t reduce_lanes = 16;
 
 /// The sum of term(j) for j in [0, n), in `reduce_lanes` lanes.
 template <class T, class F>
-[[nodiscard]] HSPMD_HD T lane_sum(std::size_t n, const F& term) {
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T lane_sum(std::size_t n, const F& term) {
   T acc[reduce_lanes] = {};
   std::size_t j = 0;
   for (; j + reduce_lanes <= n; j += reduce_lanes)
@@ -186,7 +186,7 @@ template <class T, class F>
 }
 /// The maximum of x[0 .. n) (n >= 1), in `reduce_lanes` lanes.
 template <class T>
-[[nodiscard]] HSPMD_HD T lane_max(const T* x, std::size_t n) {
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T lane_max(const T* x, std::size_t n) {
   T acc[reduce_lanes];
   for (std::size_t l = 0; l < reduce_lanes; ++l)
     acc[l] = x[0];

@@ -34,6 +34,57 @@ struct binary_forward {
   }
 };
 
+/// The same when one operand is a trailing block of the other (the bias of a layer, a position
+/// table): result row r reads `full` row r and the whole of `block`; `block_first` says which
+/// side of the operator the block is on. No index arithmetic per element, so the row vectorizes.
+template <class T, graph::op O>
+struct binary_rows_forward {
+  const T* full;
+  const T* block;
+  T* out;
+  std::size_t len;
+  bool block_first;
+  HSPMD_HD HSPMD_INLINE static T apply(T x, T y) {
+    if constexpr (O == graph::op::add)
+      return x + y;
+    else if constexpr (O == graph::op::sub)
+      return x - y;
+    else
+      return x * y;
+  }
+  HSPMD_HD void operator()(std::size_t r) const {
+    const T* f = full + r * len;
+    T* o = out + r * len;
+    if (block_first)
+      for (std::size_t j = 0; j < len; ++j)
+        o[j] = apply(block[j], f[j]);
+    else
+      for (std::size_t j = 0; j < len; ++j)
+        o[j] = apply(f[j], block[j]);
+  }
+};
+
+/// A trailing-block operand's gradient of add/sub for the columns of block b: d[j] += sign *
+/// sum over rows of dy[row, j] (a column reduction, as a bias gradient).
+template <class T>
+struct binary_rows_backward {
+  const T* dy;
+  T* d;
+  T sign;
+  std::size_t rows;
+  std::size_t len;
+  HSPMD_HD void operator()(std::size_t b) const {
+    const std::size_t j0 = b * column_block;
+    const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
+    T s[column_block] = {};
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < w; ++j)
+        s[j] += dy[i * len + j0 + j];
+    for (std::size_t j = 0; j < w; ++j)
+      d[j0 + j] += sign * s[j];
+  }
+};
+
 /// d(operand)[j] += sign * sum over the result elements o reading j of dy[o] (* other[io(o)]
 /// for mul).
 template <class T, bool Product>
@@ -79,6 +130,16 @@ struct binary_kernel {
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const auto& out = c.out_shape();
+    const broadcast_index ia(c.in_shape(0), out), ib(c.in_shape(1), out);
+    if ((ia.identity && ib.modulo != 0) || (ib.identity && ia.modulo != 0)) {
+      const bool block_first = ia.modulo != 0;
+      const std::size_t len = block_first ? ia.modulo : ib.modulo;
+      for_each_index(c.backend(), c.out_size() / len,
+                     binary_rows_forward<T, O>{block_first ? c.in(1) : c.in(0),
+                                               block_first ? c.in(0) : c.in(1), c.out(), len,
+                                               block_first});
+      return;
+    }
     for_each_index(c.backend(), c.out_size(),
                    binary_forward<T, O>{c.in(0), c.in(1), c.out(),
                                         broadcast_index(c.in_shape(0), out),
@@ -94,6 +155,13 @@ struct binary_kernel {
         for_each_index(c.backend(), out.size(),
                        binary_backward_same<T, product>{c.dout(), c.in(1 - k), c.din(k), sign,
                                                         broadcast_index(c.in_shape(1 - k), out)});
+        continue;
+      }
+      const broadcast_index own(c.in_shape(k), out);
+      if (!product && own.modulo != 0) {
+        for_each_index(c.backend(), column_blocks(own.modulo),
+                       binary_rows_backward<T>{c.dout(), c.din(k), sign, out.size() / own.modulo,
+                                               own.modulo});
         continue;
       }
       for_each_index(c.backend(), c.in_shape(k).size(),

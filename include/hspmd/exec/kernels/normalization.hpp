@@ -134,14 +134,17 @@ struct layer_norm_row_backward {
     const T* xr = x + r * len;
     const T* gr = dy + r * len;
     const auto lt = static_cast<T>(len);
-    const T sum_dxhat = lane_sum<T>(len, [&](std::size_t j) { return gr[j] * gamma[j]; });
+    const T* g = gamma;
+    const T sum_dxhat = lane_sum<T>(len, [=](std::size_t j) { return gr[j] * g[j]; });
     const T sum_dxhat_xhat =
-        lane_sum<T>(len, [&](std::size_t j) { return gr[j] * gamma[j] * ((xr[j] - mu) * rstd); });
-    for (std::size_t j = 0; j < len; ++j) {
-      const T xhat = (xr[j] - mu) * rstd;
-      const T dxhat = gr[j] * gamma[j];
-      dx[r * len + j] += rstd / lt * (lt * dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
-    }
+        lane_sum<T>(len, [=](std::size_t j) { return gr[j] * g[j] * ((xr[j] - mu) * rstd); });
+    // dx = a dy gamma - b - c (x - mu), the row's constants hoisted so the loop is three FMAs
+    const T a = rstd;
+    const T b = rstd / lt * sum_dxhat;
+    const T cc = rstd * rstd / lt * sum_dxhat_xhat;
+    T* dr = dx + r * len;
+    for (std::size_t j = 0; j < len; ++j)
+      dr[j] += a * (gr[j] * g[j]) - b - cc * (xr[j] - mu);
   }
 };
 
