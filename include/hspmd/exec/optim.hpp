@@ -14,6 +14,7 @@
 // `step(ex, clip_scale(norm, max_norm))` applies it inside the update, so the gradients are
 // never rewritten. `clip_grad_norm` still scales the gradients in place for other optimizers.
 
+#include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/executor.hpp>
 
@@ -121,7 +122,7 @@ struct adam_update {
     const T vi = b2 * v[i] + (T{1} - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    w[i] = wi * keep - step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
+    w[i] = wi * keep - step_size * mi / (math::sqrt(vi) * inv_sqrt_c2 + eps);
   }
 };
 

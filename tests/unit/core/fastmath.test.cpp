@@ -147,11 +147,27 @@ TEST_CASE("math::tanh in float is within 2 ulp of the rounded tanh", "[fastmath]
   CHECK(std::isnan(hspmd::math::tanh(std::numeric_limits<float>::quiet_NaN())));
 }
 
+double ref_sqrt(double x) {
+  return std::sqrt(x);
+}
+
+TEST_CASE("math::sqrt in float is within 1 ulp of the rounded sqrt", "[fastmath]") {
+  const worst w = sweep([](float x) { return hspmd::math::sqrt(x); }, ref_sqrt,
+                        {0.0f, std::numeric_limits<float>::min(), 1.0f, 4.0f,
+                         std::numeric_limits<float>::max()});
+  INFO("worst " << w.ulp << " ulp at x = " << w.at << "; " << w.wrong);
+  CHECK(w.wrong.empty()); // negatives give NaN, +-0 and +inf themselves, as std::sqrt
+  CHECK(w.ulp <= 1);
+  CHECK(std::signbit(hspmd::math::sqrt(-0.0f)));
+  CHECK(std::isnan(hspmd::math::sqrt(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST_CASE("math:: functions in double are the std:: ones", "[fastmath]") {
   for (double x : {-3.5, -0.7, 0.0, 1e-9, 0.3, 2.5, 40.0}) {
     CHECK(hspmd::math::exp(x) == std::exp(x));
     CHECK(hspmd::math::erf(x) == std::erf(x));
     CHECK(hspmd::math::tanh(x) == std::tanh(x));
+    CHECK(hspmd::math::sqrt(std::fabs(x)) == std::sqrt(std::fabs(x)));
   }
   CHECK(hspmd::math::sigmoid(0.0f) == 0.5f);
 }
