@@ -52,13 +52,19 @@ struct embedding_lookup {
   T* out;
   std::size_t h;
   vocab_span v;
-  HSPMD_HD void operator()(std::size_t i) const {
-    const auto row = static_cast<std::size_t>(ids[i / h]);
-    out[i] = row >= v.first && row < v.first + v.count ? table[(row - v.first) * h + i % h] : T{0};
+  HSPMD_HD void operator()(std::size_t t) const { // one token's row
+    const auto row = static_cast<std::size_t>(ids[t]);
+    T* o = out + t * h;
+    if (row >= v.first && row < v.first + v.count) {
+      const T* src = table + (row - v.first) * h;
+      for (std::size_t j = 0; j < h; ++j)
+        o[j] = src[j];
+    } else {
+      for (std::size_t j = 0; j < h; ++j)
+        o[j] = T{0};
+    }
   }
 };
-/// Block k of the table gradient's columns: dtable[ids[t] - v0, j] += dy[t, j], tokens in
-/// order.
 template <class T>
 struct embedding_scatter {
   const std::int64_t* ids;
@@ -90,7 +96,7 @@ struct kernel<graph::op::embedding> {
     const auto ids = c.ids(1);
     check_ids(c, ids, v.total, "token id");
     const std::size_t h = c.in_shape(0).dims[1];
-    for_each_index(c.backend(), h == 0 ? 0 : c.out_size(),
+    for_each_index(c.backend(), h == 0 ? 0 : c.out_size() / h,
                    embedding_lookup<T>{c.in(0), ids.data(), c.out(), h, v});
   }
   template <class T, class B>
