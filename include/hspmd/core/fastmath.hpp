@@ -124,7 +124,8 @@ namespace detail {
   const std::int32_t k = key(x);
   const bool tiny = k < 0x00800000; // subnormal, zero or negative
   const float xs = select(tiny, x * 16777216.0f, x);
-  float r = std::bit_cast<float>(0x5f375a86 - (std::bit_cast<std::int32_t>(xs) >> 1));
+  // (unsigned: a negative x wraps here harmlessly; its NaN is selected below)
+  float r = std::bit_cast<float>(0x5f375a86U - (std::bit_cast<std::uint32_t>(xs) >> 1));
   const float h = 0.5f * xs;
   r = r * (1.5f - h * r * r);
   r = r * (1.5f - h * r * r);
