@@ -47,9 +47,9 @@ constexpr shape shapes[] = {
 template <bool through_hspmd>
 void gemm(benchmark::State& state) {
   const shape& s = shapes[state.range(0)];
-  std::vector<float> a(static_cast<std::size_t>(s.m) * s.k, 0.5F);
-  std::vector<float> b(static_cast<std::size_t>(s.k) * s.n, 0.25F);
-  std::vector<float> c(static_cast<std::size_t>(s.m) * s.n);
+  std::vector<float> a(static_cast<std::size_t>(s.m) * static_cast<std::size_t>(s.k), 0.5F);
+  std::vector<float> b(static_cast<std::size_t>(s.k) * static_cast<std::size_t>(s.n), 0.25F);
+  std::vector<float> c(static_cast<std::size_t>(s.m) * static_cast<std::size_t>(s.n));
   const int lda = s.ta ? s.m : s.k;
   const int ldb = s.tb ? s.k : s.n;
   hspmd::exec::init_blas_threads(); // both variants run with one BLAS thread
@@ -68,7 +68,7 @@ void gemm(benchmark::State& state) {
     benchmark::DoNotOptimize(c.data());
   }
   state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * s.m * s.n * s.k * state.iterations(), benchmark::Counter::kIsRate,
+      benchmark::Counter(2.0 * s.m * s.n * s.k * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate,
                          benchmark::Counter::kIs1000);
   state.SetLabel(s.name);
 }
@@ -93,7 +93,7 @@ void gelu_forward(benchmark::State& state) {
                                     {}, x.data(), y.data()});
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * x.size() * 8));
+  state.SetBytesProcessed(static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * x.size() * 8));
 }
 void gelu_backward(benchmark::State& state) {
   const auto x = ramp(rows * ffn);
@@ -105,7 +105,7 @@ void gelu_backward(benchmark::State& state) {
                                     {}, x.data(), y.data(), dy.data(), dx.data()});
     benchmark::DoNotOptimize(dx.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * x.size() * 12));
+  state.SetBytesProcessed(static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * x.size() * 12));
 }
 void layer_norm_backward(benchmark::State& state) {
   const auto x = ramp(rows * hidden);
@@ -146,7 +146,7 @@ void adam(benchmark::State& state) {
       be.for_each_index(n, u);
     benchmark::DoNotOptimize(w.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 28));
+  state.SetBytesProcessed(static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * n * 28));
 }
 
 // Registered in pairs (hspmd, then cblas, shape by shape) so both see the same machine state.

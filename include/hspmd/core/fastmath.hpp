@@ -13,7 +13,8 @@
 //   sqrt: 1 / sqrt(x) from the exponent halved in the bit pattern, three Newton steps, then one
 //         Newton step on sqrt itself (subnormals scaled by 2^24 first); within 1 ulp of every
 //         non-negative float. std::sqrt does not vectorize under the default -fmath-errno (it
-//         may set errno), which made Adam's update four times slower than its memory traffic.
+//         may set errno), which made Adam's update four times slower than its memory traffic
+//         (used with AVX2 or wider, see math::sqrt).
 // Selects are bit masks over integer comparisons of the inputs' bit patterns (`select`, `key`):
 // a float comparison in a ternary becomes a branch under the default -ftrapping-math, and a
 // branch stops the vectorizer.
@@ -171,13 +172,19 @@ template <class T>
     return std::erf(x);
 }
 
-/// sqrt(x) (float: vectorizable, <= 1 ulp, NaN below 0; double: std::sqrt).
+/// sqrt(x): in float on a host compiled for AVX2 or wider, the vectorizable Newton form (<= 1
+/// ulp, NaN below 0); elsewhere std::sqrt (on SSE2 alone the scalar square root is faster than
+/// four lanes of Newton steps, and a device's sqrtf is exact).
 template <class T>
 [[nodiscard]] HSPMD_HD HSPMD_INLINE T sqrt(T x) {
+#if defined(__AVX2__) && !defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, float>)
     return detail::sqrt_f32(x);
   else
     return std::sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
 }
 
 /// erf(x) and e^{-x^2} from one exponential: returns erf(x), sets `gauss` to e^{-x^2}.
