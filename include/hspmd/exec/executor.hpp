@@ -63,6 +63,7 @@ public:
     s_.layouts = std::move(layouts);
     const std::size_t n = g.size();
     s_.values.resize(n);
+    s_.value_views.resize(n);
     s_.ids.resize(n);
     s_.grads.resize(n);
     s_.saved.resize(n);
@@ -75,8 +76,10 @@ public:
       const bool integral = node.type == dtype::i64;
       if (integral)
         s_.ids[i] = backend_.template allocate<std::int64_t>(node.out.size());
+      else if (is_view(node))
+        s_.value_views[i] = s_.value_views[node.inputs[0]].first(node.out.size());
       else
-        s_.values[i] = backend_.template allocate<T>(node.out.size());
+        s_.value_views[i] = s_.values[i] = backend_.template allocate<T>(node.out.size());
       own_grad_[i] = backend_.template allocate<T>(integral ? 0 : node.out.size());
       s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
       if (node.kind == graph::op::parameter)
@@ -96,11 +99,11 @@ public:
   /// Feeds a floating-point input node by name.
   void set_input(std::string_view name, std::span<const T> data) {
     const graph::node_id id = input(name, false);
-    if (data.size() != s_.values[id].size())
+    if (data.size() != s_.value_views[id].size())
       throw shape_error("input \"" + std::string(name) + "\"",
                         std::to_string(data.size()) + " values for shape " + g_[id].out.to_string(),
                         "one value per element");
-    backend_.copy_from_host(s_.values[id].data(), data.data(), data.size());
+    backend_.copy_from_host(s_.value_views[id].data(), data.data(), data.size());
   }
   /// Feeds an integer input node (token ids, labels) by name.
   void set_input(std::string_view name, std::span<const std::int64_t> data) {
@@ -198,8 +201,10 @@ public:
     return profiler_.per_node();
   }
 
-  [[nodiscard]] std::span<T> value(graph::node_id id) { return s_.values.at(id); }
-  [[nodiscard]] std::span<const T> value(graph::node_id id) const { return s_.values.at(id); }
+  [[nodiscard]] std::span<T> value(graph::node_id id) { return s_.value_views.at(id); }
+  [[nodiscard]] std::span<const T> value(graph::node_id id) const {
+    return s_.value_views.at(id);
+  }
   [[nodiscard]] std::span<T> grad(graph::node_id id) { return s_.grads.at(id); }
   [[nodiscard]] std::span<const T> grad(graph::node_id id) const { return s_.grads.at(id); }
   /// The value of an integer node (token ids, labels).
@@ -220,6 +225,16 @@ public:
   }
 
 private:
+  // A reshape's value is its input's elements in the same order: it reads them where they lie
+  // instead of copying (only its forward's copy goes; its gradient stays a buffer of its own).
+  // Nothing writes a node's value but its own forward, so the input's buffer holds the reshape's
+  // value for as long as the input's own.
+  [[nodiscard]] bool is_view(const graph::node& node) const {
+    return node.kind == graph::op::reshape && node.inputs.size() == 1 &&
+           g_[node.inputs[0]].type == node.type &&
+           g_[node.inputs[0]].out.size() >= node.out.size();
+  }
+
   void timed_run(graph::node_id i, bool backward) {
     if (!profiler_.on()) {
       run(i, backward);

@@ -169,6 +169,25 @@ TEST_CASE("forward values of the nonlinear ops") {
   CHECK(ex.forward() == Approx(1.0));
 }
 
+TEST_CASE("a reshape reads its input where it lies; its gradient is a buffer of its own") {
+  builder b;
+  const auto x = b.input({2, 3});
+  const auto r = b.add(op::reshape, {x}, graph::attributes{0.0, {3, 2}, false});
+  const auto sq = b.add(op::mul, {r, r});
+  b.g.set_loss(b.add(op::sum, {sq}));
+  exec::executor<double> ex(b.g);
+  ex.set_input("in0", std::vector<double>{1.0, 2.0, 3.0, 4.0, 5.0, 6.0});
+  CHECK(ex.forward() == Approx(91.0));
+  CHECK(ex.value(r).data() == ex.value(x).data()); // no copy
+  CHECK(ex.value(r).size() == 6);
+  ex.set_input("in0", std::vector<double>{0.0, 1.0, 0.0, 1.0, 0.0, 2.0});
+  CHECK(ex.forward() == Approx(6.0)); // the view follows its input
+  ex.backward();
+  CHECK(ex.grad(r).data() != ex.grad(x).data());
+  const std::vector<double> dx(ex.grad(x).begin(), ex.grad(x).end());
+  CHECK(dx == std::vector<double>{0.0, 2.0, 0.0, 2.0, 0.0, 4.0});
+}
+
 TEST_CASE("rms_norm forward values by hand") {
   builder b;
   const auto x = b.input({2, 3});

@@ -37,7 +37,8 @@ template <class T, backend B>
 struct node_storage {
   template <class E>
   using buffer = typename B::template buffer<E>;
-  std::vector<buffer<T>> values;
+  std::vector<buffer<T>> values;        ///< buffers of the nodes that own their value
+  std::vector<std::span<T>> value_views; ///< each node's value: its own buffer or its input's
   std::vector<std::span<T>> grads; ///< a buffer of the node's own or a range of a shared one
   std::vector<buffer<std::int64_t>> ids;
   std::vector<buffer<T>> saved;                 ///< state a forward keeps for its backward
@@ -74,9 +75,9 @@ public:
   [[nodiscard]] std::size_t out_size() const { return node().out.size(); }
 
   /// The node's value, input k's value, the gradients of both.
-  [[nodiscard]] T* out() const { return s_->values[id_].data(); }
+  [[nodiscard]] T* out() const { return s_->value_views[id_].data(); }
   [[nodiscard]] T* dout() const { return s_->grads[id_].data(); }
-  [[nodiscard]] const T* in(std::size_t k) const { return s_->values[input(k)].data(); }
+  [[nodiscard]] const T* in(std::size_t k) const { return s_->value_views[input(k)].data(); }
   [[nodiscard]] T* din(std::size_t k) const { return s_->grads[input(k)].data(); }
   /// Input k's integer values (token ids, labels), on the host.
   [[nodiscard]] std::span<const std::int64_t> ids(std::size_t k) const {

@@ -28,6 +28,8 @@ template <>
 struct kernel<graph::op::reshape> {
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
+    if (c.in(0) == c.out()) // the executor keeps the value where the input lies
+      return;
     for_each_index(c.backend(), c.out_size(), copy_elements<T>{c.in(0), c.out(), false});
   }
   template <class T, class B>
