@@ -53,6 +53,11 @@ struct cluster {
   link_spec intra_node;                ///< between devices of one node
   std::optional<link_spec> inter_node; ///< between nodes; present when there are several
   std::vector<collective_cost_entry> collective_costs; ///< measured overrides of the defaults
+  /// The fraction of a gradient all-reduce that runs hidden behind the backward pass where the
+  /// backward leaves room for it (the cost model's overlap credit, synth/plan.hpp): 0, the
+  /// default, prices every all-reduce in full; `--calibrate` measures it
+  /// (`measure_overlap`, comm/calibrate.hpp).
+  double overlap = 0.0;
   std::string source; ///< file it was read from (for messages; not compared)
 
   /// Number of devices (= ranks).
@@ -118,7 +123,7 @@ struct cluster {
   friend bool operator==(const cluster& a, const cluster& b) {
     return a.name == b.name && a.description == b.description && a.devices == b.devices &&
            a.intra_node == b.intra_node && a.inter_node == b.inter_node &&
-           a.collective_costs == b.collective_costs;
+           a.collective_costs == b.collective_costs && a.overlap == b.overlap;
   }
 };
 

@@ -202,7 +202,8 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
       io::parse_json_strict(text, src, std::string(detail::cluster_file_expected));
   io::expect_object(src, doc, "", detail::cluster_file_expected);
   io::reject_unknown_keys(src, doc, "",
-                          {"version", "name", "description", "links", "devices", "collectives"});
+                          {"version", "name", "description", "links", "devices", "collectives",
+                           "overlap"});
 
   cluster c;
   c.source = source;
@@ -296,6 +297,11 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
              "{\"bandwidth\": bytes/s, \"latency\": seconds} for links between nodes");
   if (const auto it = doc.find("collectives"); it != doc.end())
     detail::read_collective_costs(src, *it, c);
+  if (doc.contains("overlap"))
+    c.overlap = io::read_number(
+        src, doc["overlap"], "overlap",
+        {0.0, false, 1.0, false,
+         "a fraction in [0, 1]: how much of a gradient all-reduce hides behind the backward"});
   return c;
 }
 
@@ -326,6 +332,8 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
                             {"memory", d.memory},
                             {"node", d.node},
                             {"slowdown", d.slowdown}});
+  if (c.overlap != 0.0)
+    j["overlap"] = c.overlap;
   for (const auto& e : c.collective_costs) {
     if (has_algorithms(e.op))
       j["collectives"][std::string(name(e.op))][std::string(name(e.algorithm))] =

@@ -8,12 +8,14 @@
 // Works with any `communicator` whose buffers are host spans.
 
 #include <hspmd/comm/communicator.hpp>
+#include <hspmd/comm/reduce_op.hpp>
 #include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/partition.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <utility>
@@ -118,6 +120,61 @@ requires communicator<Comm, float>
   }
   model.set(collective::all_to_all_v, uneven_algorithm::native, fit_cost_curve(samples));
   return model;
+}
+
+/// Collective: the fraction of an all-reduce of `bytes` that runs hidden behind compute which
+/// drives it (`test`) every `poll_seconds`, as exec::distributed_executor does between nodes:
+/// with t_c the blocking all-reduce and t_b the same all-reduce started before t_c of compute,
+/// (2 t_c - t_b) / t_c clamped to [0, 1], both the slowest rank's, the median of `repetitions`.
+/// On a host whose MPI moves and sums the data on the rank's own core inside `MPI_Test`, only
+/// the waiting hides and the fraction is small; a GPU with NCCL's own kernels hides most of it.
+/// The same value on every rank (cluster::overlap).
+template <class Comm>
+requires requires(Comm& c, std::span<float> s, typename Comm::request& r) {
+  { c.start_all_reduce(s, reduce_op::sum) } -> std::same_as<typename Comm::request>;
+  c.test(r);
+  c.wait(r);
+}
+[[nodiscard]] double measure_overlap(Comm& comm, std::size_t bytes = std::size_t{4} << 20U,
+                                     int repetitions = 5, double poll_seconds = 5e-4) {
+  using clock = std::chrono::steady_clock;
+  std::vector<float> buf(std::max<std::size_t>(bytes / sizeof(float), 1), 1.0F);
+  std::vector<float> work(std::size_t{1} << 14U, 1.0F); // compute on a cached tile
+  const auto compute_for = [&](double seconds, auto&& between) {
+    const auto until = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                          std::chrono::duration<double>(seconds));
+    auto next_poll = clock::now();
+    while (clock::now() < until) {
+      for (float& w : work)
+        w = w * 0.999F + 0.001F;
+      if (clock::now() >= next_poll) {
+        between();
+        next_poll = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                       std::chrono::duration<double>(poll_seconds));
+      }
+    }
+  };
+  const auto slowest = [&](clock::time_point start) {
+    return comm.all_reduce(std::chrono::duration<double>(clock::now() - start).count(),
+                           reduce_op::max);
+  };
+  comm.all_reduce(std::span<float>(buf), reduce_op::sum); // warm-up
+  std::vector<double> fractions;
+  for (int r = 0; r < std::max(repetitions, 1); ++r) {
+    comm.barrier();
+    auto start = clock::now();
+    comm.all_reduce(std::span<float>(buf), reduce_op::sum);
+    const double alone = slowest(start);
+    comm.barrier();
+    start = clock::now();
+    auto req = comm.start_all_reduce(std::span<float>(buf), reduce_op::sum);
+    compute_for(alone, [&] { (void)comm.test(req); });
+    comm.wait(req);
+    const double both = slowest(start);
+    fractions.push_back(alone > 0.0 ? std::clamp((2.0 * alone - both) / alone, 0.0, 1.0) : 0.0);
+  }
+  std::sort(fractions.begin(), fractions.end());
+  return fractions[fractions.size() / 2];
 }
 
 } // namespace hspmd

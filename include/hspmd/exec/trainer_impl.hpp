@@ -337,6 +337,7 @@ private:
       po.slowdown = cluster_.devices.at(0).slowdown;
       so.profile = measure_compute_on_rank0<T>(g_, cluster_.devices.at(0).speed, comm, po);
       cluster_.set_collective_costs(calibrate_collectives(comm));
+      cluster_.overlap = measure_overlap(comm);
       if (is_root && o_.out != nullptr) {
         double step = 0.0;
         for (double x : so.profile->seconds)
@@ -345,9 +346,10 @@ private:
             cluster_.cost_model().params(collective::all_reduce, uneven_algorithm::native, 1 << 20);
         print(*o_.out,
               "calibrated in %.1f s: forward+backward %.2f ms at full batch on %s; all-reduce of "
-              "1 MiB %.3f ms\n",
+              "1 MiB %.3f ms, %.0f%% of it hidden behind compute\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count(),
-              1e3 * step, cluster_.devices[0].name.c_str(), 1e3 * (ar.alpha + ar.beta * (1 << 20)));
+              1e3 * step, cluster_.devices[0].name.c_str(), 1e3 * (ar.alpha + ar.beta * (1 << 20)),
+              100.0 * cluster_.overlap);
       }
     }
     const std::string which = o_.plan.empty() ? "synth" : o_.plan;

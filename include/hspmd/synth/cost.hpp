@@ -225,6 +225,16 @@ public:
   [[nodiscard]] const segment_map& segments() const noexcept { return segments_; }
   [[nodiscard]] std::size_t devices() const noexcept { return cluster_->size(); }
 
+  /// The cluster's overlap fraction (cluster::overlap).
+  [[nodiscard]] double overlap() const noexcept { return cluster_->overlap; }
+
+  /// Whether `t` is a replicated parameter's gradient all-reduce (what the distributed executor
+  /// runs in buckets during the backward), not SFB.
+  [[nodiscard]] bool is_gradient_all_reduce(const transfer& t) const {
+    return t.kind == transfer_kind::load && !t.sfb && is_parameter(t.tensor) &&
+           t.to.is_replicated() && devices() > 1;
+  }
+
   /// Bytes of the whole tensor `t`.
   [[nodiscard]] double bytes(graph::node_id t) const {
     const graph::node& n = (*g_)[t];

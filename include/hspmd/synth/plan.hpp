@@ -60,6 +60,7 @@ struct plan {
   double step_time = 0.0;             ///< predicted seconds per training step
   double compute_time = 0.0;          ///< its compute part
   double comm_time = 0.0;             ///< its communication part
+  double overlap_time = 0.0; ///< gradient all-reduce hidden behind the backward (subtracted)
   std::vector<double> memory;         ///< predicted bytes per device
   std::vector<double> device_compute; ///< predicted compute seconds per device (all steps)
   std::vector<std::string> binding;   ///< the ratio LP's binding rows, in words
@@ -99,8 +100,36 @@ namespace detail {
 }
 } // namespace detail
 
+namespace detail {
+/// The share of a step's compute that is its backward (a product's two backward GEMMs to the
+/// forward's one).
+inline constexpr double backward_share = 2.0 / 3.0;
+
+/// Seconds of gradient all-reduce that a perfect overlap would hide: the backward runs the
+/// steps in reverse (each for `backward_share` of its compute), a parameter's gradient is final
+/// after the backward of the step that loads it (its first reader), and the all-reduces run one
+/// after another from then on (exec/distributed.hpp's buckets); what ends after the backward is
+/// exposed, the rest hidden.
+[[nodiscard]] inline double hideable_gradient_time(const plan& p, const cost_model& m,
+                                                   const ratio_table& ratios) {
+  double t = 0.0;
+  double queue_end = 0.0;
+  double total = 0.0;
+  for (auto s = p.steps.rbegin(); s != p.steps.rend(); ++s) {
+    t += backward_share * max_at(m.compute(s->node, s->rule), ratios).first;
+    for (const transfer& tr : s->transfers)
+      if (m.is_gradient_all_reduce(tr)) {
+        const double c = max_at(m.comm(tr, ratios), ratios).first;
+        queue_end = std::max(queue_end, t) + c;
+        total += c;
+      }
+  }
+  return std::max(0.0, total - std::max(0.0, queue_end - t));
+}
+} // namespace detail
+
 /// Evaluates a program at `ratios`: fills each step's compute / comm / bottleneck and the
-/// plan's totals and per-device memory.
+/// plan's totals (the overlap credit included) and per-device memory.
 inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   p.ratios = ratios;
   p.compute_time = 0.0;
@@ -138,7 +167,8 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
     p.compute_time += s.compute;
     p.comm_time += s.comm;
   }
-  p.step_time = p.compute_time + p.comm_time;
+  p.overlap_time = m.overlap() * detail::hideable_gradient_time(p, m, ratios);
+  p.step_time = p.compute_time + p.comm_time - p.overlap_time;
   p.memory.assign(m.devices(), 0.0);
   for (std::size_t d = 0; d < m.devices(); ++d)
     p.memory[d] = value_at(mem[d], ratios, d);
@@ -189,6 +219,8 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   j["step_time"] = p.step_time;
   j["compute_time"] = p.compute_time;
   j["comm_time"] = p.comm_time;
+  if (p.overlap_time != 0.0)
+    j["overlap_time"] = p.overlap_time;
   j["memory"] = p.memory;
   j["device_compute"] = p.device_compute;
   j["binding"] = p.binding;
@@ -330,6 +362,8 @@ inline std::uint64_t plan::hash() const {
   p.step_time = num(j, "", "step_time");
   p.compute_time = num(j, "", "compute_time");
   p.comm_time = num(j, "", "comm_time");
+  if (j.contains("overlap_time"))
+    p.overlap_time = num(j, "", "overlap_time");
   p.memory = numbers(require_key(src, j, "", "memory", "an array"), "memory");
   p.device_compute =
       numbers(require_key(src, j, "", "device_compute", "an array"), "device_compute");
@@ -517,7 +551,10 @@ namespace detail {
       o << "  " << b << "\n";
   }
   o << "predicted step time " << seconds_text(p.step_time) << " (compute "
-    << seconds_text(p.compute_time) << ", communication " << seconds_text(p.comm_time) << ")\n";
+    << seconds_text(p.compute_time) << ", communication " << seconds_text(p.comm_time);
+  if (p.overlap_time > 0.0)
+    o << ", of which " << seconds_text(p.overlap_time) << " hidden behind the backward";
+  o << ")\n";
   return o.str();
 }
 

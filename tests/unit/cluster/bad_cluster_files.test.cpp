@@ -82,6 +82,7 @@ const bad_case bad_cases[] = {
     {"collectives_unknown_algorithm", "collectives.all_gather_v.ring",
      "unknown key (expected one of padded, grouped, native)"},
     {"collectives_negative_alpha", "collectives.all_reduce.alpha", "must be >= 0, got -1e-06"},
+    {"overlap_above_one", "overlap", "is absurdly large: 1.5 > 1"},
 };
 
 } // namespace

@@ -325,6 +325,30 @@ TEST_CASE("baselines: DP replicates every weight on even or proportional ratios;
   CHECK(ev.step_time >= cp.step_time); // same program, better ratios
 }
 
+TEST_CASE("overlap: gradient all-reduces hide behind the backward by the cluster's fraction") {
+  const auto g = tiny_mlp(64, 256, 512, 8);
+  cluster c = make_cluster({1e9, 1e9}, 1e8);
+  const plan none = make_baseline(g, c, baseline::dp_ev);
+  CHECK(none.overlap_time == 0.0);
+  CHECK(none.step_time == Approx(none.compute_time + none.comm_time));
+  CHECK(!to_json(none).contains("overlap_time"));
+  c.overlap = 1.0;
+  const plan full = make_baseline(g, c, baseline::dp_ev);
+  c.overlap = 0.5;
+  const plan half = make_baseline(g, c, baseline::dp_ev);
+  REQUIRE(full.overlap_time > 0.0);
+  CHECK(half.overlap_time == Approx(0.5 * full.overlap_time));
+  CHECK(full.step_time == Approx(full.compute_time + full.comm_time - full.overlap_time));
+  CHECK(full.step_time < half.step_time);
+  CHECK(half.step_time < none.step_time);
+  // fc1's weight gradient is final only when the backward ends: its all-reduce cannot hide.
+  CHECK(full.overlap_time < full.comm_time);
+  const plan back = plan_from_json(to_json(full), g);
+  CHECK(back.overlap_time == full.overlap_time);
+  CHECK(explain(full, cost_model(g, c, segment_map(g, segment_policy::one)))
+            .find("hidden behind the backward") != std::string::npos);
+}
+
 TEST_CASE("SFB replaces a weight-gradient all-reduce when the batch is small") {
   const auto g = tiny_mlp(2, 1024, 1024, 4); // 4 MiB weight, 2 rows
   const cluster c = make_cluster({1e12, 1e12}, 1e8);
