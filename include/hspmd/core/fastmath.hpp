@@ -1,14 +1,18 @@
 #pragma once
-// exp, erf, tanh and sqrt that a compiler vectorizes: no branches (selects only), no library calls, no
-// tables, so a kernel's element loop over them runs at SIMD width on the host and is the same
-// arithmetic on a device. In float they are within 2 ulp of the correctly rounded result over
-// every float input whose result is a normal float (tests/unit/fastmath.cpp sweeps them densely
-// against std:: in double); in double they are the std:: functions themselves.
+// exp, erf, erfc, tanh and sqrt that a compiler vectorizes: no branches (selects only), no library
+// calls, no tables, so a kernel's element loop over them runs at SIMD width on the host and is
+// the same arithmetic on a device. In float exp, erf, tanh and sqrt are within 2 ulp of the
+// correctly rounded result over every float input whose result is a normal float, erfc as
+// below (tests/unit/core/fastmath.test.cpp sweeps them densely against std:: in double); in
+// double they are the std:: functions themselves.
 //
 //   exp : x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2); e^r by a degree-7 polynomial; 2^n built in
 //         the exponent bits as two halves, so results down to the subnormal range stay finite.
 //   erf : |x| < 0.921875: x P(x^2) (degree 6 in x^2); beyond: 1 - e^{-x^2} R(t), t = 1/(1 + |x|/2)
 //         (degree 7), R fitted to erfc(x) e^{x^2} (the form keeps erfc's tail relative).
+//   erfc: 1 - x P(x^2) near 0; beyond, e^{-x^2} R(t) itself (2 minus it below 0): within 3 ulp
+//         below 0.92 (2 with FMA), 11 ulp below 4; beyond, the relative error grows with x^2 (R's fit and
+//         the rounded square) to 6e-5 where erfc underflows, near x = 10.
 //   tanh: |x| < 0.625: x P(x^2) (degree 5 in x^2); beyond: 1 - 2 / (e^{2|x|} + 1).
 //   sqrt: 1 / sqrt(x) from the exponent halved in the bit pattern, three Newton steps, then one
 //         Newton step on sqrt itself (subnormals scaled by 2^24 first); within 1 ulp of every
@@ -88,11 +92,9 @@ namespace detail {
   return select(is_nan(x), x, y);
 }
 
-// erf(x) given g = e^{-x^2} (computed as exp_f32(-|x| |x|)): callers that need the Gaussian too
-// (GELU's derivative) compute it once.
-[[nodiscard]] HSPMD_HD HSPMD_INLINE float erf_f32(float x, float g) {
-  const float ax = std::bit_cast<float>(magnitude(x));
-  // small: x P(x^2), written x + x (P(x^2) - 1) so that the last rounding is of a small term
+// erf(x) - x for |x| < 0.921875: x (P(x^2) - 1), so that the caller's last rounding is of a
+// small term.
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float erf_small_minus_x(float x) {
   const float z = x * x;
   float s = 8.370135037694126e-5f;
   s = s * z - 8.142714505083859e-4f;
@@ -101,8 +103,11 @@ namespace detail {
   s = s * z + 1.1283695697784424e-1f;
   s = s * z - 3.7612634897232056e-1f;
   s = s * z + 1.2837916612625122e-1f;
-  const float small = x + x * s;
-  // large: 1 - e^{-x^2} R(1 / (1 + |x| / 2))
+  return x * s;
+}
+
+// erfc(|x|) for |x| >= 0.921875 given g = e^{-x^2}: g R(1 / (1 + |x| / 2)).
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float erfc_tail(float ax, float g) {
   const float t = 1.0f / (1.0f + 0.5f * ax);
   float q = 1.1943994462490082e-1f;
   q = q * t - 4.715688228607178e-1f;
@@ -112,7 +117,26 @@ namespace detail {
   q = q * t + 2.596001625061035e-1f;
   q = q * t + 2.849268913269043e-1f;
   q = q * t - 1.5516519488301128e-4f;
-  const float large = with_sign_of(x, 1.0f - g * q);
+  return g * q;
+}
+
+// erf(x) given g = e^{-x^2} (computed as exp_f32(-|x| |x|)): callers that need the Gaussian too
+// (GELU's derivative) compute it once.
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float erf_f32(float x, float g) {
+  const float ax = std::bit_cast<float>(magnitude(x));
+  const float small = x + erf_small_minus_x(x);
+  const float large = with_sign_of(x, 1.0f - erfc_tail(ax, g));
+  return select(magnitude(x) < magnitude(0.921875f), small, select(is_nan(x), x, large));
+}
+
+// erfc(x) = 1 - erf(x): the tail erfc(x) for x >= 0.921875 is computed as such (relative, not
+// 1 minus a rounded erf), so it keeps its digits down to where it underflows.
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float erfc_f32(float x) {
+  const float ax = std::bit_cast<float>(magnitude(x));
+  const float small = (1.0f - x) - erf_small_minus_x(x);
+  // (as a magnitude: R is fitted for x < 10, where erfc underflows; at +inf it would give -0)
+  const float tail = std::bit_cast<float>(magnitude(erfc_tail(ax, exp_f32(-ax * ax))));
+  const float large = select(key(x) < 0, 2.0f - tail, tail);
   return select(magnitude(x) < magnitude(0.921875f), small, select(is_nan(x), x, large));
 }
 
@@ -170,6 +194,16 @@ template <class T>
     return detail::erf_f32(x);
   else
     return std::erf(x);
+}
+
+/// erfc(x) = 1 - erf(x) (float: vectorizable; its tail computed as such, not as 1 minus erf, so
+/// it keeps its digits to the underflow: see the table at the top; double: std::erfc).
+template <class T>
+[[nodiscard]] HSPMD_HD HSPMD_INLINE T erfc(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return detail::erfc_f32(x);
+  else
+    return std::erfc(x);
 }
 
 /// sqrt(x): in float on a host compiled for AVX2 or wider, the vectorizable Newton form (<= 1

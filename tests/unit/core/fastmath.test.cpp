@@ -174,3 +174,32 @@ TEST_CASE("math:: functions in double are the std:: ones", "[fastmath]") {
   }
   CHECK(hspmd::math::sigmoid(0.0f) == 0.5f);
 }
+
+TEST_CASE("math::erfc in float keeps its tail: 3 ulp near 0, 1024 ulp out to the underflow",
+          "[fastmath]") {
+  // Bound per range (see core/fastmath.hpp): the tail's error grows with x^2; above 9.19 the
+  // result is subnormal, and 6e-5 of it is below the float grid there.
+  struct range {
+    float lo, hi;
+    std::int64_t ulp;
+  };
+  for (const range r : {range{-std::numeric_limits<float>::infinity(), 0.921875f, 3},
+                        range{0.921875f, 4.0f, 16}, range{4.0f, 9.19f, 1024}}) {
+    worst w;
+    for (std::uint64_t b = 0; b <= 0xffffffffULL; b += 509) {
+      const float x = std::bit_cast<float>(static_cast<std::uint32_t>(b));
+      if (!std::isnan(x) && x >= r.lo && x < r.hi)
+        check(x, [](float v) { return hspmd::math::erfc(v); }, [](double v) { return std::erfc(v); },
+              w);
+    }
+    INFO("[" << r.lo << ", " << r.hi << "): worst " << w.ulp << " ulp at x = " << w.at << "; "
+             << w.wrong);
+    CHECK(w.wrong.empty());
+    CHECK(w.ulp <= r.ulp);
+  }
+  CHECK(hspmd::math::erfc(std::numeric_limits<float>::infinity()) == 0.0f);
+  CHECK(!std::signbit(hspmd::math::erfc(std::numeric_limits<float>::infinity())));
+  CHECK(hspmd::math::erfc(-std::numeric_limits<float>::infinity()) == 2.0f);
+  CHECK(hspmd::math::erfc(0.0f) == 1.0f);
+  CHECK(std::isnan(hspmd::math::erfc(std::numeric_limits<float>::quiet_NaN())));
+}
