@@ -72,6 +72,21 @@ private:
   int rank_;
 };
 
+/// A device (GPU) call failed or device memory ran out. Carries the device index.
+class device_error : public error {
+public:
+  /// `call` is the failing operation, e.g. "cublasGemmEx"; `where()` becomes "device D: call".
+  device_error(int device, const std::string& call, std::string reason, std::string fix = {})
+      : error("device " + std::to_string(device) + ": " + call, std::move(reason), std::move(fix)),
+        device_(device) {}
+
+  /// The device on which the failure was observed.
+  [[nodiscard]] int device() const noexcept { return device_; }
+
+private:
+  int device_;
+};
+
 /// A plan cannot be built or used: invalid ratios, infeasible memory, a plan for another cluster.
 class plan_error : public error {
 public:

@@ -37,7 +37,8 @@ struct probe_work {
 /// C = alpha op(A) op(B) + beta C with op(A) m x k, op(B) k x n; `gemm_strided_batched` does so
 /// for `batch` products whose operands lie `stride_*` elements apart. Buffers hold elements of
 /// float, double, std::int64_t or std::size_t and expose data() and size(). `copy_from_host`
-/// fills a buffer from host memory (inputs); `timed(f)` runs f and returns the seconds the
+/// fills a buffer from host memory (inputs); `copy_to_host` reads one back once the work queued
+/// before it is done; `timed(f)` runs f and returns the seconds the
 /// device spent on it (host: a clock around f; a device: events on its stream).
 template <class B>
 concept backend = requires(B& b, const B& cb, std::size_t n, float* f, const float* cf, double* d,
@@ -55,8 +56,19 @@ concept backend = requires(B& b, const B& cb, std::size_t n, float* f, const flo
                          n, n);
   b.copy_from_host(f, cf, n);
   b.copy_from_host(d, cd, n);
+  b.copy_to_host(f, cf, n);
+  b.copy_to_host(d, cd, n);
   { b.timed(detail::probe_work{}) } -> std::convertible_to<double>;
   b.synchronize();
+};
+
+/// Whether a backend's buffers are host memory that host code may read and write in place (the
+/// host backend says so with `static constexpr bool host_memory = true`). Code that must work on
+/// every backend reads and writes buffers of the others only through `copy_to_host` and
+/// `copy_from_host`; for host memory it may skip the staging copy.
+template <class B>
+inline constexpr bool host_memory_v = requires {
+  requires B::host_memory;
 };
 
 namespace detail {
@@ -81,6 +93,8 @@ struct probe_backend {
                             T, T*, std::size_t, std::size_t, std::size_t);
   template <class T>
   void copy_from_host(T*, const T*, std::size_t);
+  template <class T>
+  void copy_to_host(T*, const T*, std::size_t);
   template <class F>
   double timed(F&&);
   void synchronize();

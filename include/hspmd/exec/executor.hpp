@@ -83,7 +83,7 @@ public:
       own_grad_[i] = backend_.template allocate<T>(integral ? 0 : node.out.size());
       s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
       if (node.kind == graph::op::parameter)
-        initialize_parameter<T>(node, layout(i), seed, value(i));
+        initialize_parameter_on(i, seed);
     }
   }
 
@@ -119,7 +119,9 @@ public:
   T forward() {
     for (graph::node_id i = 0; i < g_.size(); ++i)
       forward_node(i);
-    return value(*g_.loss())[0];
+    T loss{};
+    backend_.copy_to_host(&loss, value(*g_.loss()).data(), 1);
+    return loss;
   }
 
   /// d loss / d every node (inputs included). Gradients are recomputed from zero each call.
@@ -205,6 +207,24 @@ public:
   [[nodiscard]] std::span<const T> value(graph::node_id id) const {
     return s_.value_views.at(id);
   }
+  /// A copy of node `id`'s value in host memory (through the backend: any backend).
+  [[nodiscard]] std::vector<T> value_to_host(graph::node_id id) {
+    return to_host(std::span<const T>(s_.value_views.at(id)));
+  }
+  /// A copy of node `id`'s gradient in host memory (valid after the backward that made it).
+  [[nodiscard]] std::vector<T> grad_to_host(graph::node_id id) {
+    return to_host(std::span<const T>(s_.grads.at(id)));
+  }
+  /// Overwrites node `id`'s value (a parameter's, typically) from host memory.
+  void value_from_host(graph::node_id id, std::span<const T> data) {
+    if (data.size() != s_.value_views.at(id).size())
+      throw shape_error("node \"" + g_[id].name + "\"",
+                        std::to_string(data.size()) + " values for " +
+                            std::to_string(s_.value_views[id].size()) + " elements",
+                        "one value per element of the node's (local) shape");
+    backend_.copy_from_host(s_.value_views[id].data(), data.data(), data.size());
+  }
+
   [[nodiscard]] std::span<T> grad(graph::node_id id) { return s_.grads.at(id); }
   [[nodiscard]] std::span<const T> grad(graph::node_id id) const { return s_.grads.at(id); }
   /// The value of an integer node (token ids, labels).
@@ -233,6 +253,24 @@ private:
     return node.kind == graph::op::reshape && node.inputs.size() == 1 &&
            g_[node.inputs[0]].type == node.type &&
            g_[node.inputs[0]].out.size() >= node.out.size();
+  }
+
+  // A parameter's initial values: written in place in host memory, else staged on the host
+  // and copied (once, at construction).
+  void initialize_parameter_on(graph::node_id i, std::uint64_t seed) {
+    if constexpr (host_memory_v<B>) {
+      initialize_parameter<T>(g_[i], layout(i), seed, value(i));
+    } else {
+      std::vector<T> staged(value(i).size());
+      initialize_parameter<T>(g_[i], layout(i), seed, std::span<T>(staged));
+      backend_.copy_from_host(value(i).data(), staged.data(), staged.size());
+    }
+  }
+
+  [[nodiscard]] std::vector<T> to_host(std::span<const T> v) {
+    std::vector<T> out(v.size());
+    backend_.copy_to_host(out.data(), v.data(), v.size());
+    return out;
   }
 
   void timed_run(graph::node_id i, bool backward) {

@@ -21,8 +21,10 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace hspmd::exec {
@@ -37,7 +39,51 @@ template <std::floating_point T>
   });
 }
 
-/// Sum of squared gradients over all parameters.
+/// Partial sums of squares of a gradient: index c sums elements [c len, (c + 1) len) in double
+/// (lanes, fixed order) into sums[c]. The reduction a device runs; the host sums the partials.
+template <class T>
+struct sum_of_squares_chunks {
+  const T* g;
+  std::size_t n;
+  std::size_t len;
+  double* sums;
+  HSPMD_HD void operator()(std::size_t c) const {
+    const std::size_t first = c * len;
+    const std::size_t count = first >= n ? 0 : (n - first < len ? n - first : len);
+    const T* p = g + first;
+    sums[c] = lane_sum<double>(count, [p](std::size_t i) {
+      const auto x = static_cast<double>(p[i]);
+      return x * x;
+    });
+  }
+};
+
+/// Sum of squared gradients over all parameters. In place for host memory; on a device, each
+/// gradient's 4096-element chunks are summed there and the partial sums read back (one small
+/// copy per parameter), so the result equals the host's to rounding, not bit for bit.
+template <std::floating_point T, backend B>
+[[nodiscard]] double grad_norm_squared(executor<T, B>& ex) {
+  double s = 0.0;
+  if constexpr (host_memory_v<B>) {
+    for (graph::node_id id : ex.graph().parameters())
+      s += sum_of_squares(std::span<const T>(ex.grad(id)));
+  } else {
+    constexpr std::size_t len = 4096;
+    auto& be = ex.backend();
+    for (graph::node_id id : ex.graph().parameters()) {
+      const std::span<const T> g = ex.grad(id);
+      const std::size_t chunks = (g.size() + len - 1) / len;
+      auto sums = be.template allocate<double>(chunks);
+      for_each_index(be, chunks, sum_of_squares_chunks<T>{g.data(), g.size(), len, sums.data()});
+      std::vector<double> partial(chunks);
+      be.copy_to_host(partial.data(), sums.data(), chunks);
+      for (double v : partial)
+        s += v;
+    }
+  }
+  return s;
+}
+/// Sum of squared gradients over all parameters of a host executor.
 template <std::floating_point T>
 [[nodiscard]] double grad_norm_squared(const executor<T>& ex) {
   double s = 0.0;
@@ -45,6 +91,24 @@ template <std::floating_point T>
     s += sum_of_squares(std::span<const T>(ex.grad(id)));
   return s;
 }
+
+/// g[i] *= f.
+template <class T>
+struct scale_in_place {
+  T* g;
+  T f;
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const { g[i] *= f; }
+};
+
+namespace detail {
+template <std::floating_point T, backend B>
+void scale_gradients(executor<T, B>& ex, double f) {
+  for (graph::node_id id : ex.graph().parameters()) {
+    const std::span<T> g = ex.grad(id);
+    for_each_index(ex.backend(), g.size(), scale_in_place<T>{g.data(), static_cast<T>(f)});
+  }
+}
+} // namespace detail
 
 /// The factor that brings gradients of global norm `norm` to at most `max_norm` (1 when
 /// `max_norm` <= 0, the norm is within it, or the norm is 0).
@@ -55,28 +119,24 @@ template <std::floating_point T>
 /// Scales all gradients so that their global L2 norm is at most `max_norm`; returns the norm
 /// before clipping. `norm_squared` overrides the local sum (pass the all-reduced one in sharded
 /// runs).
-template <std::floating_point T>
-double clip_grad_norm(executor<T>& ex, double max_norm, double norm_squared = -1.0) {
+template <std::floating_point T, backend B>
+double clip_grad_norm(executor<T, B>& ex, double max_norm, double norm_squared = -1.0) {
   const double norm = std::sqrt(norm_squared >= 0.0 ? norm_squared : grad_norm_squared(ex));
   const double f = clip_scale(norm, max_norm);
   if (f != 1.0)
-    for (graph::node_id id : ex.graph().parameters())
-      for (T& g : ex.grad(id))
-        g *= static_cast<T>(f);
+    detail::scale_gradients(ex, f);
   return norm;
 }
 
 /// `opt.step(ex, grad_scale)` when the optimizer takes the clipping factor into its pass (sgd,
 /// adam); otherwise the gradients are scaled first and `opt.step(ex)` runs.
-template <class Optimizer, std::floating_point T>
-void step_scaled(Optimizer& opt, executor<T>& ex, double grad_scale) {
+template <class Optimizer, std::floating_point T, backend B>
+void step_scaled(Optimizer& opt, executor<T, B>& ex, double grad_scale) {
   if constexpr (requires { opt.step(ex, grad_scale); }) {
     opt.step(ex, grad_scale);
   } else {
     if (grad_scale != 1.0)
-      for (graph::node_id id : ex.graph().parameters())
-        for (T& g : ex.grad(id))
-          g *= static_cast<T>(grad_scale);
+      detail::scale_gradients(ex, grad_scale);
     opt.step(ex);
   }
 }
@@ -127,32 +187,41 @@ struct adam_update {
 };
 
 namespace detail {
-// Per-parameter state buffers of one element type, allocated once.
-template <class T>
+// Per-parameter state buffers of one element type on one backend, allocated once (zeroed).
+template <class T, class B>
 struct optimizer_slots {
-  std::vector<std::vector<T>> a, b;
-  void fit(std::size_t params, std::size_t p, std::size_t n, bool two) {
+  std::vector<typename B::template buffer<T>> a, b;
+  void fit(B& be, std::size_t params, std::size_t p, std::size_t n, bool two) {
     if (a.size() != params) {
       a.resize(params);
       b.resize(params);
     }
     if (a[p].size() != n)
-      a[p].assign(n, T{});
+      a[p] = be.template allocate<T>(n);
     if (two && b[p].size() != n)
-      b[p].assign(n, T{});
+      b[p] = be.template allocate<T>(n);
   }
 };
-// The slots of each element type an optimizer may step (one optimizer, float or double runs).
-struct optimizer_state {
-  optimizer_slots<float> f;
-  optimizer_slots<double> d;
-  template <class T>
-  optimizer_slots<T>& of() {
-    if constexpr (std::is_same_v<T, float>)
-      return f;
-    else
-      return d;
+// The slots of each (element type, backend) an optimizer has stepped: one optimizer may step
+// float and double executors, each keeping its own state.
+class optimizer_state {
+public:
+  template <class T, class B>
+  optimizer_slots<T, B>& of() {
+    const void* tag = &tag_of<T, B>;
+    for (auto& [t, slots] : slots_)
+      if (t == tag)
+        return *static_cast<optimizer_slots<T, B>*>(slots.get());
+    auto slots = std::make_shared<optimizer_slots<T, B>>();
+    auto& ref = *slots;
+    slots_.emplace_back(tag, std::move(slots));
+    return ref;
   }
+
+private:
+  template <class T, class B>
+  static constexpr char tag_of = 0; // one address per (T, B)
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> slots_;
 };
 } // namespace detail
 
@@ -168,13 +237,13 @@ public:
 
   /// One step over every parameter; the gradients are read times `grad_scale` (the clipping
   /// factor, see `clip_scale`).
-  template <std::floating_point T>
-  void step(executor<T>& ex, double grad_scale = 1.0) {
+  template <std::floating_point T, backend B>
+  void step(executor<T, B>& ex, double grad_scale = 1.0) {
     const auto params = ex.graph().parameters();
-    auto& slots = state_.of<T>();
+    auto& slots = state_.of<T, B>();
     for (std::size_t p = 0; p < params.size(); ++p) {
       auto w = ex.value(params[p]);
-      slots.fit(params.size(), p, w.size(), false);
+      slots.fit(ex.backend(), params.size(), p, w.size(), false);
       for_each_index(ex.backend(), w.size(),
                      sgd_update<T>{w.data(), ex.grad(params[p]).data(), slots.a[p].data(),
                                    static_cast<T>(grad_scale), static_cast<T>(lr),
@@ -203,10 +272,10 @@ public:
 
   /// One step over every parameter; the gradients are read times `grad_scale` (the clipping
   /// factor, see `clip_scale`).
-  template <std::floating_point T>
-  void step(executor<T>& ex, double grad_scale = 1.0) {
+  template <std::floating_point T, backend B>
+  void step(executor<T, B>& ex, double grad_scale = 1.0) {
     const auto params = ex.graph().parameters();
-    auto& slots = state_.of<T>();
+    auto& slots = state_.of<T, B>();
     ++t_;
     const double c1 = 1.0 - std::pow(beta1, static_cast<double>(t_));
     const double c2 = 1.0 - std::pow(beta2, static_cast<double>(t_));
@@ -214,7 +283,7 @@ public:
     const auto l2 = static_cast<T>(decoupled_weight_decay ? 0.0 : weight_decay);
     for (std::size_t p = 0; p < params.size(); ++p) {
       auto w = ex.value(params[p]);
-      slots.fit(params.size(), p, w.size(), true);
+      slots.fit(ex.backend(), params.size(), p, w.size(), true);
       for_each_index(ex.backend(), w.size(),
                      adam_update<T>{w.data(), ex.grad(params[p]).data(), slots.a[p].data(),
                                     slots.b[p].data(), static_cast<T>(grad_scale),

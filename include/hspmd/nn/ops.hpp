@@ -66,8 +66,9 @@ template <extents_type E>
 [[nodiscard]] constexpr graph::dims_view static_dims() {
   graph::dims_view v;
   v.rank = E::rank();
-  for (std::size_t i = 0; i < E::rank(); ++i)
-    v.d[i] = is_static_extent(E::static_extent(i)) ? E::static_extent(i) : std::size_t{1} << 20U;
+  if constexpr (E::rank() > 0) // nvcc calls `i < 0` on an unsigned pointless (an error here)
+    for (std::size_t i = 0; i < E::rank(); ++i)
+      v.d[i] = is_static_extent(E::static_extent(i)) ? E::static_extent(i) : std::size_t{1} << 20U;
   return v;
 }
 

@@ -77,6 +77,8 @@ class host_backend {
 public:
   template <class T>
   using buffer = std::vector<T>;
+  /// Buffers are host memory: host code may use them in place.
+  static constexpr bool host_memory = true;
 
   [[nodiscard]] std::string_view name() const noexcept { return "host"; }
 
@@ -114,6 +116,11 @@ public:
 
   template <class T>
   void copy_from_host(T* dst, const T* src, std::size_t n) const {
+    std::copy_n(src, n, dst);
+  }
+
+  template <class T>
+  void copy_to_host(T* dst, const T* src, std::size_t n) const {
     std::copy_n(src, n, dst);
   }
 

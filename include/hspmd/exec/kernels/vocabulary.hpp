@@ -14,6 +14,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace hspmd::exec {
 
@@ -33,15 +34,54 @@ template <class T, class B>
   return {l->offset_of(axis), local, l->global.at(axis)};
 }
 
+/// first[c] = the index of the first id outside [0, limit) among ids [c len, (c + 1) len), or
+/// -1: the check where the ids are in device memory (one flag per chunk, read back).
+struct first_bad_id {
+  const std::int64_t* ids;
+  std::size_t n;
+  std::size_t len;
+  std::size_t limit;
+  std::int64_t* first;
+  HSPMD_HD void operator()(std::size_t c) const {
+    const std::size_t end = (c + 1) * len < n ? (c + 1) * len : n;
+    std::int64_t found = -1;
+    for (std::size_t i = c * len; i < end; ++i)
+      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= limit) {
+        found = static_cast<std::int64_t>(i);
+        break;
+      }
+    first[c] = found;
+  }
+};
+
 /// Refuses ids outside [0, limit) with the node and the range (before any kernel reads them).
 template <class T, class B>
 void check_ids(const kernel_context<T, B>& c, std::span<const std::int64_t> ids, std::size_t limit,
                const char* what) {
-  for (const std::int64_t id : ids)
-    if (id < 0 || static_cast<std::size_t>(id) >= limit)
-      c.fail(std::string(what) + " " + std::to_string(id) + " is out of range [0, " +
-                 std::to_string(limit) + ")",
-             "check the data against the model's vocabulary or class count");
+  auto refuse = [&](std::int64_t id) {
+    c.fail(std::string(what) + " " + std::to_string(id) + " is out of range [0, " +
+               std::to_string(limit) + ")",
+           "check the data against the model's vocabulary or class count");
+  };
+  if constexpr (host_memory_v<B>) {
+    for (const std::int64_t id : ids)
+      if (id < 0 || static_cast<std::size_t>(id) >= limit)
+        refuse(id);
+  } else {
+    constexpr std::size_t len = 1024;
+    const std::size_t chunks = (ids.size() + len - 1) / len;
+    B& be = c.backend();
+    auto flags = be.template allocate<std::int64_t>(chunks);
+    for_each_index(be, chunks, first_bad_id{ids.data(), ids.size(), len, limit, flags.data()});
+    std::vector<std::int64_t> first(chunks);
+    be.copy_to_host(first.data(), flags.data(), chunks);
+    for (const std::int64_t i : first)
+      if (i >= 0) {
+        std::int64_t id = 0;
+        be.copy_to_host(&id, ids.data() + i, 1);
+        refuse(id);
+      }
+  }
 }
 
 /// out[t, j] = table[ids[t] - v0, j] for the rank's rows, else 0.
