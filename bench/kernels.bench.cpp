@@ -113,7 +113,7 @@ void layer_norm_backward(benchmark::State& state) {
   std::vector<float> dx(x.size()), saved(2 * rows, 0.5F);
   const hspmd::exec::host_backend be;
   for (auto _ : state) {
-    be.for_each_index(rows, hspmd::exec::layer_norm_row_backward<float>{
+    hspmd::exec::for_each_row(be, rows, hspmd::exec::layer_norm_row_backward<float>{
                                 x.data(), gamma.data(), dy.data(), saved.data(), dx.data(), hidden});
     benchmark::DoNotOptimize(dx.data());
   }

@@ -13,6 +13,7 @@
 #include <hspmd/exec/kernels/activation.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/kernels/elementwise.hpp>
+#include <hspmd/exec/kernels/normalization.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/models/mlp.hpp>
 
@@ -167,6 +168,63 @@ void gemm_matches_host(hspmd::exec::cuda_backend& gpu) {
     }
 }
 
+// Row functors with 16 threads a row on the device against one thread a row on the host: an
+// odd row count, rows shorter than, not a multiple of and longer than the team, causal softmax.
+void rows_match_host(hspmd::exec::cuda_backend& gpu) {
+  using namespace hspmd::exec;
+  host_backend host;
+  for (const std::size_t len : {std::size_t{5}, std::size_t{37}, std::size_t{300}}) {
+    const std::size_t rows = 41;
+    const auto x = random_values<float>(rows * len, 30);
+    const auto gamma = random_values<float>(len, 31);
+    const auto beta = random_values<float>(len, 32);
+    std::vector<float> y_host(rows * len), saved_host(2 * rows), soft_host(rows * len);
+    for_each_row(host, rows,
+                 layer_norm_row<float>{x.data(), gamma.data(), beta.data(), y_host.data(),
+                                       saved_host.data(), len, 1e-5F});
+    for_each_row(host, rows,
+                 softmax_row<float, false>{x.data(), soft_host.data(), len, true, len, 0});
+    auto xd = gpu.allocate<float>(x.size()), gd = gpu.allocate<float>(len),
+         bd = gpu.allocate<float>(len), yd = gpu.allocate<float>(x.size()),
+         sd = gpu.allocate<float>(2 * rows), softd = gpu.allocate<float>(x.size());
+    gpu.copy_from_host(xd.data(), x.data(), x.size());
+    gpu.copy_from_host(gd.data(), gamma.data(), len);
+    gpu.copy_from_host(bd.data(), beta.data(), len);
+    for_each_row(gpu, rows,
+                 layer_norm_row<float>{xd.data(), gd.data(), bd.data(), yd.data(), sd.data(), len,
+                                       1e-5F});
+    for_each_row(gpu, rows,
+                 softmax_row<float, false>{xd.data(), softd.data(), len, true, len, 0});
+    const auto y = to_host(gpu, yd.data(), x.size());
+    const auto saved = to_host(gpu, sd.data(), 2 * rows);
+    const auto soft = to_host(gpu, softd.data(), x.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(y[i] - y_host[i])));
+      worst = std::max(worst, std::abs(static_cast<double>(soft[i] - soft_host[i])));
+    }
+    for (std::size_t i = 0; i < saved.size(); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(saved[i] - saved_host[i])) /
+                                  (1 + std::abs(static_cast<double>(saved_host[i]))));
+    check(worst <= 1e-5, "layer norm and causal softmax rows of " + std::to_string(len) +
+                             " equal the host's (worst " + std::to_string(worst) + ")");
+  }
+}
+
+// k == 0: C = beta C, exact zeros for beta 0 (cuBLAS would refuse the zero leading dimension).
+void empty_products(hspmd::exec::cuda_backend& gpu) {
+  using namespace hspmd::exec;
+  const std::vector<float> c0{1, 2, 3, 4, 5, 6};
+  auto cd = gpu.allocate<float>(6);
+  gpu.copy_from_host(cd.data(), c0.data(), 6);
+  gpu.gemm(transpose::no, transpose::no, 2, 3, 0, 1.0F, cd.data(), 0, cd.data(), 3, 2.0F,
+           cd.data(), 3);
+  check(to_host(gpu, cd.data(), 6) == std::vector<float>{2, 4, 6, 8, 10, 12}, "k = 0: C = beta C");
+  gpu.gemm_strided_batched(transpose::no, transpose::no, 1, 3, 0, 1.0F, cd.data(), 0, 0,
+                           cd.data(), 3, 0, 0.0F, cd.data(), 3, 3, 2);
+  check(to_host(gpu, cd.data(), 6) == std::vector<float>(6, 0.0F), "k = 0, beta 0: zeros");
+}
+
 void timing_and_memory(hspmd::exec::cuda_backend& gpu) {
   using namespace hspmd::exec;
   const std::size_t n = std::size_t{1} << 24;
@@ -244,6 +302,8 @@ int main() {
     dropout_masks_equal_host(gpu);
     gemm_matches_host<float>(gpu);
     gemm_matches_host<double>(gpu);
+    rows_match_host(gpu);
+    empty_products(gpu);
     timing_and_memory(gpu);
     mlp_trains_as_on_host();
   } catch (const std::exception& ex) {

@@ -35,6 +35,10 @@ struct device_compile_backend {
   void for_each_index(std::size_t n, const F& f) {
     (void)hspmd::exec::launch_for_each_index(n, f);
   }
+  template <class F>
+  void for_each_row(std::size_t rows, const F& f) {
+    (void)hspmd::exec::launch_for_each_row(rows, f);
+  }
   template <class T>
   void gemm(hspmd::exec::transpose, hspmd::exec::transpose, std::size_t, std::size_t, std::size_t,
             T, const T*, std::size_t, const T*, std::size_t, T, T*, std::size_t) {}

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -73,9 +74,11 @@ public:
   caching_allocator& operator=(const caching_allocator&) = delete;
   ~caching_allocator() { release_cached_locked(); }
 
-  /// The block size a request of `bytes` gets.
+  /// The block size a request of `bytes` gets (0 when rounding up would overflow: no block).
   [[nodiscard]] static constexpr std::size_t rounded(std::size_t bytes) noexcept {
     const std::size_t g = bytes <= small_limit ? small_granule : large_granule;
+    if (bytes > std::numeric_limits<std::size_t>::max() - (g - 1))
+      return 0;
     return bytes == 0 ? 0 : (bytes + g - 1) / g * g;
   }
 
@@ -85,6 +88,10 @@ public:
     if (bytes == 0)
       return nullptr;
     const std::size_t size = rounded(bytes);
+    if (size == 0)
+      throw device_error(raw_.device(), "allocate",
+                         "a request of " + std::to_string(bytes) + " bytes is larger than memory",
+                         "check the tensor sizes (an overflowed size computation?)");
     const std::lock_guard lock(mutex_);
     if (const auto [cached, have] = take_cached(size, s); cached != nullptr) {
       ++stats_.cache_hits;
@@ -120,7 +127,11 @@ public:
     const auto [size, s] = it->second;
     live_.erase(it);
     stats_.allocated_bytes -= size;
-    cache_of(s).emplace(size, p);
+    try {
+      cache_of(s).emplace(size, p);
+    } catch (...) { // no memory for the books: give the block back to the device instead
+      give_back(p, size);
+    }
   }
 
   /// Returns every cached block to the device (after synchronizing); live blocks stay.
@@ -175,10 +186,22 @@ private:
   }
 
   void* hand_out(void* p, std::size_t size, stream s) {
-    live_.emplace(p, std::pair{size, s});
+    try {
+      live_.emplace(p, std::pair{size, s});
+    } catch (...) { // the block would be lost to the books: back to the device, then rethrow
+      give_back(p, size);
+      throw;
+    }
     stats_.allocated_bytes += size;
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     return p;
+  }
+
+  // Returns one block to the device once the work that may still use it is done.
+  void give_back(void* p, std::size_t size) noexcept {
+    raw_.synchronize();
+    raw_.deallocate(p, size);
+    stats_.reserved_bytes -= size;
   }
 
   void release_cached_locked() noexcept {
@@ -210,7 +233,7 @@ public:
 
   pooled_buffer() = default;
   pooled_buffer(Allocator& pool, std::size_t n, typename Allocator::stream s)
-      : pool_(&pool), data_(static_cast<T*>(pool.allocate(n * sizeof(T), s))), size_(n) {}
+      : pool_(&pool), data_(static_cast<T*>(pool.allocate(bytes_of(n), s))), size_(n) {}
   pooled_buffer(pooled_buffer&& o) noexcept
       : pool_(std::exchange(o.pool_, nullptr)), data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)) {}
@@ -245,6 +268,13 @@ public:
   }
 
 private:
+  [[nodiscard]] static std::size_t bytes_of(std::size_t n) {
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T))
+      throw error("pooled_buffer", std::to_string(n) + " elements overflow a byte count",
+                  "check the tensor sizes");
+    return n * sizeof(T);
+  }
+
   Allocator* pool_ = nullptr;
   T* data_ = nullptr;
   std::size_t size_ = 0;

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -67,6 +68,15 @@ TEST_CASE("caching_allocator rounds sizes into 512-byte and 2 MiB classes") {
   CHECK(pool_type::rounded(std::size_t{1} << 20) == std::size_t{1} << 20);
   CHECK(pool_type::rounded((std::size_t{1} << 20) + 1) == std::size_t{2} << 20);
   CHECK(pool_type::rounded((std::size_t{5} << 20) + 7) == std::size_t{6} << 20);
+  // Rounding that would overflow gives no size, and such a request a clear error.
+  CHECK(pool_type::rounded(std::numeric_limits<std::size_t>::max()) == 0);
+  pool_type pool{counting_memory{}};
+  CHECK_THROWS_WITH(pool.allocate(std::numeric_limits<std::size_t>::max() - 5, 0),
+                    Catch::Contains("larger than memory"));
+  CHECK_THROWS_WITH((exec::pooled_buffer<double, pool_type>(
+                        pool, std::numeric_limits<std::size_t>::max() / 4, 0)),
+                    Catch::Contains("overflow a byte count"));
+  CHECK(pool.raw().allocations == 0);
 }
 
 TEST_CASE("caching_allocator reuses a freed block on the same stream without the device") {

@@ -12,7 +12,11 @@
 //     gpu.copy_to_host(out.data(), y.data(), n);       // waits for the stream
 //
 // Every CUDA and cuBLAS call is checked; a failure throws `device_error` naming the device and
-// the call, with CUDA's error text, and clears CUDA's sticky error.
+// the call, with CUDA's error text (the last error is reset so that a later check does not
+// report it again; a sticky error -- an illegal address -- stays until the process ends).
+// Each call first makes the backend's device current, so backends of several devices may be
+// used from one thread. Work runs on the backend's one stream: a buffer handed to work on another
+// stream (a communicator's) must wait for this stream first (an event), which is not done here.
 //
 // Compiled by the test suite wherever nvcc is found (tests/gpu/cuda_backend.test.cu); it runs
 // only where a GPU is.
@@ -42,7 +46,7 @@ namespace detail {
 inline void cuda_device_check(cudaError_t code, std::string_view call, int device) {
   if (code == cudaSuccess)
     return;
-  (void)cudaGetLastError(); // clear the sticky error
+  (void)cudaGetLastError(); // reset the last (non-sticky) error
   throw device_error(device, std::string(call.substr(0, call.find('('))),
                      std::string(cudaGetErrorName(code)) + ": " + cudaGetErrorString(code));
 }
@@ -71,6 +75,27 @@ inline void cublas_check(cublasStatus_t code, std::string_view call, int device)
 /// Checks a cuBLAS call made for device `device`.
 #define HSPMD_CUBLAS_CHECK(call, device) ::hspmd::exec::detail::cublas_check((call), #call, (device))
 
+/// C = beta C over an m x n row-major block (leading dimension ldc), `batch` blocks stride_c
+/// apart; beta == 0 writes exact zeros (what BLAS does for k == 0, which cuBLAS refuses when a
+/// leading dimension is then 0).
+template <class T>
+struct scale_block {
+  T* c;
+  std::size_t n;
+  std::size_t ldc;
+  std::size_t rows; // m
+  std::size_t stride_c;
+  T beta;
+  HSPMD_HD void operator()(std::size_t i) const {
+    const std::size_t per = rows * n;
+    const std::size_t b = i / per;
+    const std::size_t r = (i % per) / n;
+    const std::size_t j = i % n;
+    T& e = c[b * stride_c + r * ldc + j];
+    e = beta == T{0} ? T{0} : beta * e;
+  }
+};
+
 /// Device memory from cudaMalloc for a caching allocator (exec/caching_allocator.hpp).
 class cuda_memory {
 public:
@@ -87,7 +112,7 @@ public:
       (void)cudaGetLastError();
       return nullptr;
     }
-    HSPMD_CUDA_DEVICE_CHECK(e, device_);
+    detail::cuda_device_check(e, "cudaMalloc", device_);
     return p;
   }
   void deallocate(void* p, std::size_t /*bytes*/) noexcept { (void)cudaFree(p); }
@@ -127,6 +152,7 @@ public:
   /// backend's value-initialized vectors).
   template <class T>
   [[nodiscard]] buffer<T> allocate(std::size_t n) {
+    (void)current();
     buffer<T> b(state_->pool, n, state_->stream);
     if (n != 0)
       HSPMD_CUDA_DEVICE_CHECK(cudaMemsetAsync(b.data(), 0, n * sizeof(T), state_->stream),
@@ -137,7 +163,16 @@ public:
   /// f(i) for i in [0, n) on the device; f's pointers must be device pointers.
   template <class F>
   void for_each_index(std::size_t n, const F& f) {
+    (void)current();
     HSPMD_CUDA_DEVICE_CHECK(launch_for_each_index(n, f, state_->stream), state_->device);
+  }
+
+  /// The row functor f(r, team) for r in [0, rows) on the device: 16 threads a row
+  /// (`lane_team`), reducing in the host's lane order.
+  template <class F>
+  void for_each_row(std::size_t rows, const F& f) {
+    (void)current();
+    HSPMD_CUDA_DEVICE_CHECK(launch_for_each_row(rows, f, state_->stream), state_->device);
   }
 
   template <class T>
@@ -147,8 +182,12 @@ public:
             std::size_t ldc) {
     if (m == 0 || n == 0)
       return;
+    const int dev = current();
+    if (k == 0) {
+      for_each_index(m * n, scale_block<T>{c, n, ldc, m, 0, beta});
+      return;
+    }
     const auto g = as_column_major(ta, tb, m, n, k, a, lda, 0, b, ldb, 0);
-    const int dev = state_->device;
     HSPMD_CUBLAS_CHECK(
         cublasGemmEx(state_->blas, op(g.op_first), op(g.op_second),
                      detail::cublas_int(g.m, "m", dev), detail::cublas_int(g.n, "n", dev),
@@ -167,8 +206,12 @@ public:
                             std::size_t stride_c, std::size_t batch) {
     if (m == 0 || n == 0 || batch == 0)
       return;
+    const int dev = current();
+    if (k == 0) {
+      for_each_index(batch * m * n, scale_block<T>{c, n, ldc, m, stride_c, beta});
+      return;
+    }
     const auto g = as_column_major(ta, tb, m, n, k, a, lda, stride_a, b, ldb, stride_b);
-    const int dev = state_->device;
     HSPMD_CUBLAS_CHECK(
         cublasGemmStridedBatchedEx(
             state_->blas, op(g.op_first), op(g.op_second), detail::cublas_int(g.m, "m", dev),
@@ -188,6 +231,7 @@ public:
   void copy_from_host(T* dst, const T* src, std::size_t n) {
     if (n == 0)
       return;
+    (void)current();
     HSPMD_CUDA_DEVICE_CHECK(
         cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, state_->stream),
         state_->device);
@@ -199,6 +243,7 @@ public:
   void copy_to_host(T* dst, const T* src, std::size_t n) {
     if (n == 0)
       return;
+    (void)current();
     HSPMD_CUDA_DEVICE_CHECK(
         cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, state_->stream),
         state_->device);
@@ -209,7 +254,7 @@ public:
   /// the events recorded before and after it.
   template <class F>
   double timed(F&& f) {
-    const int dev = state_->device;
+    const int dev = current();
     HSPMD_CUDA_DEVICE_CHECK(cudaEventRecord(state_->start, state_->stream), dev);
     std::forward<F>(f)();
     HSPMD_CUDA_DEVICE_CHECK(cudaEventRecord(state_->stop, state_->stream), dev);
@@ -221,13 +266,21 @@ public:
 
   /// Waits for the work queued on the stream.
   void synchronize() {
+    (void)current();
     HSPMD_CUDA_DEVICE_CHECK(cudaStreamSynchronize(state_->stream), state_->device);
   }
 
 private:
+  // Makes the backend's device current (cheap when it already is); returns its index.
+  int current() const {
+    HSPMD_CUDA_DEVICE_CHECK(cudaSetDevice(state_->device), state_->device);
+    return state_->device;
+  }
+
   // Everything with an address buffers and handles keep, behind one pointer so that the backend
-  // moves (the executor takes it by value). Members are destroyed in reverse: the pool (cached
-  // blocks freed) before the stream it synchronizes.
+  // moves (the executor takes it by value). The destructor waits for the stream, returns the
+  // cached blocks and only then destroys the handle, the events and the stream; the pool member
+  // is destroyed after that with nothing left to free.
   struct state {
     int device;
     cudaStream_t stream = nullptr;
@@ -258,6 +311,7 @@ private:
     state(const state&) = delete;
     state& operator=(const state&) = delete;
     ~state() {
+      (void)cudaSetDevice(device);
       (void)cudaStreamSynchronize(stream);
       pool.release_cached();
       destroy();

@@ -203,6 +203,50 @@ template <class T>
   return acc[0];
 }
 
+/// The host's row team: one thread does a whole row, reducing in `reduce_lanes` lanes. Row
+/// functors (`f(r, team)`, run by `for_each_row`) loop and reduce over their row only through a
+/// team, so that a device can give a row several threads (exec/backends/device_launch.cuh
+/// `lane_team`: 16 threads, one per lane, combined in this order). Loop bodies capture by value:
+/// a scalar captured by reference could alias the row the loop writes, and the loop would not
+/// vectorize.
+struct serial_team {
+  template <class F>
+  HSPMD_HD HSPMD_INLINE void for_each(std::size_t n, const F& f) const {
+    for (std::size_t j = 0; j < n; ++j)
+      f(j);
+  }
+  template <class T, class F>
+  [[nodiscard]] HSPMD_HD HSPMD_INLINE T sum(std::size_t n, const F& term) const {
+    return lane_sum<T>(n, term);
+  }
+  template <class T>
+  [[nodiscard]] HSPMD_HD HSPMD_INLINE T max(const T* x, std::size_t n) const {
+    return lane_max(x, n);
+  }
+  /// Whether this thread writes the row's single results (every team has exactly one).
+  [[nodiscard]] HSPMD_HD HSPMD_INLINE bool leader() const { return true; }
+  /// Whether `for_each` gives element j to this thread.
+  [[nodiscard]] HSPMD_HD HSPMD_INLINE bool owns(std::size_t /*j*/) const { return true; }
+};
+
+/// A row functor as an index functor with the serial team.
+template <class F>
+struct serial_rows {
+  F f;
+  HSPMD_HD HSPMD_INLINE void operator()(std::size_t r) const { f(r, serial_team{}); }
+};
+
+/// Runs the row functor f(r, team) for every row r in [0, rows): on a backend's own
+/// `for_each_row` where it has one (a device's thread teams), else one index per row with the
+/// serial team.
+template <backend B, class F>
+void for_each_row(B& b, std::size_t rows, const F& f) {
+  if constexpr (requires { b.for_each_row(rows, f); })
+    b.for_each_row(rows, f);
+  else
+    b.for_each_index(rows, serial_rows<F>{f});
+}
+
 /// Maps an element of a broadcast result to the element of one operand it reads (numpy rules,
 /// trailing alignment). Trivially copyable, for device functors.
 struct broadcast_index {

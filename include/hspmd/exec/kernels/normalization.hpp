@@ -23,24 +23,24 @@ struct softmax_row {
   bool causal;
   std::size_t queries;
   std::size_t q0;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* xr = x + r * len;
     T* yr = y + r * len;
     const std::size_t seen = causal ? q0 + r % queries + 1 : len;
-    const T mx = lane_max(xr, seen);
+    const T mx = t.max(xr, seen);
     if constexpr (Log) {
-      const T s = lane_sum<T>(seen, [&](std::size_t j) { return math::exp(xr[j] - mx); });
+      const T s = t.template sum<T>(seen, [=](std::size_t j) { return math::exp(xr[j] - mx); });
       const T log_s = std::log(s);
-      for (std::size_t j = 0; j < seen; ++j)
-        yr[j] = xr[j] - mx - log_s;
-    } else { // exponentials once: stored, summed, then scaled
-      const T s = lane_sum<T>(seen, [&](std::size_t j) { return yr[j] = math::exp(xr[j] - mx); });
+      t.for_each(seen, [=](std::size_t j) { yr[j] = xr[j] - mx - log_s; });
+    } else { // exponentials once: stored, summed, then scaled (each by the thread that stored it)
+      const T s =
+          t.template sum<T>(seen, [=](std::size_t j) { return yr[j] = math::exp(xr[j] - mx); });
       const T inv = T{1} / s;
-      for (std::size_t j = 0; j < seen; ++j)
-        yr[j] *= inv;
+      t.for_each(seen, [=](std::size_t j) { yr[j] *= inv; });
     }
-    for (std::size_t j = seen; j < len; ++j)
-      yr[j] = T{0};
+    T* tail = yr + seen;
+    t.for_each(len - seen, [=](std::size_t j) { tail[j] = T{0}; });
   }
 };
 
@@ -51,18 +51,17 @@ struct softmax_row_backward {
   const T* dy;
   T* dx;
   std::size_t len;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* gr = dy + r * len;
     const T* yr = y + r * len;
     T* dr = dx + r * len;
     if constexpr (!Log) {
-      const T s = lane_sum<T>(len, [&](std::size_t j) { return gr[j] * yr[j]; });
-      for (std::size_t j = 0; j < len; ++j)
-        dr[j] += yr[j] * (gr[j] - s);
+      const T s = t.template sum<T>(len, [&](std::size_t j) { return gr[j] * yr[j]; });
+      t.for_each(len, [=](std::size_t j) { dr[j] += yr[j] * (gr[j] - s); });
     } else {
-      const T s = lane_sum<T>(len, [&](std::size_t j) { return gr[j]; });
-      for (std::size_t j = 0; j < len; ++j)
-        dr[j] += gr[j] - math::exp(yr[j]) * s;
+      const T s = t.template sum<T>(len, [&](std::size_t j) { return gr[j]; });
+      t.for_each(len, [=](std::size_t j) { dr[j] += gr[j] - math::exp(yr[j]) * s; });
     }
   }
 };
@@ -78,15 +77,15 @@ struct softmax_kernel {
     const std::size_t queries = out.rank() >= 2 ? out.dims[out.rank() - 2] : 1;
     const node_layout* l = c.layout();
     const std::size_t q0 = l != nullptr && out.rank() >= 2 ? l->offset_of(out.rank() - 2) : 0;
-    for_each_index(
+    for_each_row(
         c.backend(), graph::rows_of(out),
         softmax_row<T, Log>{c.in(0), c.out(), len, causal, queries == 0 ? 1 : queries, q0});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
-    for_each_index(c.backend(), graph::rows_of(c.out_shape()),
-                   softmax_row_backward<T, Log>{c.out(), c.dout(), c.din(0), len});
+    for_each_row(c.backend(), graph::rows_of(c.out_shape()),
+                 softmax_row_backward<T, Log>{c.out(), c.dout(), c.din(0), len});
   }
 };
 
@@ -105,16 +104,22 @@ struct layer_norm_row {
   T* saved;
   std::size_t len;
   T eps;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* xr = x + r * len;
-    const T mu = lane_sum<T>(len, [&](std::size_t j) { return xr[j]; }) / static_cast<T>(len);
-    const T var = lane_sum<T>(len, [&](std::size_t j) { return (xr[j] - mu) * (xr[j] - mu); }) /
-                  static_cast<T>(len);
+    const T mu = t.template sum<T>(len, [&](std::size_t j) { return xr[j]; }) / static_cast<T>(len);
+    const T var =
+        t.template sum<T>(len, [&](std::size_t j) { return (xr[j] - mu) * (xr[j] - mu); }) /
+        static_cast<T>(len);
     const T rstd = T{1} / std::sqrt(var + eps);
-    saved[2 * r] = mu;
-    saved[2 * r + 1] = rstd;
-    for (std::size_t j = 0; j < len; ++j)
-      y[r * len + j] = gamma[j] * (xr[j] - mu) * rstd + beta[j];
+    if (t.leader()) {
+      saved[2 * r] = mu;
+      saved[2 * r + 1] = rstd;
+    }
+    T* yr = y + r * len;
+    const T* ga = gamma;
+    const T* be = beta;
+    t.for_each(len, [=](std::size_t j) { yr[j] = ga[j] * (xr[j] - mu) * rstd + be[j]; });
   }
 };
 
@@ -128,23 +133,23 @@ struct layer_norm_row_backward {
   const T* saved;
   T* dx;
   std::size_t len;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T mu = saved[2 * r];
     const T rstd = saved[2 * r + 1];
     const T* xr = x + r * len;
     const T* gr = dy + r * len;
     const auto lt = static_cast<T>(len);
     const T* g = gamma;
-    const T sum_dxhat = lane_sum<T>(len, [=](std::size_t j) { return gr[j] * g[j]; });
-    const T sum_dxhat_xhat =
-        lane_sum<T>(len, [=](std::size_t j) { return gr[j] * g[j] * ((xr[j] - mu) * rstd); });
+    const T sum_dxhat = t.template sum<T>(len, [=](std::size_t j) { return gr[j] * g[j]; });
+    const T sum_dxhat_xhat = t.template sum<T>(
+        len, [=](std::size_t j) { return gr[j] * g[j] * ((xr[j] - mu) * rstd); });
     // dx = a dy gamma - b - c (x - mu), the row's constants hoisted so the loop is three FMAs
     const T a = rstd;
     const T b = rstd / lt * sum_dxhat;
     const T cc = rstd * rstd / lt * sum_dxhat_xhat;
     T* dr = dx + r * len;
-    for (std::size_t j = 0; j < len; ++j)
-      dr[j] += a * (gr[j] * g[j]) - b - cc * (xr[j] - mu);
+    t.for_each(len, [=](std::size_t j) { dr[j] += a * (gr[j] * g[j]) - b - cc * (xr[j] - mu); });
   }
 };
 
@@ -186,15 +191,15 @@ struct kernel<graph::op::layer_norm> {
   static void forward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
-    for_each_index(c.backend(), rows,
-                   layer_norm_row<T>{c.in(0), c.in(1), c.in(2), c.out(), c.saved(2 * rows), len,
+    for_each_row(c.backend(), rows,
+                 layer_norm_row<T>{c.in(0), c.in(1), c.in(2), c.out(), c.saved(2 * rows), len,
                                      static_cast<T>(c.attrs().scalar)});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
-    for_each_index(
+    for_each_row(
         c.backend(), rows,
         layer_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
     for_each_index(
@@ -212,13 +217,16 @@ struct rms_norm_row {
   T* saved;
   std::size_t len;
   T eps;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* xr = x + r * len;
-    const T ss = lane_sum<T>(len, [&](std::size_t j) { return xr[j] * xr[j]; });
+    const T ss = t.template sum<T>(len, [&](std::size_t j) { return xr[j] * xr[j]; });
     const T rrms = T{1} / std::sqrt(ss / static_cast<T>(len) + eps);
-    saved[r] = rrms;
-    for (std::size_t j = 0; j < len; ++j)
-      y[r * len + j] = xr[j] * rrms * w[j];
+    if (t.leader())
+      saved[r] = rrms;
+    T* yr = y + r * len;
+    const T* wt = w;
+    t.for_each(len, [=](std::size_t j) { yr[j] = xr[j] * rrms * wt[j]; });
   }
 };
 
@@ -232,14 +240,17 @@ struct rms_norm_row_backward {
   const T* saved;
   T* dx;
   std::size_t len;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T rrms = saved[r];
     const T* xr = x + r * len;
     const T* gr = dy + r * len;
-    const T dot = lane_sum<T>(len, [&](std::size_t j) { return gr[j] * w[j] * (xr[j] * rrms); });
+    const T dot =
+        t.template sum<T>(len, [&](std::size_t j) { return gr[j] * w[j] * (xr[j] * rrms); });
     const T mean = dot / static_cast<T>(len);
-    for (std::size_t j = 0; j < len; ++j)
-      dx[r * len + j] += rrms * (gr[j] * w[j] - xr[j] * rrms * mean);
+    T* dr = dx + r * len;
+    const T* wt = w;
+    t.for_each(len, [=](std::size_t j) { dr[j] += rrms * (gr[j] * wt[j] - xr[j] * rrms * mean); });
   }
 };
 
@@ -273,16 +284,16 @@ struct kernel<graph::op::rms_norm> {
   static void forward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
-    for_each_index(c.backend(), rows,
-                   rms_norm_row<T>{c.in(0), c.in(1), c.out(), c.saved(rows), len,
+    for_each_row(c.backend(), rows,
+                 rms_norm_row<T>{c.in(0), c.in(1), c.out(), c.saved(rows), len,
                                    static_cast<T>(c.attrs().scalar)});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
-    for_each_index(c.backend(), rows,
-                   rms_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
+    for_each_row(c.backend(), rows,
+                 rms_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
     for_each_index(c.backend(), column_blocks(len),
                    rms_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), len, rows});
   }

@@ -154,8 +154,11 @@ struct row_max {
   const T* logits;
   T* lse;
   std::size_t v;
-  HSPMD_HD void operator()(std::size_t r) const {
-    lse[r] = v == 0 ? -std::numeric_limits<T>::infinity() : lane_max(logits + r * v, v);
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
+    const T m = v == 0 ? -std::numeric_limits<T>::infinity() : t.max(logits + r * v, v);
+    if (t.leader())
+      lse[r] = m;
   }
 };
 /// sums[r] = sum_j exp(logits[r, j] - lse[r]).
@@ -165,10 +168,13 @@ struct row_exp_sum {
   const T* lse;
   T* sums;
   std::size_t v;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* row = logits + r * v;
     const T m = lse[r];
-    sums[r] = lane_sum<T>(v, [&](std::size_t j) { return math::exp(row[j] - m); });
+    const T s = t.template sum<T>(v, [&](std::size_t j) { return math::exp(row[j] - m); });
+    if (t.leader())
+      sums[r] = s;
   }
 };
 /// lse[r] += log sums[r]; out[0] = scale * the sum over rows of (owner ? lse : 0) - the target's
@@ -210,15 +216,16 @@ struct cross_entropy_backward {
   std::size_t v;
   vocab_span range;
   T scale;
-  HSPMD_HD void operator()(std::size_t r) const {
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& team) const {
     const T g = scale * dy[0];
     const T m = lse[r];
     const T* lr = logits + r * v;
     T* dr = dlogits + r * v;
-    for (std::size_t j = 0; j < v; ++j)
-      dr[j] += g * math::exp(lr[j] - m);
     const auto t = static_cast<std::size_t>(targets[r]);
-    if (t >= range.first && t < range.first + range.count)
+    team.for_each(v, [=](std::size_t j) { dr[j] += g * math::exp(lr[j] - m); });
+    // The target's -g, by the thread that wrote its element (program order: no race).
+    if (t >= range.first && t < range.first + range.count && team.owns(t - range.first))
       dr[t - range.first] -= g;
   }
 };
@@ -245,10 +252,10 @@ struct kernel<graph::op::cross_entropy> {
     T* lse = c.saved(2 * rows); // per row: log-sum-exp (kept for the backward), then the sums
     T* sums = lse + rows;
     auto& be = c.backend();
-    for_each_index(be, rows, row_max<T>{c.in(0), lse, v});
+    for_each_row(be, rows, row_max<T>{c.in(0), lse, v});
     if (vocab_parallel) // the row maxima over every rank's piece of the vocabulary
       c.row_reduce(std::span<T>(lse, rows), true);
-    for_each_index(be, rows, row_exp_sum<T>{c.in(0), lse, sums, v});
+    for_each_row(be, rows, row_exp_sum<T>{c.in(0), lse, sums, v});
     if (vocab_parallel)
       c.row_reduce(std::span<T>(sums, rows), false);
     for_each_index(be, 1,
@@ -259,8 +266,8 @@ struct kernel<graph::op::cross_entropy> {
   static void backward(kernel_context<T, B>& c) {
     const std::size_t v = c.in_shape(0).dims[1];
     const auto targets = c.ids(1);
-    for_each_index(c.backend(), v == 0 ? 0 : targets.size(),
-                   cross_entropy_backward<T>{c.in(0), targets.data(), c.saved(), c.dout(), c.din(0),
+    for_each_row(c.backend(), v == 0 ? 0 : targets.size(),
+                 cross_entropy_backward<T>{c.in(0), targets.data(), c.saved(), c.dout(), c.din(0),
                                              v, vocab_range(c, 1), loss_scale<T>(c)});
   }
 };
