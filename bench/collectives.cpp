@@ -1,8 +1,15 @@
 // hspmd-collectives: an nccl-tests style sweep of hspmd's collectives, with the same operation
-// called directly through MPI in the same run, so the library's overhead is visible side by side.
+// called directly through MPI (or NCCL) in the same run, so the library's overhead is visible side
+// by side.
 //
 //   mpirun -np 3 build/release/bench/hspmd-collectives -b 1K -e 64M -f 4 -c 1 --algo all --ratios
 //   4:2:1
+//   mpirun -np 8 hspmd-collectives --backend nccl ...   # one GPU per rank, device = local rank
+//
+// With --backend nccl the buffers are device memory (cudaMalloc), the checks copy them back, and
+// the direct baseline is ncclAllReduce / ncclBroadcast (NCCL has no uneven collectives: the other
+// rows have none). This build path compiles wherever CUDA and NCCL are found; where this project
+// is built no GPU runs it.
 //
 // Sizes follow nccl-tests: the buffer for all_reduce and broadcast, the gathered output for
 // all_gather_v, the reduced input for reduce_scatter_v, the bytes each rank sends for
@@ -27,12 +34,87 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// Where a sweep's buffers live. Host memory (MPI) is filled and read in place.
+template <class T>
+void upload(std::vector<T>& b, const std::vector<T>& h) {
+  std::copy(h.begin(), h.end(), b.begin());
+}
+template <class T>
+std::vector<T> download(const std::vector<T>& b) {
+  return b;
+}
+
+#if defined(HSPMD_HAS_NCCL)
+// Device memory of the current CUDA device, allocated once at its capacity; `assign` resizes
+// within it and zeroes.
+template <class T>
+class device_array {
+public:
+  device_array(std::size_t capacity, int rank) : cap_(capacity), rank_(rank) {
+    HSPMD_CUDA_CHECK(cudaMalloc(&p_, std::max<std::size_t>(capacity, 1) * sizeof(T)), rank_);
+  }
+  device_array(const device_array&) = delete;
+  device_array& operator=(const device_array&) = delete;
+  ~device_array() { cudaFree(p_); }
+  void assign(std::size_t n, T /*zero*/) {
+    if (n > cap_)
+      throw hspmd::comm_error(rank_, "hspmd-collectives", "buffer of " + std::to_string(cap_) +
+                                                              " elements asked for " +
+                                                              std::to_string(n));
+    n_ = n;
+    if (n != 0)
+      HSPMD_CUDA_CHECK(cudaMemset(p_, 0, n * sizeof(T)), rank_);
+  }
+  [[nodiscard]] T* data() const noexcept { return p_; }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  friend void upload(device_array& b, const std::vector<T>& h) {
+    if (!h.empty())
+      HSPMD_CUDA_CHECK(cudaMemcpy(b.p_, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice),
+                       b.rank_);
+  }
+  friend std::vector<T> download(const device_array& b) {
+    std::vector<T> h(b.n_);
+    if (b.n_ != 0)
+      HSPMD_CUDA_CHECK(cudaMemcpy(h.data(), b.p_, b.n_ * sizeof(T), cudaMemcpyDeviceToHost),
+                       b.rank_);
+    return h;
+  }
+
+private:
+  T* p_ = nullptr;
+  std::size_t cap_ = 0;
+  std::size_t n_ = 0;
+  int rank_ = 0;
+};
+
+// Selects this rank's GPU: its rank among the ranks on its node, modulo the node's GPUs.
+void select_local_device(hspmd::mpi_communicator& comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm.native_handle(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL,
+                      &node);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= 0) {
+    (void)cudaGetLastError();
+    throw hspmd::comm_error(comm.rank(), "cudaGetDeviceCount",
+                            e != cudaSuccess ? std::string(cudaGetErrorString(e))
+                                             : std::string("no CUDA device"),
+                            "run --backend nccl where every rank has a GPU, or use --backend mpi");
+  }
+  HSPMD_CUDA_CHECK(cudaSetDevice(local % count), comm.rank());
+}
+#endif
 
 struct options {
   std::string min_bytes = "32";
@@ -163,23 +245,24 @@ struct row {
   stats mpi_time;
   double algbw = 0, busbw = 0, mpi_busbw = 0;
   long long wrong = -1;
+  bool has_direct = true; ///< a direct call to compare with (NCCL has no uneven collectives)
+  std::string direct = "mpi"; ///< what the direct call went through
 };
 
-template <class T>
+// The sweep over communicator Comm whose buffers are Buffer (host vectors for MPI, device arrays
+// for NCCL); `mpi` (the job's MPI communicator) times and agrees.
+template <class T, class Comm = hspmd::mpi_communicator, class Buffer = std::vector<T>>
 class sweep {
 public:
   // Buffers are allocated once for the largest size: every row then runs on the same memory,
   // so no row pays for fresh pages or for the MPI library registering new buffers.
-  sweep(hspmd::mpi_communicator& comm, const options& opt, std::vector<double> ratios,
+  sweep(hspmd::mpi_communicator& mpi, Comm& comm, const options& opt, std::vector<double> ratios,
         std::size_t max_bytes)
-      : comm_(comm), opt_(opt), ratios_(std::move(ratios)),
-        n_(static_cast<std::size_t>(comm.size())), me_(static_cast<std::size_t>(comm.rank())) {
-    const std::size_t elements = max_bytes / sizeof(T) + n_;
-    in_.reserve(elements);
-    out_.reserve(elements * n_); // all_to_all_v may receive up to n times a rank's share
-    in_.assign(in_.capacity(), T{});
-    out_.assign(out_.capacity(), T{});
-  }
+      : mpi_(mpi), comm_(comm), opt_(opt), ratios_(std::move(ratios)),
+        n_(static_cast<std::size_t>(comm.size())), me_(static_cast<std::size_t>(comm.rank())),
+        // all_to_all_v may receive up to n times a rank's share
+        in_(make_buffer(max_bytes / sizeof(T) + n_)),
+        out_(make_buffer((max_bytes / sizeof(T) + n_) * n_)) {}
 
   row run(hspmd::collective op, hspmd::uneven_algorithm alg, std::size_t bytes) {
     const std::size_t count = bytes / sizeof(T);
@@ -192,7 +275,10 @@ public:
     r.algorithm = hspmd::has_algorithms(op) ? std::string(name(alg)) : "-";
     if (alg == hspmd::uneven_algorithm::automatic && hspmd::has_algorithms(op))
       r.algorithm += ">" + std::string(name(comm_.choose(op, counts_, sizeof(T))));
-    std::tie(r.hspmd_time, r.mpi_time) = time([&] { call_hspmd(op, alg); }, [&] { call_mpi(op); });
+    r.has_direct = has_direct(op);
+    r.direct = on_mpi ? "mpi" : "nccl";
+    std::tie(r.hspmd_time, r.mpi_time) =
+        time([&] { call_hspmd(op, alg); }, [&] { call_direct(op); });
     const double factor = busbw_factor(op, static_cast<double>(n_));
     r.algbw = r.hspmd_time.median > 0 ? static_cast<double>(r.bytes) / r.hspmd_time.median : 0;
     r.busbw = r.algbw * factor;
@@ -204,6 +290,19 @@ public:
   }
 
 private:
+  [[nodiscard]] Buffer make_buffer(std::size_t elements) const {
+    if constexpr (std::is_same_v<Buffer, std::vector<T>>) {
+      Buffer b;
+      b.reserve(elements);
+      b.assign(elements, T{});
+      return b;
+    } else {
+      return Buffer(elements, comm_.rank());
+    }
+  }
+
+  static constexpr bool on_mpi = std::is_same_v<Comm, hspmd::mpi_communicator>;
+
   void setup(hspmd::collective op, std::size_t count) {
     using hspmd::collective;
     counts_ = hspmd::shard_lengths(count, ratios_);
@@ -245,20 +344,19 @@ private:
     using hspmd::collective;
     switch (op) {
     case collective::all_reduce:
-      comm_.all_reduce(std::span<const T>(in_), std::span<T>(out_), hspmd::reduce_op::sum);
+      comm_.all_reduce(in(), out(), hspmd::reduce_op::sum);
       break;
     case collective::broadcast:
-      comm_.broadcast(std::span<T>(in_), 0);
+      comm_.broadcast(std::span<T>(in_.data(), in_.size()), 0);
       break;
     case collective::all_gather_v:
-      comm_.all_gather_v(std::span<const T>(in_), std::span<T>(out_), counts_, alg);
+      comm_.all_gather_v(in(), out(), counts_, alg);
       break;
     case collective::reduce_scatter_v:
-      comm_.reduce_scatter_v(std::span<const T>(in_), std::span<T>(out_), counts_,
-                             hspmd::reduce_op::sum, alg);
+      comm_.reduce_scatter_v(in(), out(), counts_, hspmd::reduce_op::sum, alg);
       break;
     case collective::all_to_all_v:
-      comm_.all_to_all_v(std::span<const T>(in_), counts_, std::span<T>(out_), recv_counts_);
+      comm_.all_to_all_v(in(), counts_, out(), recv_counts_);
       break;
     case collective::barrier:
       comm_.barrier();
@@ -266,9 +364,40 @@ private:
     }
   }
 
+  [[nodiscard]] std::span<const T> in() const { return {in_.data(), in_.size()}; }
+  [[nodiscard]] std::span<T> out() { return {out_.data(), out_.size()}; }
+
+  // Whether the operation has a direct call to compare with: every one on MPI; on NCCL the even
+  // ones (NCCL has no v-collectives).
+  [[nodiscard]] static bool has_direct(hspmd::collective op) {
+    return on_mpi || op == hspmd::collective::all_reduce || op == hspmd::collective::broadcast;
+  }
+
+  void call_direct(hspmd::collective op) {
+    if constexpr (on_mpi) {
+      call_mpi(op);
+    } else {
+#if defined(HSPMD_HAS_NCCL)
+      const ncclDataType_t t = hspmd::detail::nccl_datatype<T>();
+      const cudaStream_t st = comm_.stream();
+      ncclResult_t res = ncclSuccess;
+      if (op == hspmd::collective::all_reduce)
+        res = ncclAllReduce(in_.data(), out_.data(), in_.size(), t, ncclSum,
+                            comm_.native_handle(), st);
+      else if (op == hspmd::collective::broadcast)
+        res = ncclBroadcast(in_.data(), in_.data(), in_.size(), t, 0, comm_.native_handle(), st);
+      else
+        return;
+      if (res != ncclSuccess && res != ncclInProgress)
+        throw hspmd::comm_error(comm_.rank(), "direct NCCL baseline", ncclGetErrorString(res));
+      HSPMD_CUDA_CHECK(cudaStreamSynchronize(st), comm_.rank());
+#endif
+    }
+  }
+
   void call_mpi(hspmd::collective op) {
     using hspmd::collective;
-    MPI_Comm c = comm_.native_handle();
+    MPI_Comm c = mpi_.native_handle();
     const MPI_Datatype t = mpi_type<T>();
     switch (op) {
     case collective::all_reduce:
@@ -309,7 +438,7 @@ private:
     }
     // The slowest rank's time of each iteration.
     MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX,
-                  comm_.native_handle());
+                  mpi_.native_handle());
     const auto summarize = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return stats{v[v.size() / 2], v.front(), v.back()};
@@ -320,7 +449,7 @@ private:
 
   template <class F>
   double timed(F&& call) {
-    MPI_Barrier(comm_.native_handle());
+    MPI_Barrier(mpi_.native_handle());
     const auto start = clock_type::now();
     call();
     return std::chrono::duration<double>(clock_type::now() - start).count();
@@ -337,48 +466,60 @@ private:
         s = static_cast<T>(s + value<T>(r, i));
       return s;
     };
+    // Known data staged on the host, the call on the sweep's buffers, the results read back.
+    const auto fill = [&](auto index) {
+      std::vector<T> h(in_.size());
+      for (std::size_t i = 0; i < h.size(); ++i)
+        h[i] = value<T>(me_, index(i));
+      upload(in_, h);
+    };
     switch (op) {
     case collective::all_reduce:
-    case collective::broadcast:
-      for (std::size_t i = 0; i < in_.size(); ++i)
-        in_[i] = value<T>(me_, i);
+    case collective::broadcast: {
+      fill([](std::size_t i) { return i; });
       call_hspmd(op, alg);
+      const auto got = download(op == collective::broadcast ? in_ : out_);
       for (std::size_t i = 0; i < in_.size(); ++i) {
         const T want = op == collective::broadcast ? value<T>(0, i) : sum_over_ranks(i);
-        wrong += (op == collective::broadcast ? in_[i] : out_[i]) == want ? 0 : 1;
+        wrong += got[i] == want ? 0 : 1;
       }
       break;
-    case collective::all_gather_v:
-      for (std::size_t i = 0; i < in_.size(); ++i)
-        in_[i] = value<T>(me_, offsets[me_] + i);
+    }
+    case collective::all_gather_v: {
+      fill([&](std::size_t i) { return offsets[me_] + i; });
       call_hspmd(op, alg);
+      const auto got = download(out_);
       for (std::size_t r = 0; r < n_; ++r)
         for (std::size_t i = 0; i < counts_[r]; ++i)
-          wrong += out_[offsets[r] + i] == value<T>(r, offsets[r] + i) ? 0 : 1;
+          wrong += got[offsets[r] + i] == value<T>(r, offsets[r] + i) ? 0 : 1;
       break;
-    case collective::reduce_scatter_v:
-      for (std::size_t i = 0; i < in_.size(); ++i)
-        in_[i] = value<T>(me_, i);
+    }
+    case collective::reduce_scatter_v: {
+      fill([](std::size_t i) { return i; });
       call_hspmd(op, alg);
-      for (std::size_t i = 0; i < out_.size(); ++i)
-        wrong += out_[i] == sum_over_ranks(offsets[me_] + i) ? 0 : 1;
+      const auto got = download(out_);
+      for (std::size_t i = 0; i < got.size(); ++i)
+        wrong += got[i] == sum_over_ranks(offsets[me_] + i) ? 0 : 1;
       break;
-    case collective::all_to_all_v:
-      for (std::size_t i = 0; i < in_.size(); ++i)
-        in_[i] = value<T>(me_, i);
+    }
+    case collective::all_to_all_v: {
+      fill([](std::size_t i) { return i; });
       call_hspmd(op, alg);
+      const auto got = download(out_);
       // From rank r we got r's elements [offsets[me], offsets[me] + counts[me]).
       for (std::size_t r = 0; r < n_; ++r)
         for (std::size_t i = 0; i < counts_[me_]; ++i)
-          wrong += out_[r * counts_[me_] + i] == value<T>(r, offsets[me_] + i) ? 0 : 1;
+          wrong += got[r * counts_[me_] + i] == value<T>(r, offsets[me_] + i) ? 0 : 1;
       break;
+    }
     case collective::barrier:
       break;
     }
-    return comm_.all_reduce(static_cast<std::int64_t>(wrong), hspmd::reduce_op::sum);
+    return mpi_.all_reduce(static_cast<std::int64_t>(wrong), hspmd::reduce_op::sum);
   }
 
-  hspmd::mpi_communicator& comm_;
+  hspmd::mpi_communicator& mpi_;
+  Comm& comm_;
   const options& opt_;
   std::vector<double> ratios_;
   std::size_t n_;
@@ -386,7 +527,7 @@ private:
   std::vector<std::size_t> counts_;
   std::vector<std::size_t> recv_counts_;
   std::vector<int> mpi_counts_, mpi_displs_, recv_mpi_counts_, recv_mpi_displs_;
-  std::vector<T> in_, out_;
+  Buffer in_, out_;
 };
 
 void print_header(const options& opt, int ranks, const std::string& ratios) {
@@ -398,7 +539,8 @@ void print_header(const options& opt, int ranks, const std::string& ratios) {
       "# times are per call, slowest rank; algbw = size / median; busbw as nccl-tests\n#\n");
   std::printf("# %11s %10s %4s %-16s %-18s %9s %9s %9s %7s %7s %6s | %9s %7s %8s\n", "size",
               "count", "type", "op", "algorithm", "median", "min", "max", "algbw", "busbw",
-              "#wrong", "MPI med", "MPI bus", "overhead");
+              "#wrong", opt.backend == "nccl" ? "NCCL med" : "MPI med",
+              opt.backend == "nccl" ? "NCCL bus" : "MPI bus", "overhead");
   std::printf("# %11s %10s %4s %-16s %-18s %9s %9s %9s %7s %7s %6s | %9s %7s %8s\n", "(B)",
               "(elements)", "", "", "", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
               "(GB/s)", "");
@@ -406,6 +548,13 @@ void print_header(const options& opt, int ranks, const std::string& ratios) {
 
 void print_row(const row& r) {
   const std::string wrong = r.wrong < 0 ? "n/a" : std::to_string(r.wrong);
+  if (!r.has_direct) {
+    std::printf("  %11zu %10zu %4s %-16s %-18s %9.2f %9.2f %9.2f %7.3f %7.3f %6s | %9s %7s %8s\n",
+                r.bytes, r.count, r.dtype.c_str(), r.op.c_str(), r.algorithm.c_str(),
+                1e6 * r.hspmd_time.median, 1e6 * r.hspmd_time.min, 1e6 * r.hspmd_time.max,
+                r.algbw / 1e9, r.busbw / 1e9, wrong.c_str(), "-", "-", "-");
+    return;
+  }
   std::printf(
       "  %11zu %10zu %4s %-16s %-18s %9.2f %9.2f %9.2f %7.3f %7.3f %6s | %9.2f %7.3f "
       "%+7.1f%%\n",
@@ -416,7 +565,7 @@ void print_row(const row& r) {
 }
 
 nlohmann::json to_json(const row& r) {
-  return {{"bytes", r.bytes},
+  nlohmann::json j = {{"bytes", r.bytes},
           {"count", r.count},
           {"dtype", r.dtype},
           {"op", r.op},
@@ -427,17 +576,18 @@ nlohmann::json to_json(const row& r) {
             {"max", 1e6 * r.hspmd_time.max}}},
           {"algbw_GBps", r.algbw / 1e9},
           {"busbw_GBps", r.busbw / 1e9},
-          {"wrong", r.wrong},
-          {"mpi",
-           {{"time_us",
-             {{"median", 1e6 * r.mpi_time.median},
-              {"min", 1e6 * r.mpi_time.min},
-              {"max", 1e6 * r.mpi_time.max}}},
-            {"busbw_GBps", r.mpi_busbw / 1e9}}}};
+          {"wrong", r.wrong}};
+  if (r.has_direct)
+    j[r.direct] = {{"time_us",
+                    {{"median", 1e6 * r.mpi_time.median},
+                     {"min", 1e6 * r.mpi_time.min},
+                     {"max", 1e6 * r.mpi_time.max}}},
+                   {"busbw_GBps", r.mpi_busbw / 1e9}};
+  return j;
 }
 
-template <class T>
-long long run_sweep(hspmd::mpi_communicator& comm, const options& opt,
+template <class T, class Comm = hspmd::mpi_communicator, class Buffer = std::vector<T>>
+long long run_sweep(hspmd::mpi_communicator& mpi, Comm& comm, const options& opt,
                     const std::vector<double>& ratios, nlohmann::json& rows) {
   using hspmd::collective;
   using hspmd::uneven_algorithm;
@@ -467,7 +617,7 @@ long long run_sweep(hspmd::mpi_communicator& comm, const options& opt,
   if (lo > hi || !(opt.factor > 1.0))
     throw hspmd::config_error("flags -b/-e/-f", "empty or endless size range",
                               "-b <= -e and -f > 1");
-  sweep<T> s(comm, opt, ratios, hi);
+  sweep<T, Comm, Buffer> s(mpi, comm, opt, ratios, hi);
   long long wrong = 0;
   for (collective op : ops)
     for (uneven_algorithm alg : algs) {
@@ -524,12 +674,22 @@ int run(int argc, char** argv) {
   opt.dtype = nccl_tests_spelling(opt.dtype);
 
   hspmd::mpi_communicator comm;
+  if (opt.backend != "mpi" && opt.backend != "nccl")
+    throw hspmd::config_error("flag --backend " + opt.backend, "unknown backend", "mpi or nccl");
+#if !defined(HSPMD_HAS_NCCL)
   if (opt.backend == "nccl")
     throw hspmd::config_error("flag --backend nccl",
-                              "the NCCL sweep is not implemented in hspmd-collectives yet",
-                              "use --backend mpi");
-  if (opt.backend != "mpi")
-    throw hspmd::config_error("flag --backend " + opt.backend, "unknown backend", "mpi or nccl");
+                              "this build has no NCCL backend (CUDA and NCCL were not found when "
+                              "it was configured)",
+                              "install the CUDA toolkit with NCCL and rebuild, or use --backend mpi");
+#endif
+  if (opt.backend == "nccl" && opt.calibrate)
+    throw hspmd::config_error("flag --calibrate", "calibrates the MPI backend only",
+                              "drop --calibrate with --backend nccl");
+#if defined(HSPMD_HAS_NCCL)
+  if (opt.backend == "nccl") // before any output: a rank without a GPU says so and nothing else
+    select_local_device(comm);
+#endif
   const auto ratios = parse_ratios(opt.ratios, comm.size());
   if (!opt.cluster_file.empty()) {
     const auto c = hspmd::load_cluster(opt.cluster_file);
@@ -557,15 +717,33 @@ int run(int argc, char** argv) {
 
   nlohmann::json rows = nlohmann::json::array();
   long long wrong = 0;
-  if (opt.dtype == "f32")
-    wrong = run_sweep<float>(comm, opt, ratios, rows);
-  else if (opt.dtype == "f64")
-    wrong = run_sweep<double>(comm, opt, ratios, rows);
-  else if (opt.dtype == "i32")
-    wrong = run_sweep<std::int32_t>(comm, opt, ratios, rows);
-  else
+  if (opt.dtype != "f32" && opt.dtype != "f64" && opt.dtype != "i32")
     throw hspmd::config_error("flag --dtype " + opt.dtype, "unknown element type",
                               "f32, f64 or i32");
+  if (opt.backend == "mpi") {
+    if (opt.dtype == "f32")
+      wrong = run_sweep<float>(comm, comm, opt, ratios, rows);
+    else if (opt.dtype == "f64")
+      wrong = run_sweep<double>(comm, comm, opt, ratios, rows);
+    else
+      wrong = run_sweep<std::int32_t>(comm, comm, opt, ratios, rows);
+  }
+#if defined(HSPMD_HAS_NCCL)
+  if (opt.backend == "nccl") {
+    hspmd::nccl_communicator nccl(comm);
+    nccl.set_cost_model(comm.cost_model());
+    using hspmd::nccl_communicator;
+    if (opt.dtype == "f32")
+      wrong = run_sweep<float, nccl_communicator, device_array<float>>(comm, nccl, opt, ratios,
+                                                                       rows);
+    else if (opt.dtype == "f64")
+      wrong = run_sweep<double, nccl_communicator, device_array<double>>(comm, nccl, opt, ratios,
+                                                                         rows);
+    else
+      wrong = run_sweep<std::int32_t, nccl_communicator, device_array<std::int32_t>>(
+          comm, nccl, opt, ratios, rows);
+  }
+#endif
 
   if (comm.rank() == 0) {
     std::printf("# total #wrong: %lld\n", wrong);

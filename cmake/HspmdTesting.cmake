@@ -41,25 +41,29 @@ if(TARGET MPI::MPI_CXX)
 endif()
 
 # hspmd_add_mpi_run(NAME <test> TARGET <exe> NP <n> [ARGS ...] [ENVIRONMENT ...]
-#                   [EXPECT_SUCCESS <regex> | EXPECT_FAILURE <regex>] [TIMEOUT <s>] [LABELS ...])
+#                   [EXPECT_SUCCESS <regex> | EXPECT_FAILURE <regex> | EXPECT_OUTPUT <regex>]
+#                   [TIMEOUT <s>] [LABELS ...])
 #   One run of <exe> on <n> ranks. With EXPECT_SUCCESS / EXPECT_FAILURE the run must exit zero /
-#   non-zero and print something matching <regex> (cmake/expect_run.cmake); TIMEOUT is the
-#   outer guard against a hang.
+#   non-zero and print something matching <regex> (cmake/expect_run.cmake); EXPECT_OUTPUT checks
+#   the output only (a run whose outcome depends on the machine); TIMEOUT is the outer guard
+#   against a hang.
 function(hspmd_add_mpi_run)
-  cmake_parse_arguments(arg "" "NAME;TARGET;NP;TIMEOUT;EXPECT_SUCCESS;EXPECT_FAILURE"
+  cmake_parse_arguments(arg "" "NAME;TARGET;NP;TIMEOUT;EXPECT_SUCCESS;EXPECT_FAILURE;EXPECT_OUTPUT"
                         "ARGS;ENVIRONMENT;LABELS" ${ARGN})
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT ${HSPMD_TEST_TIMEOUT})
   endif()
   set(command ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${arg_NP} ${MPIEXEC_PREFLAGS}
               $<TARGET_FILE:${arg_TARGET}> ${MPIEXEC_POSTFLAGS} ${arg_ARGS})
-  foreach(outcome SUCCESS FAILURE)
+  foreach(outcome SUCCESS FAILURE OUTPUT)
     if(DEFINED arg_EXPECT_${outcome})
       list(JOIN command "|" joined)
       if(outcome STREQUAL "SUCCESS")
         set(exit zero)
-      else()
+      elseif(outcome STREQUAL "FAILURE")
         set(exit nonzero)
+      else()
+        set(exit any)
       endif()
       set(command ${CMAKE_COMMAND} "-D COMMAND=${joined}" "-D EXPECT_EXIT=${exit}"
                   "-D EXPECT_OUTPUT=${arg_EXPECT_${outcome}}" -P ${hspmd_testing_dir}/expect_run.cmake)
