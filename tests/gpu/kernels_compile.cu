@@ -4,6 +4,7 @@
 // nothing here runs a kernel (the CUDA backend that runs them, with cuBLAS for the GEMMs, is
 // separate work). Run, it only checks for a device and exits 77 without one.
 
+#include <hspmd/core/half.hpp>
 #include <hspmd/exec/backends/device_launch.cuh>
 #include <hspmd/exec/kernels.hpp>
 #include <hspmd/exec/kernels/box.hpp>
@@ -67,6 +68,23 @@ void instantiate_every_kernel(hspmd::exec::kernel_context<T, device_compile_back
   std::vector<std::size_t> dims{2, 3};
   float* p = nullptr;
   hspmd::exec::copy_box(c.backend(), p, dims, dims, p, dims, dims, dims, true);
+}
+
+// The 16-bit storage types convert on the device with the host's bit manipulation.
+struct to_half {
+  const float* x;
+  hspmd::bfloat16* b;
+  hspmd::float16* h;
+  float* back;
+  __host__ __device__ void operator()(std::size_t i) const {
+    b[i] = hspmd::bfloat16(x[i]);
+    h[i] = hspmd::float16(x[i]);
+    back[i] = static_cast<float>(b[i]) + static_cast<float>(h[i]);
+  }
+};
+void launch_half_conversions(std::size_t n, const float* x, hspmd::bfloat16* b, hspmd::float16* h,
+                             float* back) {
+  (void)hspmd::exec::launch_for_each_index(n, to_half{x, b, h, back});
 }
 
 // Instantiated, never called with a real graph.
