@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On a machine with NVIDIA GPUs: build the GPU suite (release preset), run it, run the NCCL
+# collectives sweep on every GPU, and print one summary table to paste into docs/benchmarks.md.
+# Where there is no GPU it says so and exits 77 (nothing checked). See docs/gpu.md.
+#
+#   scripts/gpu-check.sh            # all GPUs of this node
+#   MPIRUN_FLAGS=--allow-run-as-root scripts/gpu-check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L fails); nothing to check"
+  exit 77
+fi
+gpus=$(nvidia-smi -L | wc -l)
+echo "gpu-check: $gpus GPU(s):"
+nvidia-smi -L | sed 's/^/  /'
+
+declare -a rows
+row() { rows+=("$(printf '| %-40s | %-8s | %s |' "$1" "$2" "$3")"); }
+
+if cmake --preset release >/tmp/gpu-check.configure.log 2>&1 &&
+   cmake --build --preset release --target gpu.kernels_compile gpu.cuda_backend \
+         gpu.nccl_collectives hspmd-collectives >/tmp/gpu-check.build.log 2>&1; then
+  row "build (release, sm_75/80/90)" "ok" "see /tmp/gpu-check.build.log"
+else
+  row "build (release, sm_75/80/90)" "FAILED" "see /tmp/gpu-check.*.log"
+  printf '%s\n' "${rows[@]}"
+  exit 1
+fi
+
+status=0
+for t in gpu.kernels_compile gpu.cuda_backend gpu.nccl_collectives.np1; do
+  start=$(date +%s.%N)
+  if ctest --test-dir build/release -R "^${t//./\\.}\$" --output-on-failure \
+       >"/tmp/gpu-check.$t.log" 2>&1; then
+    result=ok
+  else
+    result=FAILED
+    status=1
+  fi
+  end=$(date +%s.%N)
+  row "$t" "$result" "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f s", b - a }'); /tmp/gpu-check.$t.log"
+done
+
+sweep=/tmp/gpu-check.nccl-sweep.txt
+if mpirun ${MPIRUN_FLAGS:-} -np "$gpus" build/release/bench/hspmd-collectives --backend nccl \
+     -b 1K -e 256M -f 4 -c 1 --algo all >"$sweep" 2>&1 &&
+   grep -q "# total #wrong: 0" "$sweep"; then
+  row "hspmd-collectives --backend nccl, np $gpus" "ok" "$sweep"
+else
+  row "hspmd-collectives --backend nccl, np $gpus" "FAILED" "$sweep"
+  status=1
+fi
+
+echo
+echo "| check | result | detail |"
+echo "|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo
+echo "NCCL all_reduce rows (busbw through hspmd vs direct ncclAllReduce):"
+grep -E "^ +[0-9]+ .* all_reduce " "$sweep" | tail -4
+exit $status
