@@ -75,12 +75,12 @@ public:
       const graph::node& node = g[i];
       const bool integral = node.type == dtype::i64;
       if (integral)
-        s_.ids[i] = backend_.template allocate<std::int64_t>(node.out.size());
+        s_.ids[i] = allocate_for<std::int64_t>(i, node.out.size(), "ids");
       else if (is_view(node))
         s_.value_views[i] = s_.value_views[node.inputs[0]].first(node.out.size());
       else
-        s_.value_views[i] = s_.values[i] = backend_.template allocate<T>(node.out.size());
-      own_grad_[i] = backend_.template allocate<T>(integral ? 0 : node.out.size());
+        s_.value_views[i] = s_.values[i] = allocate_for<T>(i, node.out.size(), "value");
+      own_grad_[i] = allocate_for<T>(i, integral ? 0 : node.out.size(), "gradient");
       s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
       if (node.kind == graph::op::parameter)
         initialize_parameter_on(i, seed);
@@ -171,7 +171,14 @@ public:
     for (graph::node_id i = 0; i < g_.size(); ++i)
       sizes[i] = s_.grads[i].size();
     const auto plan = plan_gradient_memory(g_, sizes, keep, extra_users);
-    pool_ = backend_.template allocate<T>(plan.pool_elements);
+    try {
+      pool_ = backend_.template allocate<T>(plan.pool_elements);
+    } catch (const device_error& e) {
+      throw device_error(e.device(), "allocate",
+                         e.reason() + " for the shared gradient buffers (" +
+                             std::to_string(plan.pool_elements) + " elements)",
+                         e.fix());
+    }
     std::size_t bytes = pool_.size() * sizeof(T);
     for (graph::node_id i = 0; i < g_.size(); ++i) {
       pooled_[i] = plan.pooled[i];
@@ -253,6 +260,20 @@ private:
     return node.kind == graph::op::reshape && node.inputs.size() == 1 &&
            g_[node.inputs[0]].type == node.type &&
            g_[node.inputs[0]].out.size() >= node.out.size();
+  }
+
+  // Node i's buffer of n elements; a device out of memory is reported with the node it was for.
+  template <class E>
+  [[nodiscard]] typename B::template buffer<E> allocate_for(graph::node_id i, std::size_t n,
+                                                           const char* what) {
+    try {
+      return backend_.template allocate<E>(n);
+    } catch (const device_error& e) {
+      throw device_error(e.device(), "allocate",
+                         e.reason() + " for the " + what + " of graph node \"" + g_[i].name +
+                             "\" " + g_[i].out.to_string(),
+                         e.fix());
+    }
   }
 
   // A parameter's initial values: written in place in host memory, else staged on the host

@@ -1,20 +1,28 @@
 // The hardware-free parts of the CUDA backend, run on the host: the stream-ordered caching
 // allocator over a counting host memory, and the row-major to column-major GEMM mapping that the
 // cuBLAS calls use, against a row-major reference.
+#include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/caching_allocator.hpp>
 #include <hspmd/exec/column_major_gemm.hpp>
+#include <hspmd/exec/executor.hpp>
+#include <hspmd/models/mlp.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 using namespace hspmd;
@@ -24,6 +32,8 @@ namespace {
 // Host memory with a capacity, counting what it hands out; "streams" are ints.
 struct counting_memory {
   using stream = int;
+  counting_memory() = default;
+  explicit counting_memory(std::size_t cap) : capacity(cap) {}
   std::size_t capacity = std::size_t{1} << 30;
   std::size_t in_use = 0;
   std::size_t allocations = 0;
@@ -303,4 +313,92 @@ TEST_CASE("as_column_major computes the row-major GEMM for every transpose and p
         for (std::size_t i = 0; i < got.size(); ++i)
           REQUIRE(got[i] == Approx(want[i]).margin(1e-12));
       }
+}
+
+namespace {
+
+// Host memory from a caching allocator of limited capacity: a device that runs out.
+class limited_backend {
+public:
+  using pool = exec::caching_allocator<counting_memory>;
+  template <class T>
+  using buffer = exec::pooled_buffer<T, pool>;
+  static constexpr bool host_memory = true;
+
+  limited_backend() : limited_backend(std::size_t{1} << 30) {}
+  explicit limited_backend(std::size_t capacity)
+      : pool_(std::make_unique<pool>(counting_memory{capacity})) {}
+  [[nodiscard]] std::string_view name() const { return "limited host memory"; }
+  template <class T>
+  [[nodiscard]] buffer<T> allocate(std::size_t n) {
+    buffer<T> b(*pool_, n, 0);
+    std::fill_n(b.data(), n, T{});
+    return b;
+  }
+  template <class F>
+  void for_each_index(std::size_t n, const F& f) {
+    host_.for_each_index(n, f);
+  }
+  template <class T>
+  void gemm(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n, std::size_t k,
+            T alpha, const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
+            std::size_t ldc) {
+    host_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  template <class T>
+  void gemm_strided_batched(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n,
+                            std::size_t k, T alpha, const T* a, std::size_t lda, std::size_t sa,
+                            const T* b, std::size_t ldb, std::size_t sb, T beta, T* c,
+                            std::size_t ldc, std::size_t sc, std::size_t batch) {
+    host_.gemm_strided_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
+                               batch);
+  }
+  template <class T>
+  void copy_from_host(T* dst, const T* src, std::size_t n) {
+    std::copy_n(src, n, dst);
+  }
+  template <class T>
+  void copy_to_host(T* dst, const T* src, std::size_t n) {
+    std::copy_n(src, n, dst);
+  }
+  template <class F>
+  double timed(F&& f) {
+    return host_.timed(std::forward<F>(f));
+  }
+  void synchronize() {}
+
+private:
+  exec::host_backend host_;
+  std::unique_ptr<pool> pool_; // stable for the buffers while the backend moves
+};
+static_assert(exec::backend<limited_backend>);
+
+} // namespace
+
+TEST_CASE("a device out of memory is reported with the graph node being allocated") {
+  models::mlp_config cfg;
+  cfg.inputs = 256;
+  cfg.hidden = {1024};
+  cfg.classes = 10;
+  const graph::graph g = models::trace_mlp<float>(cfg, 64);
+  // Enough for the first nodes, not for fc0's 256 x 1024 weight's gradient as well.
+  try {
+    exec::executor<float, limited_backend> ex(g, 1, {}, limited_backend{std::size_t{1} << 20});
+    FAIL("expected a device_error");
+  } catch (const device_error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("device 3: allocate: out of memory for") == 0);
+    CHECK(what.find("for the value of graph node \"fc0.weight\" (256, 1024)") != std::string::npos);
+    CHECK(what.find("(lower the batch") != std::string::npos);
+  }
+  // With room, the same graph trains on it.
+  exec::executor<float, limited_backend> ex(g, 1);
+  std::vector<float> x(64 * 256, 0.5F);
+  std::vector<std::int64_t> y(64, 3);
+  ex.set_input("x", std::span<const float>(x));
+  ex.set_input("labels", std::span<const std::int64_t>(y));
+  CHECK(std::isfinite(ex.forward()));
+  ex.backward();
+  CHECK(ex.reuse_gradient_buffers() > 0);
 }
