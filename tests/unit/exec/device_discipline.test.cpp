@@ -11,6 +11,8 @@
 #include <hspmd/models/bert.hpp>
 #include <hspmd/models/mlp.hpp>
 
+#include "../../support/host_compute.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
@@ -50,7 +52,7 @@ struct guarded_pages {
   }
 };
 
-class guarded_backend {
+class guarded_backend : public test::host_compute<guarded_backend> {
 public:
   template <class T>
   class buffer {
@@ -113,44 +115,6 @@ public:
   [[nodiscard]] buffer<T> allocate(std::size_t n) {
     return buffer<T>(pages_, n);
   }
-  template <class F>
-  void for_each_index(std::size_t n, const F& f) {
-    const open o(*pages_);
-    host_.for_each_index(n, f);
-  }
-  template <class T>
-  void gemm(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n, std::size_t k,
-            T alpha, const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
-            std::size_t ldc) {
-    const open o(*pages_);
-    host_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  template <class T>
-  void gemm_strided_batched(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n,
-                            std::size_t k, T alpha, const T* a, std::size_t lda, std::size_t sa,
-                            const T* b, std::size_t ldb, std::size_t sb, T beta, T* c,
-                            std::size_t ldc, std::size_t sc, std::size_t batch) {
-    const open o(*pages_);
-    host_.gemm_strided_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
-                               batch);
-  }
-  template <class T>
-  void copy_from_host(T* dst, const T* src, std::size_t n) {
-    const open o(*pages_);
-    std::copy_n(src, n, dst);
-  }
-  template <class T>
-  void copy_to_host(T* dst, const T* src, std::size_t n) {
-    const open o(*pages_);
-    std::copy_n(src, n, dst);
-  }
-  template <class F>
-  double timed(F&& f) {
-    return host_.timed(std::forward<F>(f));
-  }
-  void synchronize() {}
-
-private:
   struct open {
     guarded_pages& p;
     explicit open(guarded_pages& pages) : p(pages) { p.enter(); }
@@ -158,7 +122,10 @@ private:
     open(const open&) = delete;
     open& operator=(const open&) = delete;
   };
-  exec::host_backend host_;
+  /// Opens every buffer's pages for the duration of a call (host_compute wraps each in it).
+  [[nodiscard]] open guard() { return open(*pages_); }
+
+private:
   std::shared_ptr<guarded_pages> pages_ = std::make_shared<guarded_pages>();
 };
 static_assert(exec::backend<guarded_backend>);

@@ -7,6 +7,8 @@
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/models/mlp.hpp>
 
+#include "../../support/host_compute.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -318,7 +320,7 @@ TEST_CASE("as_column_major computes the row-major GEMM for every transpose and p
 namespace {
 
 // Host memory from a caching allocator of limited capacity: a device that runs out.
-class limited_backend {
+class limited_backend : public test::host_compute<limited_backend> {
 public:
   using pool = exec::caching_allocator<counting_memory>;
   template <class T>
@@ -335,40 +337,9 @@ public:
     std::fill_n(b.data(), n, T{});
     return b;
   }
-  template <class F>
-  void for_each_index(std::size_t n, const F& f) {
-    host_.for_each_index(n, f);
-  }
-  template <class T>
-  void gemm(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n, std::size_t k,
-            T alpha, const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
-            std::size_t ldc) {
-    host_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  template <class T>
-  void gemm_strided_batched(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n,
-                            std::size_t k, T alpha, const T* a, std::size_t lda, std::size_t sa,
-                            const T* b, std::size_t ldb, std::size_t sb, T beta, T* c,
-                            std::size_t ldc, std::size_t sc, std::size_t batch) {
-    host_.gemm_strided_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
-                               batch);
-  }
-  template <class T>
-  void copy_from_host(T* dst, const T* src, std::size_t n) {
-    std::copy_n(src, n, dst);
-  }
-  template <class T>
-  void copy_to_host(T* dst, const T* src, std::size_t n) {
-    std::copy_n(src, n, dst);
-  }
-  template <class F>
-  double timed(F&& f) {
-    return host_.timed(std::forward<F>(f));
-  }
-  void synchronize() {}
+  [[nodiscard]] test::no_guard guard() const { return {}; }
 
 private:
-  exec::host_backend host_;
   std::unique_ptr<pool> pool_; // stable for the buffers while the backend moves
 };
 static_assert(exec::backend<limited_backend>);
