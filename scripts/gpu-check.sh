@@ -21,7 +21,8 @@ row() { rows+=("$(printf '| %-40s | %-8s | %s |' "$1" "$2" "$3")"); }
 
 if cmake --preset release >/tmp/gpu-check.configure.log 2>&1 &&
    cmake --build --preset release --target gpu.kernels_compile gpu.cuda_backend \
-         gpu.nccl_collectives hspmd-collectives >/tmp/gpu-check.build.log 2>&1; then
+         gpu.nccl_collectives hspmd-collectives bert llama vit vgg19 same_losses \
+         >/tmp/gpu-check.build.log 2>&1; then
   row "build (release, sm_75/80/90)" "ok" "see /tmp/gpu-check.build.log"
 else
   row "build (release, sm_75/80/90)" "FAILED" "see /tmp/gpu-check.*.log"
@@ -30,7 +31,9 @@ else
 fi
 
 status=0
-for t in gpu.kernels_compile gpu.cuda_backend gpu.nccl_collectives.np1; do
+for t in gpu.kernels_compile gpu.cuda_backend gpu.nccl_collectives.np1 \
+         gpu.bert.cuda_equals_host gpu.llama.cuda_equals_host gpu.vit.cuda_equals_host \
+         gpu.vgg19.cuda_equals_host; do
   start=$(date +%s.%N)
   if ctest --test-dir build/release -R "^${t//./\\.}\$" --output-on-failure \
        >"/tmp/gpu-check.$t.log" 2>&1; then
@@ -41,6 +44,18 @@ for t in gpu.kernels_compile gpu.cuda_backend gpu.nccl_collectives.np1; do
   fi
   end=$(date +%s.%N)
   row "$t" "$result" "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f s", b - a }'); /tmp/gpu-check.$t.log"
+done
+
+# One BERT-small step on the GPU and on the host (the trainer's median step time).
+for device in cuda host; do
+  log=/tmp/gpu-check.bert-$device.log
+  if build/release/examples/bert --device $device --layers 2 --hidden 256 --ffn 3072 --heads 4 \
+       --seq 64 --batch 16 --vocab 2000 --steps 10 >"$log" 2>&1; then
+    row "bert-small --device $device" "ok" "$(grep -o 'step time measured [0-9.]* ms' "$log")"
+  else
+    row "bert-small --device $device" "FAILED" "$log"
+    status=1
+  fi
 done
 
 sweep=/tmp/gpu-check.nccl-sweep.txt

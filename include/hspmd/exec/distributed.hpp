@@ -114,6 +114,7 @@ public:
 
   /// The rank's executor (local graph, pieces of values and gradients); optimizers step it.
   [[nodiscard]] executor<T>& local() noexcept { return ex_; }
+  [[nodiscard]] const executor<T>& local() const noexcept { return ex_; }
   [[nodiscard]] const local_program& program() const noexcept { return prog_; }
 
   void set_step(std::uint64_t step) noexcept {

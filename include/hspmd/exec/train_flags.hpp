@@ -64,6 +64,10 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
       ->capture_default_str();
   app.add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")
       ->capture_default_str();
+  app.add_option("--device", o.device,
+                 "one process: host, cuda (a GPU; the program links hspmd::cuda) or auto (a GPU "
+                 "when one is usable, else the host)")
+      ->capture_default_str();
   app.add_option("--cluster", o.cluster,
                  "train on every rank of an MPI job (mpirun -np N, one rank per device of this "
                  "cluster file); one process when absent");

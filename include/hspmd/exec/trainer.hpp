@@ -31,6 +31,7 @@
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
+#include <hspmd/exec/batch_sink.hpp>
 #include <hspmd/graph/ir.hpp>
 
 #include <cmath>
@@ -109,6 +110,9 @@ struct train_options {
   lr_schedule lr;             ///< learning rate per step (Adam's, unless another optimizer)
   double weight_decay = 0.0;  ///< AdamW's decoupled weight decay
   double clip = 1.0;          ///< clip gradients to this global norm (0: off)
+  /// Where one process trains: "host"; "cuda" (link hspmd::cuda; needs a GPU); "auto": a linked
+  /// device engine that finds a device, else the host. Distributed runs train on the host.
+  std::string device = "host";
 
   std::string cluster; ///< cluster file: train on every rank of an MPI job; empty: one process
   std::optional<hspmd::cluster> cluster_spec; ///< a cluster already read (instead of the file)
@@ -136,25 +140,6 @@ struct train_options {
   bool profile = false;             ///< time each op kind and print where a step's time goes
 };
 
-/// Where a feed puts a micro-batch: the whole batch, by input name (a distributed rank keeps
-/// its piece).
-template <std::floating_point T>
-class batch_sink {
-public:
-  virtual ~batch_sink() = default;
-  virtual void set_input(std::string_view name, std::span<const T> values) = 0;
-  virtual void set_input(std::string_view name, std::span<const std::int64_t> ids) = 0;
-  void set_input(std::string_view name, const std::vector<T>& v) {
-    set_input(name, std::span<const T>(v));
-  }
-  void set_input(std::string_view name, const std::vector<std::int64_t>& v) {
-    set_input(name, std::span<const std::int64_t>(v));
-  }
-};
-
-/// Fills micro-batch `index` (training: step * accumulate + micro; evaluation: 0, 1, ...).
-template <std::floating_point T>
-using feed_fn = std::function<void(batch_sink<T>&, std::size_t index)>;
 /// A model: records its inputs, layers and loss on the tracer (whose batch is bound).
 using model_fn = std::function<void(nn::tracer&)>;
 
@@ -223,8 +208,14 @@ public:
   [[nodiscard]] const train_options& options() const;
   /// The plan of a distributed run; nullptr in one process.
   [[nodiscard]] const synth::plan* plan() const;
-  /// This process's executor: the whole model, or this rank's pieces.
+  /// This process's executor: the whole model, or this rank's pieces. Throws `config_error`
+  /// when the tensors live on a device (see `value`).
   [[nodiscard]] executor<T, host_backend>& local();
+  /// The whole value of the floating-point node `name` (a parameter, a layer's output), copied
+  /// to the host. Collective when distributed.
+  [[nodiscard]] std::vector<T> value(std::string_view name);
+  /// Where the tensors live: "host", or the device engine's description.
+  [[nodiscard]] std::string device() const;
   [[nodiscard]] Optimizer& optimizer();
   /// True on rank 0 (and in one process): the rank that prints and writes files.
   [[nodiscard]] bool root() const;

@@ -9,6 +9,7 @@
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/graph/io.hpp>
@@ -61,58 +62,10 @@ namespace hspmd::exec {
 
 namespace detail {
 
-/// One process or one rank: what the loop needs from an executor.
-template <std::floating_point T>
-class engine : public batch_sink<T> {
-public:
-  [[nodiscard]] virtual executor<T>& local() = 0;
-  virtual void set_step(std::size_t s) = 0;
-  virtual void set_training(bool on) = 0;
-  virtual double forward() = 0;
-  virtual void backward() = 0;
-  virtual double grad_norm() = 0; ///< the global L2 norm of the gradients (one reduction)
-  virtual void update(const std::function<void(executor<T>&)>& step) = 0;
-  /// The whole value of a float node of the traced graph, on every rank (collective).
-  [[nodiscard]] virtual std::vector<T> whole(graph::node_id id) = 0;
-  [[nodiscard]] virtual double slowest(double seconds) = 0; ///< max over ranks
-  virtual void barrier() = 0;
-  [[nodiscard]] virtual bool root() const = 0;
-  virtual void step_span(std::size_t, std::chrono::steady_clock::time_point,
-                         std::chrono::steady_clock::time_point,
-                         std::chrono::steady_clock::time_point, double) {}
-};
-
-template <std::floating_point T>
-class single_engine final : public engine<T> {
-public:
-  single_engine(const graph::graph& g, std::uint64_t seed) : ex_(g, seed) {}
-  void set_input(std::string_view n, std::span<const T> v) override { ex_.set_input(n, v); }
-  void set_input(std::string_view n, std::span<const std::int64_t> v) override {
-    ex_.set_input(n, v);
-  }
-  using batch_sink<T>::set_input;
-  executor<T>& local() override { return ex_; }
-  void set_step(std::size_t s) override { ex_.set_step(s); }
-  void set_training(bool on) override { ex_.set_training(on); }
-  double forward() override { return static_cast<double>(ex_.forward()); }
-  void backward() override { ex_.backward(); }
-  double grad_norm() override { return std::sqrt(grad_norm_squared(ex_)); }
-  void update(const std::function<void(executor<T>&)>& step) override { step(ex_); }
-  std::vector<T> whole(graph::node_id id) override {
-    const auto v = ex_.value(id);
-    return {v.begin(), v.end()};
-  }
-  double slowest(double seconds) override { return seconds; }
-  void barrier() override {}
-  bool root() const override { return true; }
-
-private:
-  executor<T> ex_;
-};
-
 #if defined(HSPMD_HAS_MPI)
-template <std::floating_point T>
-class distributed_engine final : public engine<T> {
+/// One rank of a distributed run (host memory, the MPI communicator).
+template <std::floating_point T, class Optimizer>
+class distributed_engine final : public engine<T, Optimizer> {
 public:
   distributed_engine(const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
                      std::uint64_t seed)
@@ -122,17 +75,24 @@ public:
     dx_.set_input(n, v);
   }
   using batch_sink<T>::set_input;
-  executor<T>& local() override { return dx_.local(); }
+  executor<T>* host_executor() override { return &dx_.local(); }
+  std::string device() const override { return "host"; }
+  void set_profiling(bool on) override { dx_.local().set_profiling(on); }
+  std::vector<profile_entry> profile() const override { return dx_.local().profile(); }
   void set_step(std::size_t s) override { dx_.set_step(s); }
   void set_training(bool on) override { dx_.set_training(on); }
   double forward() override { return static_cast<double>(dx_.forward()); }
   void backward() override { dx_.backward(); }
+  void accumulate(std::size_t micro, std::size_t count) override {
+    acc_.add(dx_.local(), micro, count);
+  }
   double grad_norm() override { return std::sqrt(dx_.grad_norm_squared()); }
-  void update(const std::function<void(executor<T>&)>& step) override {
+  void step(Optimizer& opt, double scale) override {
     struct stepper {
-      const std::function<void(executor<T>&)>* f;
-      void step(executor<T>& e) const { (*f)(e); }
-    } s{&step};
+      Optimizer* opt;
+      double scale;
+      void step(executor<T>& e) const { step_scaled(*opt, e, scale); }
+    } s{&opt, scale};
     dx_.update(s);
   }
   std::vector<T> whole(graph::node_id id) override { return dx_.gather((*g_)[id].name); }
@@ -151,6 +111,7 @@ private:
   const graph::graph* g_;
   mpi_communicator* comm_;
   distributed_executor<T, mpi_communicator> dx_;
+  gradient_accumulator<T, host_backend> acc_;
 };
 #endif
 
@@ -184,6 +145,11 @@ public:
         break;
       }
     opt_ = make_optimizer();
+    if (distributed() && o_.device != "host" && o_.device != "auto")
+      throw config_error("device " + o_.device,
+                         "a distributed run trains on the host for now (the executor over NCCL "
+                         "and device buffers is not built yet)",
+                         "give device host or auto with a cluster, or drop the cluster");
     if (!distributed())
       start_single();
     else
@@ -209,7 +175,23 @@ public:
   [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
   [[nodiscard]] const train_options& options() const noexcept { return o_; }
   [[nodiscard]] const std::optional<synth::plan>& plan() const noexcept { return plan_; }
-  [[nodiscard]] executor<T>& local() { return engine_->local(); }
+  [[nodiscard]] executor<T>& local() {
+    executor<T>* ex = engine_->host_executor();
+    if (ex == nullptr)
+      throw config_error("trainer::local()", "the tensors live on " + engine_->device() +
+                                                 ", not in a host executor",
+                         "read them with trainer::value(name), or train with device \"host\"");
+    return *ex;
+  }
+  [[nodiscard]] std::string device() const { return engine_->device(); }
+  [[nodiscard]] std::vector<T> value(std::string_view name) {
+    for (graph::node_id id = 0; id < g_.size(); ++id)
+      if (g_[id].name == name && g_[id].type != dtype::i64)
+        return guarded([&] { return engine_->whole(id); });
+    throw config_error("trainer::value(\"" + std::string(name) + "\")",
+                       "names no floating-point node of the model",
+                       "give a parameter's or a layer's name as the model set it");
+  }
   [[nodiscard]] Optimizer& optimizer() noexcept { return opt_; }
   [[nodiscard]] bool root() const { return engine_->root(); }
 
@@ -262,14 +244,45 @@ private:
     check_options();
     if (o_.save_graph.size() > 0)
       write_file(o_.save_graph, graph::to_json(g_).dump(1));
-    auto e = std::make_unique<single_engine<T>>(g_, o_.seed);
-    e->local().set_profiling(o_.profile);
-    engine_ = std::move(e);
+    engine_ = make_single_engine();
+    engine_->set_profiling(o_.profile);
     if (o_.out != nullptr) {
-      describe(*o_.out);
+      describe(*o_.out, engine_->device());
       if (o_.print_graph)
         graph::print(*o_.out, g_);
     }
+  }
+
+  // The engine of one process on the device the options name: "host"; a registered device
+  // engine ("cuda" where hspmd::cuda is linked, exec/engine.hpp); or "auto", the first
+  // registered engine that finds a device, else the host.
+  std::unique_ptr<engine<T, Optimizer>> make_single_engine() const {
+    const std::string& d = o_.device;
+    if (d == "auto")
+      for (const auto& e : device_engines<T, Optimizer>()) {
+        std::string why;
+        if (e.probe(why) > 0)
+          return e.make(g_, o_.seed);
+      }
+    if (d == "auto" || d == "host")
+      return std::make_unique<backend_engine<T, Optimizer, host_backend>>(g_, o_.seed);
+    const auto* e = find_device_engine<T, Optimizer>(d);
+    if (e == nullptr) {
+      std::string known = "host, auto";
+      for (const auto& k : device_engines<T, Optimizer>())
+        known += ", " + k.name;
+      throw config_error("device " + d,
+                         d == "cuda" ? "this program is not linked with hspmd::cuda (built where "
+                                       "CMake finds nvcc and the CUDA toolkit)"
+                                     : "is not a device this program knows (" + known + ")",
+                         d == "cuda" ? "link hspmd::cuda into the program, or give device host"
+                                     : "give one of: " + known);
+    }
+    std::string why;
+    if (e->probe(why) <= 0)
+      throw config_error("device " + d, "no usable device: " + why,
+                         "run where a GPU is visible, or give device host (or auto)");
+    return e->make(g_, o_.seed);
   }
 
   template <class F>
@@ -370,7 +383,7 @@ private:
       write_file(o_.save_plan, synth::to_json(*plan_).dump(1));
     if (is_root && o_.out != nullptr) {
       std::ostream& out = *o_.out;
-      describe(out);
+      describe(out, "host");
       print(out, "cluster \"%s\" (%zu ranks); plan %s (%.0f ms): predicted step %.2f ms; shares",
             cluster_.name.c_str(), cluster_.size(), plan_->strategy.c_str(), 1e3 * plan_seconds,
             1e3 * plan_->step_time);
@@ -384,12 +397,12 @@ private:
             *plan_,
             synth::cost_model(g_, cluster_, synth::segment_map(g_, plan_->segments), so.profile));
     }
-    auto e = std::make_unique<distributed_engine<T>>(g_, *plan_, comm, o_.seed);
+    auto e = std::make_unique<distributed_engine<T, Optimizer>>(g_, *plan_, comm, o_.seed);
     auto& dx = e->executor_of();
     dx.set_slowdown(cluster_.devices.at(static_cast<std::size_t>(comm.rank())).slowdown);
     if (o_.bucket_mb > 0.0)
       dx.set_bucket_bytes(static_cast<std::size_t>(o_.bucket_mb * 1024.0 * 1024.0));
-    dx.local().set_profiling(o_.profile);
+    e->set_profiling(o_.profile);
     if (is_root && o_.out != nullptr)
       print(*o_.out,
             "gradients: %.2f MiB on rank 0 in shared buffers (%.2f MiB with one per tensor "
@@ -417,23 +430,23 @@ private:
                          "give a path in an existing, writable directory");
   }
 
-  void describe(std::ostream& out) const {
+  void describe(std::ostream& out, const std::string& device) const {
     std::size_t params = 0;
     for (auto id : g_.parameters())
       params += g_[id].out.size();
     const auto cost = graph::total_cost(g_);
     print(out,
           "%s: %zu parameters, %zu graph nodes, %.3f GFLOP per micro-batch of %zu (forward %.3f, "
-          "backward %.3f), %zu micro-batch%s per step\n",
+          "backward %.3f), %zu micro-batch%s per step, on %s\n",
           o_.name.c_str(), params, g_.size(), (cost.forward_flops + cost.backward_flops) / 1e9,
           o_.batch, cost.forward_flops / 1e9, cost.backward_flops / 1e9, o_.accumulate,
-          o_.accumulate == 1 ? "" : "es");
+          o_.accumulate == 1 ? "" : "es", device.c_str());
   }
 
   // The loop (see the file comment); every rank runs it in step.
   train_result run(const feed_fn<T>& feed, const feed_fn<T>& eval) {
     using clock = std::chrono::steady_clock;
-    engine<T>& e = *engine_;
+    engine<T, Optimizer>& e = *engine_;
     const bool is_root = e.root();
     std::ostream* out = is_root ? o_.out : nullptr;
     std::ofstream metrics;
@@ -444,7 +457,7 @@ private:
                            "give a path in an existing, writable directory");
     }
 #if defined(HSPMD_HAS_MPI)
-    auto* dist = dynamic_cast<distributed_engine<T>*>(engine_.get());
+    auto* dist = dynamic_cast<distributed_engine<T, Optimizer>*>(engine_.get());
     if (dist != nullptr && !o_.trace.empty())
       dist->executor_of().start_trace();
 #endif
@@ -453,8 +466,6 @@ private:
       r.predicted_step_seconds = plan_->step_time;
     const std::size_t every =
         o_.log_every > 0 ? o_.log_every : std::max<std::size_t>(1, o_.steps / 20);
-    std::vector<std::vector<T>> sums; // gradient accumulation over micro-batches
-    const auto params = e.local().graph().parameters();
     double elapsed = 0.0;
     for (std::size_t s = 0; s < o_.steps; ++s) {
       e.barrier();
@@ -471,13 +482,13 @@ private:
         loss += e.forward();
         e.backward();
         if (o_.accumulate > 1)
-          accumulate(sums, params, m);
+          e.accumulate(m, o_.accumulate);
       }
       loss /= static_cast<double>(o_.accumulate);
       // Clipping is fused into the optimizer's pass: the norm's one reduction, then the factor.
       const double norm = e.grad_norm();
       const double scale = clip_scale(norm, o_.clip);
-      e.update([&](executor<T>& ex) { step_scaled(opt_, ex, scale); });
+      e.step(opt_, scale);
       const auto done = clock::now();
       e.step_span(s, start, fed, done, loss);
       const double seconds = e.slowest(std::chrono::duration<double>(done - start).count());
@@ -517,32 +528,13 @@ private:
     if (out != nullptr && !r.losses.empty())
       summary(*out, r);
     if (out != nullptr && o_.profile)
-      write_profile(*out, e.local(), r.losses.size() * o_.accumulate);
+      write_profile(*out, std::span<const profile_entry>(e.profile()),
+                    r.losses.size() * o_.accumulate);
     return r;
   }
 
-  void accumulate(std::vector<std::vector<T>>& sums, const std::vector<graph::node_id>& params,
-                  std::size_t micro) {
-    executor<T>& ex = engine_->local();
-    sums.resize(params.size());
-    const bool last = micro + 1 == o_.accumulate;
-    const T scale = T{1} / static_cast<T>(o_.accumulate);
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      auto g = ex.grad(params[p]);
-      auto& sum = sums[p];
-      if (micro == 0)
-        sum.assign(g.begin(), g.end());
-      else
-        for (std::size_t i = 0; i < g.size(); ++i)
-          sum[i] += g[i];
-      if (last) // the step's gradient: the mean over micro-batches, as one batch of them all
-        for (std::size_t i = 0; i < g.size(); ++i)
-          g[i] = sum[i] * scale;
-    }
-  }
-
   eval_report run_eval(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {
-    engine<T>& e = *engine_;
+    engine<T, Optimizer>& e = *engine_;
     e.set_training(false);
     eval_report rep;
     rep.after_step = after_step;
@@ -645,7 +637,7 @@ private:
   }
 
 #if defined(HSPMD_HAS_MPI)
-  void write_trace(distributed_engine<T>& d) {
+  void write_trace(distributed_engine<T, Optimizer>& d) {
     std::vector<std::string> devices;
     for (const auto& dev : cluster_.devices)
       devices.push_back(dev.name + (dev.slowdown > 1.0
@@ -669,7 +661,7 @@ private:
   std::unique_ptr<mpi_communicator> comm_;
   cluster cluster_;
 #endif
-  std::unique_ptr<engine<T>> engine_;
+  std::unique_ptr<engine<T, Optimizer>> engine_;
   const std::function<void(const step_report&)>* on_step_ = nullptr;
   const std::function<void(const eval_report&)>* on_eval_ = nullptr;
 };
@@ -713,6 +705,14 @@ const synth::plan* trainer<T, Optimizer>::plan() const {
 template <std::floating_point T, class Optimizer>
 executor<T, host_backend>& trainer<T, Optimizer>::local() {
   return s_->local();
+}
+template <std::floating_point T, class Optimizer>
+std::vector<T> trainer<T, Optimizer>::value(std::string_view name) {
+  return s_->value(name);
+}
+template <std::floating_point T, class Optimizer>
+std::string trainer<T, Optimizer>::device() const {
+  return s_->device();
 }
 template <std::floating_point T, class Optimizer>
 Optimizer& trainer<T, Optimizer>::optimizer() {

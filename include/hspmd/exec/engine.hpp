@@ -1,0 +1,185 @@
+#pragma once
+// What the library trainer's loop drives: an engine is one process's (or one rank's) executor
+// with the step's pieces as calls (feed, forward, backward, micro-batch accumulation, the
+// gradient norm, the optimizer step), whatever backend holds its tensors.
+//
+// `backend_engine<T, Optimizer, B>` is the engine of one process on any backend. The host one is
+// built in; a device backend that needs its own compiler registers a factory under a name
+// (`device_engines<T, Optimizer>()`, `register_device_engine`): hspmd::cuda's src/cuda_engine.cu
+// registers "cuda" when its object is linked, so the trainer (exec/trainer_impl.hpp), compiled
+// by the host compiler, picks a GPU with `train_options::device` and includes no CUDA header.
+
+#include <hspmd/exec/backend.hpp>
+#include <hspmd/exec/backends/host.hpp>
+#include <hspmd/exec/batch_sink.hpp>
+#include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/kernels/shape.hpp>
+#include <hspmd/exec/op_profile.hpp>
+#include <hspmd/exec/optim.hpp>
+#include <hspmd/graph/ir.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace hspmd::exec {
+
+/// The last micro-batch of an accumulated step: g[i] = (sum[i] + g[i]) * scale, the mean over
+/// the step's micro-batches, rounded as summing into `sum` and then scaling.
+template <class T>
+struct mean_of_micro_batches {
+  const T* sum;
+  T* g;
+  T scale;
+  HSPMD_HD void operator()(std::size_t i) const { g[i] = (sum[i] + g[i]) * scale; }
+};
+
+/// Gradient accumulation over micro-batches in buffers of the executor's backend (allocated at
+/// the first accumulated step, reused).
+template <std::floating_point T, backend B>
+class gradient_accumulator {
+public:
+  /// After micro-batch `micro` of `count`: sums the parameters' gradients; after the last one
+  /// the gradients hold the mean over all `count`.
+  void add(executor<T, B>& ex, std::size_t micro, std::size_t count) {
+    const auto params = ex.graph().parameters();
+    B& be = ex.backend();
+    if (sums_.size() != params.size()) {
+      sums_.clear();
+      for (graph::node_id id : params)
+        sums_.push_back(be.template allocate<T>(ex.grad(id).size()));
+    }
+    const bool last = micro + 1 == count;
+    const T scale = T{1} / static_cast<T>(count);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const std::span<T> g = ex.grad(params[p]);
+      T* sum = sums_[p].data();
+      if (last && micro > 0)
+        for_each_index(be, g.size(), mean_of_micro_batches<T>{sum, g.data(), scale});
+      else if (!last)
+        for_each_index(be, g.size(), copy_elements<T>{g.data(), sum, micro > 0});
+    }
+  }
+
+private:
+  std::vector<typename B::template buffer<T>> sums_;
+};
+
+/// One process or one rank: what the trainer's loop needs from an executor.
+template <std::floating_point T, class Optimizer>
+class engine : public batch_sink<T> {
+public:
+  /// The host executor, or nullptr when the tensors live on a device.
+  [[nodiscard]] virtual executor<T, host_backend>* host_executor() { return nullptr; }
+  /// Where the tensors live, as the trainer prints it ("host", "cuda:0 (NVIDIA H100 ...)").
+  [[nodiscard]] virtual std::string device() const = 0;
+  virtual void set_profiling(bool on) = 0;
+  [[nodiscard]] virtual std::vector<profile_entry> profile() const = 0;
+  virtual void set_step(std::size_t s) = 0;
+  virtual void set_training(bool on) = 0;
+  virtual double forward() = 0;
+  virtual void backward() = 0;
+  /// After micro-batch `micro` of `count` (count > 1): see gradient_accumulator::add.
+  virtual void accumulate(std::size_t micro, std::size_t count) = 0;
+  virtual double grad_norm() = 0; ///< the global L2 norm of the gradients (one reduction)
+  /// The optimizer's step with the gradients scaled by `scale` (clipping).
+  virtual void step(Optimizer& opt, double scale) = 0;
+  /// The whole value of a float node of the traced graph, on every rank (collective).
+  [[nodiscard]] virtual std::vector<T> whole(graph::node_id id) = 0;
+  [[nodiscard]] virtual double slowest(double seconds) = 0; ///< max over ranks
+  virtual void barrier() = 0;
+  [[nodiscard]] virtual bool root() const = 0;
+  virtual void step_span(std::size_t, std::chrono::steady_clock::time_point,
+                         std::chrono::steady_clock::time_point,
+                         std::chrono::steady_clock::time_point, double) {}
+};
+
+/// The engine of one process whose tensors live in backend `B`.
+template <std::floating_point T, class Optimizer, backend B>
+class backend_engine final : public engine<T, Optimizer> {
+public:
+  backend_engine(const graph::graph& g, std::uint64_t seed, B be = {}, std::string device = {})
+      : ex_(g, seed, {}, std::move(be)),
+        device_(device.empty() ? std::string(ex_.backend().name()) : std::move(device)) {}
+  void set_input(std::string_view n, std::span<const T> v) override { ex_.set_input(n, v); }
+  void set_input(std::string_view n, std::span<const std::int64_t> v) override {
+    ex_.set_input(n, v);
+  }
+  using batch_sink<T>::set_input;
+  executor<T, host_backend>* host_executor() override {
+    if constexpr (std::is_same_v<B, host_backend>)
+      return &ex_;
+    else
+      return nullptr;
+  }
+  std::string device() const override { return device_; }
+  void set_profiling(bool on) override { ex_.set_profiling(on); }
+  std::vector<profile_entry> profile() const override { return ex_.profile(); }
+  void set_step(std::size_t s) override { ex_.set_step(s); }
+  void set_training(bool on) override { ex_.set_training(on); }
+  double forward() override { return static_cast<double>(ex_.forward()); }
+  void backward() override { ex_.backward(); }
+  void accumulate(std::size_t micro, std::size_t count) override { acc_.add(ex_, micro, count); }
+  double grad_norm() override { return std::sqrt(grad_norm_squared(ex_)); }
+  void step(Optimizer& opt, double scale) override { step_scaled(opt, ex_, scale); }
+  std::vector<T> whole(graph::node_id id) override { return ex_.value_to_host(id); }
+  double slowest(double seconds) override { return seconds; }
+  void barrier() override {}
+  bool root() const override { return true; }
+  [[nodiscard]] executor<T, B>& local() noexcept { return ex_; }
+
+private:
+  executor<T, B> ex_;
+  std::string device_;
+  gradient_accumulator<T, B> acc_;
+};
+
+/// A device engine provided by a separately compiled backend, selected by `name`
+/// (`train_options::device`).
+template <std::floating_point T, class Optimizer>
+struct device_engine_entry {
+  std::string name;
+  /// How many devices this process can use; 0 with the reason in `why` when none.
+  std::function<int(std::string& why)> probe;
+  /// The engine of one process on the first usable device (throws device_error).
+  std::function<std::unique_ptr<engine<T, Optimizer>>(const graph::graph&, std::uint64_t seed)>
+      make;
+};
+
+/// The device engines linked into this program (function-local, so one per program).
+template <std::floating_point T, class Optimizer>
+[[nodiscard]] std::vector<device_engine_entry<T, Optimizer>>& device_engines() {
+  static std::vector<device_engine_entry<T, Optimizer>> entries;
+  return entries;
+}
+
+/// The registered engine named `name`, or nullptr.
+template <std::floating_point T, class Optimizer>
+[[nodiscard]] const device_engine_entry<T, Optimizer>* find_device_engine(std::string_view name) {
+  for (const auto& e : device_engines<T, Optimizer>())
+    if (e.name == name)
+      return &e;
+  return nullptr;
+}
+
+/// Registers a device engine at static initialization: `static const register_device_engine<
+/// float, adam> r{{"cuda", probe, make}};` in the backend's translation unit.
+template <std::floating_point T, class Optimizer>
+struct register_device_engine {
+  explicit register_device_engine(device_engine_entry<T, Optimizer> e) {
+    if (find_device_engine<T, Optimizer>(e.name) == nullptr)
+      device_engines<T, Optimizer>().push_back(std::move(e));
+  }
+};
+
+} // namespace hspmd::exec
