@@ -78,13 +78,16 @@ public:
   /// `call` is the failing operation, e.g. "cublasGemmEx"; `where()` becomes "device D: call".
   device_error(int device, const std::string& call, std::string reason, std::string fix = {})
       : error("device " + std::to_string(device) + ": " + call, std::move(reason), std::move(fix)),
-        device_(device) {}
+        device_(device), call_(call) {}
 
   /// The device on which the failure was observed.
   [[nodiscard]] int device() const noexcept { return device_; }
+  /// The failing operation.
+  [[nodiscard]] const std::string& call() const noexcept { return call_; }
 
 private:
   int device_;
+  std::string call_;
 };
 
 /// A plan cannot be built or used: invalid ratios, infeasible memory, a plan for another cluster.

@@ -12,6 +12,7 @@
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/batch_sink.hpp>
+#include <hspmd/exec/caching_allocator.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/kernels/shape.hpp>
 #include <hspmd/exec/op_profile.hpp>
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,6 +87,8 @@ public:
   [[nodiscard]] virtual std::string device() const = 0;
   virtual void set_profiling(bool on) = 0;
   [[nodiscard]] virtual std::vector<profile_entry> profile() const = 0;
+  /// The device allocator's books, where the backend keeps them (`memory()`).
+  [[nodiscard]] virtual std::optional<memory_stats> memory() const { return std::nullopt; }
   virtual void set_step(std::size_t s) = 0;
   virtual void set_training(bool on) = 0;
   virtual double forward() = 0;
@@ -125,6 +129,14 @@ public:
   std::string device() const override { return device_; }
   void set_profiling(bool on) override { ex_.set_profiling(on); }
   std::vector<profile_entry> profile() const override { return ex_.profile(); }
+  std::optional<memory_stats> memory() const override {
+    if constexpr (requires(const B& b) {
+                    { b.memory() } -> std::convertible_to<memory_stats>;
+                  })
+      return ex_.backend().memory();
+    else
+      return std::nullopt;
+  }
   void set_step(std::size_t s) override { ex_.set_step(s); }
   void set_training(bool on) override { ex_.set_training(on); }
   double forward() override { return static_cast<double>(ex_.forward()); }

@@ -89,6 +89,7 @@ public:
 
   [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
   [[nodiscard]] B& backend() noexcept { return backend_; }
+  [[nodiscard]] const B& backend() const noexcept { return backend_; }
 
   /// The training step: dropout masks are drawn at (seed ^ step, node, element index), so a step's
   /// masks are the same however often it is re-run (and on any rank, for any shard).
@@ -301,11 +302,23 @@ private:
     }
     profiler_.add(g_[i].kind, i, backward, backend_.timed([&] { run(i, backward); }));
   }
+  // A device error names the node whose kernel saw it. Kernels run asynchronously on a device:
+  // a fault is seen at the next checked call, so the node named is where it was noticed (with
+  // CUDA_LAUNCH_BLOCKING=1, the node that caused it).
   void run(graph::node_id i, bool backward) {
     auto state = state_;
     state.row_reduce = &row_reduce_;
     kernel_context<T, B> c(backend_, g_, i, s_, state);
-    run_kernel(c, backward);
+    try {
+      run_kernel(c, backward);
+    } catch (const device_error& e) {
+      const graph::node& n = g_[i];
+      throw device_error(e.device(), e.call(),
+                         e.reason() + " in the " + (backward ? "backward" : "forward") +
+                             " of graph node \"" + n.name + "\" (" +
+                             std::string(graph::name(n.kind)) + ", " + n.out.to_string() + ")",
+                         e.fix());
+    }
   }
 
   graph::node_id input(std::string_view name, bool integral) const {

@@ -496,14 +496,18 @@ private:
       r.losses.push_back(loss);
       r.step_seconds.push_back(seconds);
       const step_report rep{s, loss, lr, norm, seconds};
-      if (metrics.is_open())
-        metrics << nlohmann::json{{"step", s + 1},
-                                  {"loss", loss},
-                                  {"lr", lr},
-                                  {"grad_norm", norm},
-                                  {"seconds", seconds}}
-                       .dump()
-                << "\n";
+      if (metrics.is_open()) {
+        nlohmann::json j{{"step", s + 1},
+                         {"loss", loss},
+                         {"lr", lr},
+                         {"grad_norm", norm},
+                         {"seconds", seconds}};
+        if (const auto m = e.memory()) { // a device's allocator: flat after the second step
+          j["allocated_bytes"] = m->allocated_bytes;
+          j["reserved_bytes"] = m->reserved_bytes;
+        }
+        metrics << j.dump() << "\n";
+      }
       if (out != nullptr && ((s + 1) % every == 0 || s + 1 == o_.steps))
         progress(*out, rep, elapsed);
       if (on_step_ != nullptr && *on_step_)
@@ -525,8 +529,16 @@ private:
     if (dist != nullptr && !o_.trace.empty())
       write_trace(*dist);
 #endif
-    if (out != nullptr && !r.losses.empty())
+    if (out != nullptr && !r.losses.empty()) {
       summary(*out, r);
+      if (const auto m = e.memory())
+        print(*out,
+              "device memory: peak %.1f MiB allocated, %.1f MiB reserved (%zu device "
+              "allocations, %zu from the cache)\n",
+              static_cast<double>(m->peak_allocated_bytes) / 1048576.0,
+              static_cast<double>(m->peak_reserved_bytes) / 1048576.0, m->device_allocations,
+              m->cache_hits);
+    }
     if (out != nullptr && o_.profile)
       write_profile(*out, std::span<const profile_entry>(e.profile()),
                     r.losses.size() * o_.accumulate);

@@ -4,7 +4,10 @@
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/caching_allocator.hpp>
 #include <hspmd/exec/column_major_gemm.hpp>
+#include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/optim.hpp>
+#include <hspmd/models/bert.hpp>
 #include <hspmd/models/mlp.hpp>
 
 #include "../../support/host_compute.hpp"
@@ -325,7 +328,7 @@ public:
   using pool = exec::caching_allocator<counting_memory>;
   template <class T>
   using buffer = exec::pooled_buffer<T, pool>;
-  static constexpr bool host_memory = true;
+  static constexpr bool host_memory = false; // the device paths: staging, chunked reductions
 
   limited_backend() : limited_backend(std::size_t{1} << 30) {}
   explicit limited_backend(std::size_t capacity)
@@ -338,6 +341,7 @@ public:
     return b;
   }
   [[nodiscard]] test::no_guard guard() const { return {}; }
+  [[nodiscard]] exec::memory_stats memory() const { return pool_->stats(); }
 
 private:
   std::unique_ptr<pool> pool_; // stable for the buffers while the backend moves
@@ -372,4 +376,119 @@ TEST_CASE("a device out of memory is reported with the graph node being allocate
   CHECK(std::isfinite(ex.forward()));
   ex.backward();
   CHECK(ex.reuse_gradient_buffers() > 0);
+}
+
+TEST_CASE("training holds its device memory flat after the second step (cache hits only)") {
+  // BERT-tiny with dropout, two micro-batches per step, clipping and Adam, through the trainer's
+  // engine on a device backend whose buffers come from the caching allocator.
+  models::bert_config cfg;
+  cfg.layers = 2;
+  cfg.hidden = 32;
+  cfg.heads = 2;
+  cfg.ffn = 64;
+  cfg.seq = 16;
+  cfg.vocab = 50;
+  const graph::graph g = models::trace_bert_lm<float>(cfg, 4);
+  exec::backend_engine<float, exec::adam, limited_backend> e(g, 3);
+  exec::adam opt(1e-3);
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<std::int64_t> token(0, 49);
+  std::vector<exec::memory_stats> after;
+  for (std::size_t step = 0; step < 6; ++step) {
+    for (std::size_t m = 0; m < 2; ++m) {
+      std::vector<std::int64_t> ids(4 * 16);
+      std::vector<std::int64_t> labels(4 * 16);
+      for (auto& t : ids)
+        t = token(rng);
+      for (auto& t : labels)
+        t = token(rng);
+      e.set_step(step * 2 + m);
+      e.set_input("tokens", ids);
+      e.set_input("targets", labels);
+      CHECK(std::isfinite(e.forward()));
+      e.backward();
+      e.accumulate(m, 2);
+    }
+    e.step(opt, exec::clip_scale(e.grad_norm(), 0.5));
+    after.push_back(e.local().backend().memory());
+  }
+  for (std::size_t s = 2; s < after.size(); ++s) {
+    INFO("step " << s + 1);
+    CHECK(after[s].reserved_bytes == after[1].reserved_bytes);
+    CHECK(after[s].allocated_bytes == after[1].allocated_bytes);
+    CHECK(after[s].device_allocations == after[1].device_allocations); // served from the cache
+    CHECK(after[s].cache_hits > after[s - 1].cache_hits);
+  }
+  CHECK(after[1].reserved_bytes >= after[0].reserved_bytes); // Adam's moments and sums came in
+}
+
+namespace {
+
+// A device that fails its k-th call from now on (guard() runs at the start of every call).
+class faulty_backend : public test::host_compute<faulty_backend> {
+public:
+  template <class T>
+  using buffer = std::vector<T>;
+  static constexpr bool host_memory = false; // every access through a backend call
+
+  [[nodiscard]] std::string_view name() const { return "faulty"; }
+  template <class T>
+  [[nodiscard]] buffer<T> allocate(std::size_t n) {
+    return buffer<T>(n);
+  }
+  /// The k-th call from now throws (1: the next one).
+  void fail_in(int k) { *left_ = k; }
+  [[nodiscard]] test::no_guard guard() const {
+    if (*left_ > 0 && --*left_ == 0)
+      throw device_error(2, "cudaLaunchKernel", "cudaErrorIllegalAddress: an illegal memory access",
+                         "run with CUDA_LAUNCH_BLOCKING=1 to see the kernel that caused it");
+    return {};
+  }
+
+private:
+  std::shared_ptr<int> left_ = std::make_shared<int>(0);
+};
+static_assert(exec::backend<faulty_backend>);
+
+} // namespace
+
+TEST_CASE("a device error names the graph node whose kernel saw it, forward or backward") {
+  models::mlp_config cfg;
+  cfg.inputs = 8;
+  cfg.hidden = {16};
+  cfg.classes = 4;
+  const graph::graph g = models::trace_mlp<float>(cfg, 4);
+  exec::executor<float, faulty_backend> ex(g, 1);
+  std::vector<float> x(4 * 8, 0.5F);
+  std::vector<std::int64_t> y(4, 3);
+  ex.set_input("x", std::span<const float>(x));
+  ex.set_input("labels", std::span<const std::int64_t>(y));
+  const float loss = ex.forward();
+  ex.backward();
+  for (const bool backward : {false, true}) {
+    try {
+      if (backward) { // the gradients zeroed first (not a node's kernel), then the nodes
+        ex.begin_backward();
+        ex.backend().fail_in(1);
+        for (auto i = static_cast<graph::node_id>(g.size()); i-- > 0;)
+          ex.backward_node(i);
+      } else {
+        ex.backend().fail_in(1);
+        (void)ex.forward();
+      }
+      FAIL("expected a device_error");
+    } catch (const device_error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(e.device() == 2);
+      CHECK(e.call() == "cudaLaunchKernel");
+      CHECK(what.find("device 2: cudaLaunchKernel: cudaErrorIllegalAddress: an illegal memory "
+                      "access in the ") == 0);
+      CHECK(what.find(backward ? "in the backward of graph node \""
+                               : "in the forward of graph node \"") != std::string::npos);
+      CHECK(what.find("(run with CUDA_LAUNCH_BLOCKING=1") != std::string::npos);
+    }
+  }
+  // The device recovers from a non-sticky error: the next forward gives the same loss.
+  CHECK(ex.forward() == loss);
 }

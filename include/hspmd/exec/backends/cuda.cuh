@@ -43,12 +43,26 @@ namespace hspmd::exec {
 
 namespace detail {
 
+// A kernel's fault is reported by whichever checked call comes next; these are sticky (the
+// context is lost). The executor names the graph node where it was noticed.
+[[nodiscard]] inline bool asynchronous_fault(cudaError_t code) {
+  return code == cudaErrorIllegalAddress || code == cudaErrorLaunchFailure ||
+         code == cudaErrorMisalignedAddress || code == cudaErrorIllegalInstruction ||
+         code == cudaErrorAssert || code == cudaErrorHardwareStackError ||
+         code == cudaErrorInvalidPc || code == cudaErrorLaunchTimeout;
+}
+
 inline void cuda_device_check(cudaError_t code, std::string_view call, int device) {
   if (code == cudaSuccess)
     return;
   (void)cudaGetLastError(); // reset the last (non-sticky) error
   throw device_error(device, std::string(call.substr(0, call.find('('))),
-                     std::string(cudaGetErrorName(code)) + ": " + cudaGetErrorString(code));
+                     std::string(cudaGetErrorName(code)) + ": " + cudaGetErrorString(code),
+                     asynchronous_fault(code)
+                         ? "a kernel faulted before this call; run with CUDA_LAUNCH_BLOCKING=1 "
+                           "to name the node that caused it (the process cannot use the device "
+                           "again)"
+                         : "");
 }
 
 inline void cublas_check(cublasStatus_t code, std::string_view call, int device) {
