@@ -95,25 +95,6 @@ private:
   int rank_ = 0;
 };
 
-// Selects this rank's GPU: its rank among the ranks on its node, modulo the node's GPUs.
-void select_local_device(hspmd::mpi_communicator& comm) {
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(comm.native_handle(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL,
-                      &node);
-  int local = 0;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();
-    throw hspmd::comm_error(comm.rank(), "cudaGetDeviceCount",
-                            e != cudaSuccess ? std::string(cudaGetErrorString(e))
-                                             : std::string("no CUDA device"),
-                            "run --backend nccl where every rank has a GPU, or use --backend mpi");
-  }
-  HSPMD_CUDA_CHECK(cudaSetDevice(local % count), comm.rank());
-}
 #endif
 
 struct options {
@@ -688,7 +669,8 @@ int run(int argc, char** argv) {
                               "drop --calibrate with --backend nccl");
 #if defined(HSPMD_HAS_NCCL)
   if (opt.backend == "nccl") // before any output: a rank without a GPU says so and nothing else
-    select_local_device(comm);
+    hspmd::select_local_device(
+        comm, "run --backend nccl where every rank has a GPU, or use --backend mpi");
 #endif
   const auto ratios = parse_ratios(opt.ratios, comm.size());
   if (!opt.cluster_file.empty()) {

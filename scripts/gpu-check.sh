@@ -21,7 +21,8 @@ row() { rows+=("$(printf '| %-40s | %-8s | %s |' "$1" "$2" "$3")"); }
 
 if cmake --preset release >/tmp/gpu-check.configure.log 2>&1 &&
    cmake --build --preset release --target gpu.kernels_compile gpu.cuda_backend \
-         gpu.nccl_collectives hspmd-collectives bert llama vit vgg19 same_losses \
+         gpu.nccl_collectives gpu.nccl_distributed hspmd-collectives bert llama vit vgg19 \
+         same_losses \
          >/tmp/gpu-check.build.log 2>&1; then
   row "build (release, sm_75/80/90)" "ok" "see /tmp/gpu-check.build.log"
 else
@@ -45,6 +46,15 @@ for t in gpu.kernels_compile gpu.cuda_backend gpu.nccl_collectives.np1 \
   end=$(date +%s.%N)
   row "$t" "$result" "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f s", b - a }'); /tmp/gpu-check.$t.log"
 done
+
+# The distributed executor on every GPU of the node over NCCL, against the host over MPI.
+log=/tmp/gpu-check.nccl-distributed.log
+if mpirun ${MPIRUN_FLAGS:-} -np "$gpus" build/release/tests/gpu.nccl_distributed >"$log" 2>&1; then
+  row "gpu.nccl_distributed, np $gpus" "ok" "$log"
+else
+  row "gpu.nccl_distributed, np $gpus" "FAILED" "$log"
+  status=1
+fi
 
 # One BERT-small step on the GPU and on the host (the trainer's median step time).
 for device in cuda host; do

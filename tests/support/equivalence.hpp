@@ -89,10 +89,11 @@ result<T> single(const graph::graph& g, std::size_t id_limit) {
   return r;
 }
 
-template <class T>
+// `B`: the backend the rank's tensors live in (a device-like one stages its collectives).
+template <class T, class B = exec::host_backend>
 result<T> distributed(const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
                       std::size_t id_limit) {
-  exec::distributed_executor<T, mpi_communicator> dx(g, p, comm, 7);
+  exec::distributed_executor<T, mpi_communicator, B> dx(g, p, comm, 7);
   // Buckets of a few gradients each: many all-reduces in flight during the backward, started
   // and completed at different points (the default size puts these small models in one).
   dx.set_bucket_bytes(256);
@@ -144,7 +145,7 @@ inline const std::vector<std::string> default_must = {
     "all_gather", "reduce_scatter", "linear:split->partial",
     "bias-once",  "vocab-parallel", "load+sfb"};
 
-template <class T>
+template <class T, class B = exec::host_backend>
 void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
                  double bandwidth, const std::vector<std::string>& must_use = default_must) {
   mpi_communicator comm;
@@ -208,7 +209,7 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
       std::string what = model + " " + p.strategy + " at";
       for (double x : r)
         what += " " + std::to_string(x);
-      check_same(distributed<T>(g, p, comm, id_limit), want, tol, what);
+      check_same(distributed<T, B>(g, p, comm, id_limit), want, tol, what);
     }
 }
 

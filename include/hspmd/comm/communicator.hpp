@@ -40,4 +40,11 @@ concept communicator = requires(C& c, T value, std::span<T> buf, std::span<const
   { c.choose(collective::all_gather_v, counts, sizeof(T)) } -> std::same_as<uneven_algorithm>;
 };
 
+/// True for a communicator whose buffers live in device memory (it declares
+/// `static constexpr bool device_buffers = true`, as the NCCL one does); MPI moves host memory.
+template <class C>
+inline constexpr bool device_buffers_v = requires {
+  requires C::device_buffers;
+};
+
 } // namespace hspmd

@@ -8,6 +8,10 @@
 // over ranks, of a partial version complete on every rank, of a split version the rank's piece.
 // Local kernels keep that invariant by themselves (backward is linear in the output gradient).
 //
+// Tensors live in backend `B` (the host by default): with a device backend the transfers,
+// buckets and reductions run on its buffers, moved by the communicator directly (NCCL) or
+// staged through the host (MPI), see exec/comm_span.hpp.
+//
 //     exec::distributed_executor<float, mpi_communicator> dx(g, plan, comm, seed);
 //     dx.set_input("x", global_batch);      // every rank passes the whole batch; keeps its piece
 //     const float loss = dx.forward();      // the global loss on every rank
@@ -21,6 +25,7 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
 #include <hspmd/exec/agreement.hpp>
+#include <hspmd/exec/comm_span.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
@@ -65,23 +70,39 @@ struct request_of<C, T> {
       decltype(std::declval<C&>().start_all_reduce(std::declval<std::span<T>>(), reduce_op::sum));
   static constexpr bool nonblocking = true;
 };
+
+// The communicator of host-memory control traffic (plan agreement, input checks, traces): a
+// device communicator's bootstrap (NCCL's MPI communicator), else the communicator itself.
+template <class C>
+auto& control_of(C& c) {
+  if constexpr (requires { c.bootstrap(); })
+    return c.bootstrap();
+  else
+    return c;
+}
+template <class C>
+using control_t = std::remove_reference_t<decltype(control_of(std::declval<C&>()))>;
 } // namespace detail
 
 /// One rank's share of a distributed training step (see the file comment).
-template <std::floating_point T, class Comm>
-requires communicator<Comm, T> && communicator<Comm, std::int64_t> &&
-    communicator<Comm, std::uint64_t> && communicator<Comm, double> && communicator<Comm, char>
-class distributed_executor {
+template <std::floating_point T, class Comm, backend B = host_backend>
+requires communicator<Comm, T> && communicator<Comm, std::int64_t> && communicator<Comm, double> &&
+    communicator<detail::control_t<Comm>, std::uint64_t> &&
+    communicator<detail::control_t<Comm>, std::int64_t> && communicator < detail::control_t<Comm>,
+char > class distributed_executor {
 public:
   /// Checks that every rank holds the same model, cluster, ratios and plan (collective; any
   /// difference throws `plan_error` on every rank naming it), lowers `p` for this rank and
   /// materializes the rank's pieces of the parameters.
   distributed_executor(const graph::graph& g, const synth::plan& p, Comm& comm,
-                       std::uint64_t seed = 0)
-      : g_(g), comm_(&comm), prog_(lower_agreed(g, p, comm)),
-        ex_(prog_.local, seed, prog_.layouts) {
+                       std::uint64_t seed = 0, B backend = {})
+      : g_(g), comm_(&comm), control_(&detail::control_of(comm)),
+        prog_(lower_agreed(g, p, *control_)),
+        ex_(prog_.local, seed, prog_.layouts, std::move(backend)) {
     ex_.set_row_reduce([this](std::span<T> v, bool max) {
-      comm_->all_reduce(v, max ? reduce_op::max : reduce_op::sum);
+      comm_span<T, Comm, B> s(ex_.backend(), v, true);
+      comm_->all_reduce(s.get(), max ? reduce_op::max : reduce_op::sum);
+      s.written();
     });
     // Gradient buffers of intermediate versions are shared across the backward; SFB reads its
     // layer's output gradient after the backward, so that one keeps its own.
@@ -113,8 +134,8 @@ public:
   }
 
   /// The rank's executor (local graph, pieces of values and gradients); optimizers step it.
-  [[nodiscard]] executor<T>& local() noexcept { return ex_; }
-  [[nodiscard]] const executor<T>& local() const noexcept { return ex_; }
+  [[nodiscard]] executor<T, B>& local() noexcept { return ex_; }
+  [[nodiscard]] const executor<T, B>& local() const noexcept { return ex_; }
   [[nodiscard]] const local_program& program() const noexcept { return prog_; }
 
   void set_step(std::uint64_t step) noexcept {
@@ -156,9 +177,11 @@ public:
         traced_compute(i, false);
     }
     const auto loss = *prog_.local.loss();
+    T mine{};
+    ex_.backend().copy_to_host(&mine, ex_.value(loss).data(), 1);
     T total{};
     trace_.span("all_reduce loss", trace_kind::communication, {{"bytes", sizeof(T)}},
-                [&] { total = comm_->all_reduce(ex_.value(loss)[0], reduce_op::sum); });
+                [&] { total = comm_->all_reduce(mine, reduce_op::sum); });
     return total;
   }
 
@@ -206,7 +229,7 @@ public:
     for (graph::node_id id : prog_.local.parameters()) {
       if (!prog_.where[id].is_split() && comm_->rank() != 0)
         continue; // replicated: rank 0 counts it
-      s += sum_of_squares(std::span<const T>(ex_.grad(id)));
+      s += sum_of_squares_on(ex_.backend(), std::span<const T>(ex_.grad(id)));
     }
     double total = 0.0;
     trace_.span("all_reduce gradient norm", trace_kind::communication, {{"bytes", sizeof(double)}},
@@ -236,7 +259,7 @@ public:
   /// Starts recording a trace on every rank (collective: the ranks start their clocks together
   /// after a barrier). Records until `collect_trace`.
   void start_trace() {
-    comm_->barrier();
+    control_->barrier();
     trace_.start();
   }
   /// The rank's recorder (drivers add their own spans, e.g. steps).
@@ -244,8 +267,8 @@ public:
   /// Collective: gathers every rank's events; rank 0 returns the whole trace (see
   /// exec/trace.hpp), the other ranks an empty object. `devices` names each rank's device.
   [[nodiscard]] nlohmann::json collect_trace(const std::vector<std::string>& devices = {}) {
-    const auto me = comm_->rank();
-    const auto n = static_cast<std::size_t>(comm_->size());
+    const auto me = control_->rank();
+    const auto n = static_cast<std::size_t>(control_->size());
     const std::string mine = trace_
                                  .events_json(me, static_cast<std::size_t>(me) < devices.size()
                                                       ? devices[static_cast<std::size_t>(me)]
@@ -253,13 +276,13 @@ public:
                                  .dump();
     std::vector<std::uint64_t> sizes(n);
     const std::uint64_t my_size = mine.size();
-    comm_->all_gather_v(std::span<const std::uint64_t>(&my_size, 1),
-                        std::span<std::uint64_t>(sizes), std::vector<std::size_t>(n, 1),
-                        uneven_algorithm::native);
+    control_->all_gather_v(std::span<const std::uint64_t>(&my_size, 1),
+                           std::span<std::uint64_t>(sizes), std::vector<std::size_t>(n, 1),
+                           uneven_algorithm::native);
     std::vector<std::size_t> counts(sizes.begin(), sizes.end());
     std::vector<char> all(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
-    comm_->all_gather_v(std::span<const char>(mine.data(), mine.size()), std::span<char>(all),
-                        std::span<const std::size_t>(counts), uneven_algorithm::native);
+    control_->all_gather_v(std::span<const char>(mine.data(), mine.size()), std::span<char>(all),
+                           std::span<const std::size_t>(counts), uneven_algorithm::native);
     if (me != 0)
       return nlohmann::json::object();
     std::vector<nlohmann::json> ranks;
@@ -369,8 +392,17 @@ private:
     if (check_inputs_)
       check_same_input(name, std::as_bytes(whole));
     for (const lowered_transfer& t : prog_.transfers)
-      if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid)
-        moves_.piece_of(whole.data(), t.target, data_of<E>(t.target, false).data(), false);
+      if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid) {
+        const std::span<E> to = data_of<E>(t.target, false);
+        if constexpr (host_memory_v<B>) {
+          moves_.piece_of(whole.data(), t.target, to.data(), false);
+        } else { // the piece is cut on the host and copied once
+          std::vector<E> piece(to.size());
+          host_backend host;
+          moves_.piece_of_on(host, whole.data(), t.target, piece.data(), false);
+          ex_.backend().copy_from_host(to.data(), piece.data(), piece.size());
+        }
+      }
   }
 
   // Every rank must feed the same whole batch: a rank whose data differs would silently train
@@ -379,10 +411,11 @@ private:
     const std::uint64_t mine =
         fnv1a64(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     std::uint64_t first = mine;
-    comm_->broadcast(std::span<std::uint64_t>(&first, 1), 0);
-    const std::int64_t differs = comm_->all_reduce(
-        static_cast<std::int64_t>(mine == first ? comm_->size() : comm_->rank()), reduce_op::min);
-    if (differs < comm_->size())
+    control_->broadcast(std::span<std::uint64_t>(&first, 1), 0);
+    const std::int64_t differs = control_->all_reduce(
+        static_cast<std::int64_t>(mine == first ? control_->size() : control_->rank()),
+        reduce_op::min);
+    if (differs < control_->size())
       throw plan_error("input \"" + std::string(name) + "\" of step " + std::to_string(step_),
                        "rank " + std::to_string(differs) +
                            " fed a different whole batch than rank 0 (HSPMD_DEBUG=detail)",
@@ -424,7 +457,9 @@ private:
       if (t.what.kind != synth::transfer_kind::load ||
           g_[t.what.tensor].kind != graph::op::parameter || !t.what.to.is_replicated())
         continue;
-      if (t.what.sfb && sfb_applies(t.target))
+      // SFB's GEMM runs on the host: on a device with a device communicator the weight's
+      // gradient is all-reduced instead (the same sum, rounded differently).
+      if (t.what.sfb && (host_memory_v<B> || staged_comm) && sfb_applies(t.target))
         sfb_params_.push_back(t.target);
       else
         params.push_back(t.target);
@@ -442,8 +477,11 @@ private:
       const graph::node_id ready = first_use[p] == n ? n - 1 : first_use[p];
       b.ready_at = b.params.size() == 1 ? ready : std::min(b.ready_at, ready);
     }
-    for (gradient_bucket& b : buckets_)
-      b.flat.assign(b.bytes / sizeof(T), T{});
+    for (gradient_bucket& b : buckets_) {
+      b.flat = ex_.backend().template allocate<T>(b.bytes / sizeof(T));
+      if constexpr (staged_comm)
+        b.staged.assign(b.bytes / sizeof(T), T{});
+    }
     requests_.resize(buckets_.size());
   }
 
@@ -453,17 +491,25 @@ private:
     std::size_t at = 0;
     for (graph::node_id id : b.params) {
       const auto gr = ex_.grad(id);
-      std::copy(gr.begin(), gr.end(), b.flat.begin() + static_cast<std::ptrdiff_t>(at));
+      for_each_index(ex_.backend(), gr.size(),
+                     copy_elements<T>{gr.data(), b.flat.data() + at, false});
       at += gr.size();
+    }
+    std::span<T> moved(b.flat.data(), b.flat.size());
+    if constexpr (!staged_comm && !host_memory_v<B>)
+      ex_.backend().synchronize(); // the packing kernels, before the communicator's stream
+    if constexpr (staged_comm) {
+      ex_.backend().copy_to_host(b.staged.data(), b.flat.data(), b.flat.size());
+      moved = std::span<T>(b.staged);
     }
     b.started = std::chrono::steady_clock::now();
     b.done = false;
     if constexpr (detail::request_of<Comm, T>::nonblocking) {
-      requests_[k] = comm_->start_all_reduce(std::span<T>(b.flat), reduce_op::sum);
+      requests_[k] = comm_->start_all_reduce(moved, reduce_op::sum);
       in_flight_ = true;
     } else {
       trace_.span("all_reduce gradients", trace_kind::communication, bucket_args(k),
-                  [&] { comm_->all_reduce(std::span<T>(b.flat), reduce_op::sum); });
+                  [&] { comm_->all_reduce(moved, reduce_op::sum); });
       b.done = true;
     }
   }
@@ -503,10 +549,13 @@ private:
                      std::chrono::steady_clock::now(), bucket_args(k));
         }
       }
+      if constexpr (staged_comm)
+        ex_.backend().copy_from_host(b.flat.data(), b.staged.data(), b.staged.size());
       std::size_t at = 0;
       for (graph::node_id id : b.params) {
         auto gr = ex_.grad(id);
-        std::copy_n(b.flat.begin() + static_cast<std::ptrdiff_t>(at), gr.size(), gr.begin());
+        for_each_index(ex_.backend(), gr.size(),
+                       copy_elements<T>{b.flat.data() + at, gr.data(), false});
         at += gr.size();
       }
     }
@@ -557,9 +606,18 @@ private:
       d[*lx.split] = len;
       rows.push_back(detail::product(d) / std::max<std::size_t>(k, 1));
     }
-    sfb_weight_gradient(*comm_, std::span<const T>(ex_.value(x)),
-                        std::span<const T>(ex_.grad(*sole_user(w))),
-                        std::span<const std::size_t>(rows), k, n, ex_.grad(w));
+    if constexpr (host_memory_v<B>) {
+      sfb_weight_gradient(*comm_, std::span<const T>(ex_.value(x)),
+                          std::span<const T>(ex_.grad(*sole_user(w))),
+                          std::span<const std::size_t>(rows), k, n, ex_.grad(w));
+    } else { // the factors and the gradient through the host (no device SFB GEMM yet)
+      const std::vector<T> xs = ex_.value_to_host(x);
+      const std::vector<T> dys = ex_.grad_to_host(*sole_user(w));
+      std::vector<T> dw(ex_.grad(w).size());
+      sfb_weight_gradient(*comm_, std::span<const T>(xs), std::span<const T>(dys),
+                          std::span<const std::size_t>(rows), k, n, std::span<T>(dw));
+      ex_.backend().copy_from_host(ex_.grad(w).data(), dw.data(), dw.size());
+    }
   }
 
   // The whole tensor of local version `id` on every rank (collective).
@@ -569,13 +627,18 @@ private:
 
   const graph::graph& g_;
   Comm* comm_;
+  detail::control_t<Comm>* control_;
   local_program prog_;
-  executor<T> ex_;
-  transfer_runner<T, Comm, host_backend> moves_{prog_, *comm_, ex_.backend()};
+  // Device buffers over a communicator of host memory: buckets are all-reduced from host copies.
+  static constexpr bool staged_comm = !comm_reads_backend_v<Comm, B>;
+
+  executor<T, B> ex_;
+  transfer_runner<T, Comm, B> moves_{prog_, *comm_, ex_.backend()};
   struct gradient_bucket {
     std::vector<graph::node_id> params; // local parameter versions, packed in this order
     std::size_t bytes = 0;
-    std::vector<T> flat;       // the bucket's buffer, reused every step
+    typename B::template buffer<T> flat; // the bucket's buffer, reused every step
+    std::vector<T> staged;               // its host copy when the communicator needs one
     graph::node_id ready_at{}; // every gradient is final once the backward has run this node
     std::chrono::steady_clock::time_point started;
     bool done = true;

@@ -165,7 +165,7 @@ public:
   std::size_t reuse_gradient_buffers(
       const std::vector<graph::node_id>& keep = {},
       const std::vector<std::pair<graph::node_id, graph::node_id>>& extra_users = {}) {
-    if (!pool_.empty() || std::ranges::any_of(pooled_, [](bool p) { return p; }))
+    if (pool_.size() != 0 || std::ranges::any_of(pooled_, [](bool p) { return p; }))
       throw plan_error("executor", "gradient buffers are already shared",
                        "call reuse_gradient_buffers once, before the first backward");
     std::vector<std::size_t> sizes(g_.size());

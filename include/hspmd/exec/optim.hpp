@@ -58,37 +58,33 @@ struct sum_of_squares_chunks {
   }
 };
 
-/// Sum of squared gradients over all parameters. In place for host memory; on a device, each
-/// gradient's 4096-element chunks are summed there and the partial sums read back (one small
-/// copy per parameter), so the result equals the host's to rounding, not bit for bit.
+/// Sum of squares of `g`, a buffer of backend `be`: in place for host memory; on a device, in
+/// 4096-element chunks there and the partial sums read back (one small copy), so the result
+/// equals the host's to rounding, not bit for bit.
+template <std::floating_point T, backend B>
+[[nodiscard]] double sum_of_squares_on(B& be, std::span<const T> g) {
+  if constexpr (host_memory_v<B>) {
+    return sum_of_squares(g);
+  } else {
+    constexpr std::size_t len = 4096;
+    const std::size_t chunks = (g.size() + len - 1) / len;
+    auto sums = be.template allocate<double>(chunks);
+    for_each_index(be, chunks, sum_of_squares_chunks<T>{g.data(), g.size(), len, sums.data()});
+    std::vector<double> partial(chunks);
+    be.copy_to_host(partial.data(), sums.data(), chunks);
+    double s = 0.0;
+    for (double v : partial)
+      s += v;
+    return s;
+  }
+}
+
+/// Sum of squared gradients over all parameters (`sum_of_squares_on` each).
 template <std::floating_point T, backend B>
 [[nodiscard]] double grad_norm_squared(executor<T, B>& ex) {
   double s = 0.0;
-  if constexpr (host_memory_v<B>) {
-    for (graph::node_id id : ex.graph().parameters())
-      s += sum_of_squares(std::span<const T>(ex.grad(id)));
-  } else {
-    constexpr std::size_t len = 4096;
-    auto& be = ex.backend();
-    for (graph::node_id id : ex.graph().parameters()) {
-      const std::span<const T> g = ex.grad(id);
-      const std::size_t chunks = (g.size() + len - 1) / len;
-      auto sums = be.template allocate<double>(chunks);
-      for_each_index(be, chunks, sum_of_squares_chunks<T>{g.data(), g.size(), len, sums.data()});
-      std::vector<double> partial(chunks);
-      be.copy_to_host(partial.data(), sums.data(), chunks);
-      for (double v : partial)
-        s += v;
-    }
-  }
-  return s;
-}
-/// Sum of squared gradients over all parameters of a host executor.
-template <std::floating_point T>
-[[nodiscard]] double grad_norm_squared(const executor<T>& ex) {
-  double s = 0.0;
   for (graph::node_id id : ex.graph().parameters())
-    s += sum_of_squares(std::span<const T>(ex.grad(id)));
+    s += sum_of_squares_on(ex.backend(), std::span<const T>(ex.grad(id)));
   return s;
 }
 

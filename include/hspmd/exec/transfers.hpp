@@ -2,7 +2,9 @@
 // The transfers of a lowered plan on one rank: every placement change of the plan as a
 // collective over the communicator (forward) and its dual (backward), with the reblocking
 // between a tensor's global layout and the rank-major blocks the uneven collectives move. Box
-// copies run on the executor's backend.
+// copies, sums and temporaries live on the executor's backend; the collectives move its buffers
+// directly or staged through the host (exec/comm_span.hpp), so a device backend runs the same
+// transfers over NCCL or over MPI.
 //
 //   forward                      backward (of the gradient)
 //   slice      R -> S(d)         zero-padded piece added to the replicated version (a partial sum)
@@ -16,7 +18,9 @@
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/backend.hpp>
+#include <hspmd/exec/comm_span.hpp>
 #include <hspmd/exec/kernels/box.hpp>
+#include <hspmd/exec/kernels/shape.hpp>
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/lower.hpp>
 #include <hspmd/synth/plan.hpp>
@@ -54,21 +58,30 @@ public:
   transfer_runner(const local_program& prog, Comm& comm, B& backend)
       : prog_(&prog), comm_(&comm), backend_(&backend) {}
 
-  /// The whole tensor of split version `id` (data `piece`) on every rank.
+  /// The whole tensor of split version `id` (data `piece`) on every rank, in host memory.
   std::vector<T> assemble(graph::node_id id, std::span<const T> piece) {
     const node_layout& l = prog_->layouts[id];
-    std::vector<T> whole(l.global_size());
-    if (!l.split)
-      std::copy(piece.begin(), piece.end(), whole.begin());
-    else
-      gather_into(id, piece, whole.data(), false, uneven_algorithm::automatic);
-    return whole;
+    std::vector<T> out(l.global_size());
+    if (!l.split) {
+      backend_->copy_to_host(out.data(), piece.data(), piece.size());
+      return out;
+    }
+    auto whole = backend_->template allocate<T>(out.size());
+    gather_into(id, piece, whole.data(), false, uneven_algorithm::automatic);
+    backend_->copy_to_host(out.data(), whole.data(), out.size());
+    return out;
   }
 
   /// Copies this rank's piece of a whole tensor (dims of the global node) into `out`, or adds
   /// the piece back into the whole (`back`).
   template <class E>
   void piece_of(const E* whole, graph::node_id local, E* out, bool back, E* whole_out = nullptr) {
+    piece_of_on(*backend_, whole, local, out, back, whole_out);
+  }
+  /// The same on backend `be` (a host batch cut on the host before it goes to a device).
+  template <class Be, class E>
+  void piece_of_on(Be& be, const E* whole, graph::node_id local, E* out, bool back,
+                   E* whole_out = nullptr) const {
     const node_layout& l = prog_->layouts[local];
     std::vector<std::size_t> start(l.global.size(), 0);
     if (l.split)
@@ -76,9 +89,9 @@ public:
     const auto ext = l.local_dims();
     const std::vector<std::size_t> zero(l.global.size(), 0);
     if (!back)
-      copy_box(*backend_, whole, l.global, start, out, ext, zero, ext, false);
+      copy_box(be, whole, l.global, start, out, ext, zero, ext, false);
     else
-      copy_box(*backend_, out, ext, zero, whole_out, l.global, start, ext, true);
+      copy_box(be, out, ext, zero, whole_out, l.global, start, ext, true);
   }
 
   // Rank-major blocks of a split version: counts and the pieces' dims.
@@ -133,10 +146,15 @@ public:
                    uneven_algorithm alg) {
     const auto v = view_of(sv);
     const std::size_t total = v.starts.back() + v.counts.back();
-    std::vector<E> blocks(total);
-    comm_->all_gather_v(piece, std::span<E>(blocks), std::span<const std::size_t>(v.counts), alg);
+    auto blocks = backend_->template allocate<E>(total);
+    {
+      comm_span<const E, Comm, B> in(*backend_, piece, true);
+      comm_span<E, Comm, B> out(*backend_, std::span<E>(blocks.data(), total), false);
+      comm_->all_gather_v(in.get(), out.get(), std::span<const std::size_t>(v.counts), alg);
+      out.written();
+    }
     if (leading(sv) && !add)
-      std::copy(blocks.begin(), blocks.end(), whole);
+      for_each_index(*backend_, total, copy_elements<E>{blocks.data(), whole, false});
     else
       reblock(blocks.data(), sv, whole, false, add);
   }
@@ -146,14 +164,19 @@ public:
   void scatter_into(graph::node_id sv, std::span<const E> whole, E* piece, bool add,
                     uneven_algorithm alg) {
     const auto v = view_of(sv);
-    std::vector<E> blocks(whole.size());
+    auto blocks = backend_->template allocate<E>(whole.size());
     reblock(whole.data(), sv, blocks.data(), true, false);
     const auto me = static_cast<std::size_t>(comm_->rank());
-    std::vector<E> mine(v.counts[me]);
-    comm_->reduce_scatter_v(std::span<const E>(blocks), std::span<E>(mine),
-                            std::span<const std::size_t>(v.counts), reduce_op::sum, alg);
-    for (std::size_t i = 0; i < mine.size(); ++i)
-      piece[i] = add ? piece[i] + mine[i] : mine[i];
+    auto mine = backend_->template allocate<E>(v.counts[me]);
+    {
+      comm_span<const E, Comm, B> in(*backend_, std::span<const E>(blocks.data(), whole.size()),
+                                     true);
+      comm_span<E, Comm, B> out(*backend_, std::span<E>(mine.data(), v.counts[me]), false);
+      comm_->reduce_scatter_v(in.get(), out.get(), std::span<const std::size_t>(v.counts),
+                              reduce_op::sum, alg);
+      out.written();
+    }
+    for_each_index(*backend_, v.counts[me], copy_elements<E>{mine.data(), piece, add});
   }
   // all-to-all from split version `a` (data `in`) to split version `b` of the same tensor
   // (data `out`, set or add).
@@ -185,8 +208,10 @@ public:
     }
     const auto ss = detail::starts_of(send_counts);
     const auto rs = detail::starts_of(recv_counts);
-    std::vector<E> send(ss.back() + send_counts.back());
-    std::vector<E> recv(rs.back() + recv_counts.back());
+    const std::size_t sent = ss.back() + send_counts.back();
+    const std::size_t received = rs.back() + recv_counts.back();
+    auto send = backend_->template allocate<E>(sent);
+    auto recv = backend_->template allocate<E>(received);
     const std::vector<std::size_t> zero(la.global.size(), 0);
     for (std::size_t s = 0; s < n; ++s) {
       auto start = zero;
@@ -194,8 +219,13 @@ public:
       copy_box(*backend_, in.data(), ain, start, send.data() + ss[s], send_dims[s], zero,
                send_dims[s], false);
     }
-    comm_->all_to_all_v(std::span<const E>(send), std::span<const std::size_t>(send_counts),
-                        std::span<E>(recv), std::span<const std::size_t>(recv_counts));
+    {
+      comm_span<const E, Comm, B> cs(*backend_, std::span<const E>(send.data(), sent), true);
+      comm_span<E, Comm, B> cr(*backend_, std::span<E>(recv.data(), received), false);
+      comm_->all_to_all_v(cs.get(), std::span<const std::size_t>(send_counts), cr.get(),
+                          std::span<const std::size_t>(recv_counts));
+      cr.written();
+    }
     for (std::size_t s = 0; s < n; ++s) {
       auto start = zero;
       start[i] = oi[s];
@@ -222,18 +252,22 @@ public:
     case k::reduce_scatter:
       scatter_into(t.target, cin, out.data(), false, t.what.algorithm);
       return;
-    case k::all_reduce:
-      comm_->all_reduce(cin, out, reduce_op::sum);
+    case k::all_reduce: {
+      comm_span<const E, Comm, B> ci(*backend_, cin, true);
+      comm_span<E, Comm, B> co(*backend_, out, false);
+      comm_->all_reduce(ci.get(), co.get(), reduce_op::sum);
+      co.written();
       return;
+    }
     case k::all_to_all:
       exchange(src, cin, t.target, out.data(), false);
       return;
     case k::to_partial:
-      std::fill(out.begin(), out.end(), E{});
+      fill(*backend_, out.data(), out.size(), E{});
       if (prog_->where[src].is_split())
         piece_of(out.data(), src, in.data(), true, out.data());
       else if (comm_->rank() == 0)
-        std::copy(in.begin(), in.end(), out.begin());
+        for_each_index(*backend_, in.size(), copy_elements<E>{in.data(), out.data(), false});
       return;
     }
   }
@@ -256,10 +290,14 @@ public:
       gather_into(t.target, cg, gin.data(), true, t.what.algorithm);
       return;
     case k::all_reduce: {
-      std::vector<T> sum(gout.size());
-      comm_->all_reduce(cg, std::span<T>(sum), reduce_op::sum);
-      for (std::size_t i = 0; i < sum.size(); ++i)
-        gin[i] += sum[i];
+      auto sum = backend_->template allocate<T>(gout.size());
+      {
+        comm_span<const T, Comm, B> ci(*backend_, cg, true);
+        comm_span<T, Comm, B> co(*backend_, std::span<T>(sum.data(), gout.size()), false);
+        comm_->all_reduce(ci.get(), co.get(), reduce_op::sum);
+        co.written();
+      }
+      for_each_index(*backend_, gout.size(), copy_elements<T>{sum.data(), gin.data(), true});
       return;
     }
     case k::all_to_all:
@@ -272,13 +310,11 @@ public:
   }
   void to_partial_backward(graph::node_id src, std::span<T> gin, std::span<T> gout) {
     if (prog_->where[src].is_split()) {
-      std::vector<T> piece(gin.size());
+      auto piece = backend_->template allocate<T>(gin.size());
       piece_of(gout.data(), src, piece.data(), false);
-      for (std::size_t i = 0; i < piece.size(); ++i)
-        gin[i] += piece[i];
+      for_each_index(*backend_, gin.size(), copy_elements<T>{piece.data(), gin.data(), true});
     } else if (comm_->rank() == 0) {
-      for (std::size_t i = 0; i < gin.size(); ++i)
-        gin[i] += gout[i];
+      for_each_index(*backend_, gin.size(), copy_elements<T>{gout.data(), gin.data(), true});
     }
   }
 

@@ -467,16 +467,12 @@ private:
     std::vector<double> h(steps + 1, 0.0);
     const std::size_t stride =
         std::max<std::size_t>(1, static_cast<std::size_t>(std::sqrt(static_cast<double>(steps))));
-    double checkpoint_value = 0.0;
-    std::size_t checkpoint = steps;
+    double checkpoint_value = 0.0; // extra_at of the nearest checkpoint at or after k
     double base_suffix = 0.0;
     for (std::size_t k = steps; k-- > 0;) {
       base_suffix += base_min[k];
-      if (k % stride == 0 || k + 1 == steps) {
-        checkpoint = k;
+      if (k % stride == 0 || k + 1 == steps)
         checkpoint_value = extra_at(k);
-      }
-      (void)checkpoint;
       h[k] = base_suffix + checkpoint_value;
     }
     h_ = std::move(h);

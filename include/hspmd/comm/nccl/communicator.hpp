@@ -92,9 +92,33 @@ template <nccl_element T>
 }
 } // namespace detail
 
+/// Selects this rank's GPU: its rank among the ranks on its node (MPI_COMM_TYPE_SHARED), modulo
+/// the node's GPUs. Throws `comm_error` naming CUDA's error and `fix` when the rank sees no GPU.
+inline void select_local_device(mpi_communicator& comm,
+                                const std::string& fix = "run one process per GPU on GPU nodes") {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm.native_handle(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL,
+                      &node);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= 0) {
+    (void)cudaGetLastError();
+    throw comm_error(
+        comm.rank(), "cudaGetDeviceCount",
+        e != cudaSuccess ? std::string(cudaGetErrorString(e)) : std::string("no CUDA device"), fix);
+  }
+  HSPMD_CUDA_CHECK(cudaSetDevice(local % count), comm.rank());
+}
+
 /// A communicator over NCCL with device buffers. Satisfies `communicator`.
 class nccl_communicator {
 public:
+  /// Buffers are device memory (exec/comm_span.hpp).
+  static constexpr bool device_buffers = true;
+
   /// Collective over `bootstrap`: rank 0 creates the NCCL id and broadcasts it over MPI; every
   /// rank joins with its current CUDA device. `bootstrap` must outlive this communicator (debug
   /// fingerprints travel over it).
@@ -139,6 +163,9 @@ public:
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
+  /// The MPI communicator it was bootstrapped over: host-memory control traffic goes there
+  /// (exec/distributed.hpp's plan agreement, input checks and traces).
+  [[nodiscard]] mpi_communicator& bootstrap() const noexcept { return *mpi_; }
   /// The stream every operation runs on; calls return after it has finished.
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
   [[nodiscard]] ncclComm_t native_handle() const noexcept { return comm_; }
