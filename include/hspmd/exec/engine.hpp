@@ -19,6 +19,8 @@
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/graph/ir.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -33,6 +35,13 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+namespace hspmd {
+class mpi_communicator;
+namespace synth {
+struct plan;
+}
+} // namespace hspmd
 
 namespace hspmd::exec {
 
@@ -108,6 +117,20 @@ public:
                          std::chrono::steady_clock::time_point, double) {}
 };
 
+/// One rank of a distributed run: an engine with the run's own settings and its trace
+/// (exec/distributed_engine.hpp implements it over any communicator and backend).
+template <std::floating_point T, class Optimizer>
+class rank_engine : public engine<T, Optimizer> {
+public:
+  virtual void set_slowdown(double s) = 0; ///< an emulated slower device
+  virtual void set_bucket_bytes(std::size_t bytes) = 0;
+  [[nodiscard]] virtual std::size_t gradient_bytes() const = 0;
+  [[nodiscard]] virtual std::size_t gradient_bytes_unshared() const = 0;
+  virtual void start_trace() = 0; ///< collective
+  /// Collective; rank 0 gets the whole trace (exec/trace.hpp).
+  [[nodiscard]] virtual nlohmann::json collect_trace(const std::vector<std::string>& devices) = 0;
+};
+
 /// The engine of one process whose tensors live in backend `B`.
 template <std::floating_point T, class Optimizer, backend B>
 class backend_engine final : public engine<T, Optimizer> {
@@ -166,6 +189,11 @@ struct device_engine_entry {
   /// The engine of one process on the first usable device (throws device_error).
   std::function<std::unique_ptr<engine<T, Optimizer>>(const graph::graph&, std::uint64_t seed)>
       make;
+  /// The engine of this rank of a distributed run on its device (collective over the MPI
+  /// communicator; picks the rank's device itself). Empty: the engine trains one process only.
+  std::function<std::unique_ptr<rank_engine<T, Optimizer>>(const graph::graph&, const synth::plan&,
+                                                           mpi_communicator&, std::uint64_t seed)>
+      make_distributed;
 };
 
 /// The device engines linked into this program (function-local, so one per program).

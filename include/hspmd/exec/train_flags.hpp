@@ -65,8 +65,8 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
   app.add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")
       ->capture_default_str();
   app.add_option("--device", o.device,
-                 "one process: host, cuda (a GPU; the program links hspmd::cuda) or auto (a GPU "
-                 "when one is usable, else the host)")
+                 "host, cuda (a GPU per process; the program links hspmd::cuda) or auto (GPUs "
+                 "when every process has one, else the host)")
       ->capture_default_str();
   app.add_option("--cluster", o.cluster,
                  "train on every rank of an MPI job (mpirun -np N, one rank per device of this "

@@ -110,8 +110,9 @@ struct train_options {
   lr_schedule lr;             ///< learning rate per step (Adam's, unless another optimizer)
   double weight_decay = 0.0;  ///< AdamW's decoupled weight decay
   double clip = 1.0;          ///< clip gradients to this global norm (0: off)
-  /// Where one process trains: "host"; "cuda" (link hspmd::cuda; needs a GPU); "auto": a linked
-  /// device engine that finds a device, else the host. Distributed runs train on the host.
+  /// Where the tensors live: "host"; "cuda" (link hspmd::cuda; needs a GPU, and with a
+  /// cluster one per rank, collectives over NCCL); "auto": a linked device engine that finds a
+  /// device (on every rank), else the host.
   std::string device = "host";
 
   std::string cluster; ///< cluster file: train on every rank of an MPI job; empty: one process

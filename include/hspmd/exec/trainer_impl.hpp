@@ -24,6 +24,7 @@
 #include <hspmd/comm/mpi/environment.hpp>
 #include <hspmd/comm/mpi/guard.hpp>
 #include <hspmd/exec/distributed.hpp>
+#include <hspmd/exec/distributed_engine.hpp>
 #include <hspmd/exec/profile.hpp>
 #endif
 
@@ -62,59 +63,6 @@ namespace hspmd::exec {
 
 namespace detail {
 
-#if defined(HSPMD_HAS_MPI)
-/// One rank of a distributed run (host memory, the MPI communicator).
-template <std::floating_point T, class Optimizer>
-class distributed_engine final : public engine<T, Optimizer> {
-public:
-  distributed_engine(const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
-                     std::uint64_t seed)
-      : g_(&g), comm_(&comm), dx_(g, p, comm, seed) {}
-  void set_input(std::string_view n, std::span<const T> v) override { dx_.set_input(n, v); }
-  void set_input(std::string_view n, std::span<const std::int64_t> v) override {
-    dx_.set_input(n, v);
-  }
-  using batch_sink<T>::set_input;
-  executor<T>* host_executor() override { return &dx_.local(); }
-  std::string device() const override { return "host"; }
-  void set_profiling(bool on) override { dx_.local().set_profiling(on); }
-  std::vector<profile_entry> profile() const override { return dx_.local().profile(); }
-  void set_step(std::size_t s) override { dx_.set_step(s); }
-  void set_training(bool on) override { dx_.set_training(on); }
-  double forward() override { return static_cast<double>(dx_.forward()); }
-  void backward() override { dx_.backward(); }
-  void accumulate(std::size_t micro, std::size_t count) override {
-    acc_.add(dx_.local(), micro, count);
-  }
-  double grad_norm() override { return std::sqrt(dx_.grad_norm_squared()); }
-  void step(Optimizer& opt, double scale) override {
-    struct stepper {
-      Optimizer* opt;
-      double scale;
-      void step(executor<T>& e) const { step_scaled(*opt, e, scale); }
-    } s{&opt, scale};
-    dx_.update(s);
-  }
-  std::vector<T> whole(graph::node_id id) override { return dx_.gather((*g_)[id].name); }
-  double slowest(double seconds) override { return comm_->all_reduce(seconds, reduce_op::max); }
-  void barrier() override { comm_->barrier(); }
-  bool root() const override { return comm_->rank() == 0; }
-  void step_span(std::size_t s, std::chrono::steady_clock::time_point start,
-                 std::chrono::steady_clock::time_point fed,
-                 std::chrono::steady_clock::time_point done, double loss) override {
-    dx_.trace().add("input", trace_kind::compute, start, fed);
-    dx_.trace().add("step " + std::to_string(s), trace_kind::step, start, done, {{"loss", loss}});
-  }
-  distributed_executor<T, mpi_communicator>& executor_of() noexcept { return dx_; }
-
-private:
-  const graph::graph* g_;
-  mpi_communicator* comm_;
-  distributed_executor<T, mpi_communicator> dx_;
-  gradient_accumulator<T, host_backend> acc_;
-};
-#endif
-
 /// "1.67x": a slowdown as the trace and the progress show it.
 [[nodiscard]] inline std::string times_text(double x) {
   char buf[32];
@@ -145,11 +93,14 @@ public:
         break;
       }
     opt_ = make_optimizer();
-    if (distributed() && o_.device != "host" && o_.device != "auto")
-      throw config_error("device " + o_.device,
-                         "a distributed run trains on the host for now (the executor over NCCL "
-                         "and device buffers is not built yet)",
-                         "give device host or auto with a cluster, or drop the cluster");
+    if (distributed() && o_.device != "host" && o_.device != "auto") { // before MPI starts
+      const auto* e = find_device_engine<T, Optimizer>(o_.device);
+      if (e == nullptr)
+        (void)make_single_engine(); // the single process's error for an unknown device
+      else if (!e->make_distributed)
+        throw config_error("device " + o_.device, "trains one process only",
+                           "give device host (or auto) with a cluster, or drop the cluster");
+    }
     if (!distributed())
       start_single();
     else
@@ -178,8 +129,8 @@ public:
   [[nodiscard]] executor<T>& local() {
     executor<T>* ex = engine_->host_executor();
     if (ex == nullptr)
-      throw config_error("trainer::local()", "the tensors live on " + engine_->device() +
-                                                 ", not in a host executor",
+      throw config_error("trainer::local()",
+                         "the tensors live on " + engine_->device() + ", not in a host executor",
                          "read them with trainer::value(name), or train with device \"host\"");
     return *ex;
   }
@@ -365,6 +316,7 @@ private:
               100.0 * cluster_.overlap);
       }
     }
+    const auto* device_entry = distributed_device(comm);
     const std::string which = o_.plan.empty() ? "synth" : o_.plan;
     const auto t0 = std::chrono::steady_clock::now();
     if (which == "synth")
@@ -383,7 +335,8 @@ private:
       write_file(o_.save_plan, synth::to_json(*plan_).dump(1));
     if (is_root && o_.out != nullptr) {
       std::ostream& out = *o_.out;
-      describe(out, "host");
+      describe(out, device_entry == nullptr ? std::string("host")
+                                            : device_entry->name + ", one device per rank");
       print(out, "cluster \"%s\" (%zu ranks); plan %s (%.0f ms): predicted step %.2f ms; shares",
             cluster_.name.c_str(), cluster_.size(), plan_->strategy.c_str(), 1e3 * plan_seconds,
             1e3 * plan_->step_time);
@@ -397,19 +350,59 @@ private:
             *plan_,
             synth::cost_model(g_, cluster_, synth::segment_map(g_, plan_->segments), so.profile));
     }
-    auto e = std::make_unique<distributed_engine<T, Optimizer>>(g_, *plan_, comm, o_.seed);
-    auto& dx = e->executor_of();
-    dx.set_slowdown(cluster_.devices.at(static_cast<std::size_t>(comm.rank())).slowdown);
+    std::unique_ptr<rank_engine<T, Optimizer>> e;
+    if (device_entry == nullptr)
+      e = std::make_unique<distributed_engine<T, Optimizer, mpi_communicator, host_backend>>(
+          g_, *plan_, comm, o_.seed);
+    else
+      e = device_entry->make_distributed(g_, *plan_, comm, o_.seed);
+    e->set_slowdown(cluster_.devices.at(static_cast<std::size_t>(comm.rank())).slowdown);
     if (o_.bucket_mb > 0.0)
-      dx.set_bucket_bytes(static_cast<std::size_t>(o_.bucket_mb * 1024.0 * 1024.0));
+      e->set_bucket_bytes(static_cast<std::size_t>(o_.bucket_mb * 1024.0 * 1024.0));
     e->set_profiling(o_.profile);
     if (is_root && o_.out != nullptr)
       print(*o_.out,
             "gradients: %.2f MiB on rank 0 in shared buffers (%.2f MiB with one per tensor "
-            "version)\n",
-            static_cast<double>(dx.gradient_bytes()) / 1048576.0,
-            static_cast<double>(dx.gradient_bytes_unshared()) / 1048576.0);
+            "version), on %s\n",
+            static_cast<double>(e->gradient_bytes()) / 1048576.0,
+            static_cast<double>(e->gradient_bytes_unshared()) / 1048576.0, e->device().c_str());
+    dist_ = e.get();
     engine_ = std::move(e);
+  }
+#endif
+
+#if defined(HSPMD_HAS_MPI)
+  // The device engine of every rank (nullptr: the host), agreed by all: "host"; a registered
+  // engine that trains distributed and finds a device on every rank; "auto": such an engine if
+  // every rank has a device for it, else the host. Collective.
+  const device_engine_entry<T, Optimizer>* distributed_device(mpi_communicator& comm) const {
+    const std::string& d = o_.device;
+    if (d == "host")
+      return nullptr;
+    const auto usable_everywhere = [&](const device_engine_entry<T, Optimizer>& e,
+                                       std::string& why) {
+      const int mine = e.probe(why) > 0 ? comm.size() : comm.rank();
+      return comm.all_reduce(mine, reduce_op::min); // the first rank without one, or size
+    };
+    if (d == "auto") {
+      for (const auto& e : device_engines<T, Optimizer>()) {
+        std::string why;
+        if (e.make_distributed && usable_everywhere(e, why) == comm.size())
+          return &e;
+      }
+      return nullptr;
+    }
+    const auto* e = find_device_engine<T, Optimizer>(d); // known, distributed: checked at start
+    if (e == nullptr || !e->make_distributed)
+      throw config_error("device " + d, "has no distributed engine", "give device host");
+    std::string why;
+    if (const int first = usable_everywhere(*e, why); first < comm.size())
+      throw config_error("device " + d,
+                         "no usable device on rank " + std::to_string(first) +
+                             (comm.rank() == first ? ": " + why : std::string()),
+                         "run one process per device where every rank has one, or give device "
+                         "host (or auto)");
+    return e;
   }
 #endif
 
@@ -457,9 +450,9 @@ private:
                            "give a path in an existing, writable directory");
     }
 #if defined(HSPMD_HAS_MPI)
-    auto* dist = dynamic_cast<distributed_engine<T, Optimizer>*>(engine_.get());
+    rank_engine<T, Optimizer>* dist = dist_;
     if (dist != nullptr && !o_.trace.empty())
-      dist->executor_of().start_trace();
+      dist->start_trace();
 #endif
     train_result r;
     if (plan_)
@@ -497,11 +490,8 @@ private:
       r.step_seconds.push_back(seconds);
       const step_report rep{s, loss, lr, norm, seconds};
       if (metrics.is_open()) {
-        nlohmann::json j{{"step", s + 1},
-                         {"loss", loss},
-                         {"lr", lr},
-                         {"grad_norm", norm},
-                         {"seconds", seconds}};
+        nlohmann::json j{
+            {"step", s + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"seconds", seconds}};
         if (const auto m = e.memory()) { // a device's allocator: flat after the second step
           j["allocated_bytes"] = m->allocated_bytes;
           j["reserved_bytes"] = m->reserved_bytes;
@@ -649,13 +639,13 @@ private:
   }
 
 #if defined(HSPMD_HAS_MPI)
-  void write_trace(distributed_engine<T, Optimizer>& d) {
+  void write_trace(rank_engine<T, Optimizer>& d) {
     std::vector<std::string> devices;
     for (const auto& dev : cluster_.devices)
       devices.push_back(dev.name + (dev.slowdown > 1.0
                                         ? ", emulated " + times_text(dev.slowdown) + " slower"
                                         : ""));
-    const auto t = d.executor_of().collect_trace(devices);
+    const auto t = d.collect_trace(devices);
     if (d.root()) {
       write_file(o_.trace, t.dump());
       if (o_.out != nullptr)
@@ -674,6 +664,7 @@ private:
   cluster cluster_;
 #endif
   std::unique_ptr<engine<T, Optimizer>> engine_;
+  rank_engine<T, Optimizer>* dist_ = nullptr; // engine_, in a distributed run
   const std::function<void(const step_report&)>* on_step_ = nullptr;
   const std::function<void(const eval_report&)>* on_eval_ = nullptr;
 };

@@ -12,6 +12,11 @@
 #include <hspmd/exec/backends/cuda.cuh>
 #include <hspmd/exec/engine.hpp>
 
+#if defined(HSPMD_HAS_NCCL)
+#include <hspmd/comm/nccl/communicator.hpp>
+#include <hspmd/exec/distributed_engine.hpp>
+#endif
+
 #include <cuda_runtime.h>
 
 #include <concepts>
@@ -53,16 +58,33 @@ inline std::string describe_cuda_device(int device) {
 } // namespace detail
 
 /// The "cuda" entry: one process on the current device (device 0 of those visible, unless the
-/// program selected another with cudaSetDevice).
+/// program selected another with cudaSetDevice); with NCCL (HSPMD_HAS_NCCL), every rank of a
+/// distributed run on its node-local GPU, the tensors' collectives over NCCL.
 template <std::floating_point T, class Optimizer>
 device_engine_entry<T, Optimizer> cuda_engine_entry() {
-  return {"cuda", detail::cuda_devices, [](const graph::graph& g, std::uint64_t seed) {
-            int device = 0;
-            detail::cuda_device_check(cudaGetDevice(&device), "cudaGetDevice", device);
-            return std::unique_ptr<engine<T, Optimizer>>(
-                std::make_unique<backend_engine<T, Optimizer, cuda_backend>>(
-                    g, seed, cuda_backend(device), detail::describe_cuda_device(device)));
-          }};
+  device_engine_entry<T, Optimizer> e;
+  e.name = "cuda";
+  e.probe = detail::cuda_devices;
+  e.make = [](const graph::graph& g, std::uint64_t seed) {
+    int device = 0;
+    detail::cuda_device_check(cudaGetDevice(&device), "cudaGetDevice", device);
+    return std::unique_ptr<engine<T, Optimizer>>(
+        std::make_unique<backend_engine<T, Optimizer, cuda_backend>>(
+            g, seed, cuda_backend(device), detail::describe_cuda_device(device)));
+  };
+#if defined(HSPMD_HAS_NCCL)
+  e.make_distributed = [](const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
+                          std::uint64_t seed) {
+    select_local_device(comm);
+    int device = 0;
+    detail::cuda_device_check(cudaGetDevice(&device), "cudaGetDevice", device);
+    auto nccl = std::make_shared<nccl_communicator>(comm);
+    return std::unique_ptr<rank_engine<T, Optimizer>>(
+        std::make_unique<distributed_engine<T, Optimizer, nccl_communicator, cuda_backend>>(
+            g, p, *nccl, seed, cuda_backend(device), detail::describe_cuda_device(device), nccl));
+  };
+#endif
+  return e;
 }
 
 } // namespace hspmd::exec
