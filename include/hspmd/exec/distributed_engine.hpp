@@ -37,21 +37,13 @@ public:
   }
   using batch_sink<T>::set_input;
   executor<T, host_backend>* host_executor() override {
-    if constexpr (std::is_same_v<B, host_backend>)
-      return &dx_.local();
-    else
-      return nullptr;
+    return detail::host_executor_of(dx_.local());
   }
   std::string device() const override { return device_; }
   void set_profiling(bool on) override { dx_.local().set_profiling(on); }
   std::vector<profile_entry> profile() const override { return dx_.local().profile(); }
   std::optional<memory_stats> memory() const override {
-    if constexpr (requires(const B& b) {
-                    { b.memory() } -> std::convertible_to<memory_stats>;
-                  })
-      return dx_.local().backend().memory();
-    else
-      return std::nullopt;
+    return detail::memory_of(dx_.local().backend());
   }
   void set_step(std::size_t s) override { dx_.set_step(s); }
   void set_training(bool on) override { dx_.set_training(on); }

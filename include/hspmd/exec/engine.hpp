@@ -86,6 +86,27 @@ private:
   std::vector<typename B::template buffer<T>> sums_;
 };
 
+namespace detail {
+// The host executor of an engine's executor, or nullptr when its tensors live on a device.
+template <std::floating_point T, backend B>
+[[nodiscard]] executor<T, host_backend>* host_executor_of(executor<T, B>& ex) {
+  if constexpr (std::is_same_v<B, host_backend>)
+    return &ex;
+  else
+    return nullptr;
+}
+// The backend allocator's books, where it keeps them (`memory()`).
+template <class B>
+[[nodiscard]] std::optional<memory_stats> memory_of(const B& b) {
+  if constexpr (requires {
+                  { b.memory() } -> std::convertible_to<memory_stats>;
+                })
+    return b.memory();
+  else
+    return std::nullopt;
+}
+} // namespace detail
+
 /// One process or one rank: what the trainer's loop needs from an executor.
 template <std::floating_point T, class Optimizer>
 class engine : public batch_sink<T> {
@@ -143,23 +164,11 @@ public:
     ex_.set_input(n, v);
   }
   using batch_sink<T>::set_input;
-  executor<T, host_backend>* host_executor() override {
-    if constexpr (std::is_same_v<B, host_backend>)
-      return &ex_;
-    else
-      return nullptr;
-  }
+  executor<T, host_backend>* host_executor() override { return detail::host_executor_of(ex_); }
   std::string device() const override { return device_; }
   void set_profiling(bool on) override { ex_.set_profiling(on); }
   std::vector<profile_entry> profile() const override { return ex_.profile(); }
-  std::optional<memory_stats> memory() const override {
-    if constexpr (requires(const B& b) {
-                    { b.memory() } -> std::convertible_to<memory_stats>;
-                  })
-      return ex_.backend().memory();
-    else
-      return std::nullopt;
-  }
+  std::optional<memory_stats> memory() const override { return detail::memory_of(ex_.backend()); }
   void set_step(std::size_t s) override { ex_.set_step(s); }
   void set_training(bool on) override { ex_.set_training(on); }
   double forward() override { return static_cast<double>(ex_.forward()); }
