@@ -68,6 +68,38 @@ for device in cuda host; do
   fi
 done
 
+# Gradient buckets overlapping the backward on the communication stream: a traced BERT-small
+# run over NCCL on two GPUs; counts the bucket all-reduces (the "collectives in flight" track)
+# whose span overlaps the rank's compute spans.
+if [ "$gpus" -ge 2 ]; then
+  log=/tmp/gpu-check.overlap.log
+  trace=/tmp/gpu-check.overlap.json
+  if mpirun ${MPIRUN_FLAGS:-} -np 2 build/release/examples/bert --device cuda \
+       --cluster clusters/equal-2.json --plan dp-ev --layers 4 --hidden 512 --ffn 2048 --heads 8 \
+       --seq 128 --batch 16 --vocab 8000 --steps 6 --trace "$trace" >"$log" 2>&1 &&
+     overlap=$(python3 - "$trace" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+spans = [e for e in events if e.get("ph") == "X"]
+buckets = [e for e in spans if e["tid"] == 2 and e["name"].startswith("all_reduce gradients")]
+work = [e for e in spans if e["tid"] == 0 and e.get("cat") == "compute"
+        and not e["name"].startswith(("wait", "all_reduce", "idle"))]
+def hidden(b):
+    return any(w["pid"] == b["pid"] and w["ts"] < b["ts"] + b["dur"] and b["ts"] < w["ts"] + w["dur"]
+               for w in work)
+n = sum(hidden(b) for b in buckets)
+ms = [b["args"].get("device_ms", 0) for b in buckets]
+print(f"{n} of {len(buckets)} bucket all-reduces overlap compute; device time {sum(ms):.1f} ms")
+PY
+     ); then
+    row "bucket overlap, bert np 2 --trace" "ok" "$overlap"
+  else
+    row "bucket overlap, bert np 2 --trace" "FAILED" "$log"
+    status=1
+  fi
+fi
+
 sweep=/tmp/gpu-check.nccl-sweep.txt
 if mpirun ${MPIRUN_FLAGS:-} -np "$gpus" build/release/bench/hspmd-collectives --backend nccl \
      -b 1K -e 256M -f 4 -c 1 --algo all >"$sweep" 2>&1 &&

@@ -89,11 +89,12 @@ result<T> single(const graph::graph& g, std::size_t id_limit) {
   return r;
 }
 
-// `B`: the backend the rank's tensors live in (a device-like one stages its collectives).
-template <class T, class B = exec::host_backend>
-result<T> distributed(const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
+// `B`: the backend the rank's tensors live in (a device-like one stages its collectives over
+// MPI, or moves them directly with a device communicator `Comm`).
+template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
+result<T> distributed(const graph::graph& g, const synth::plan& p, Comm& comm,
                       std::size_t id_limit) {
-  exec::distributed_executor<T, mpi_communicator, B> dx(g, p, comm, 7);
+  exec::distributed_executor<T, Comm, B> dx(g, p, comm, 7);
   // Buckets of a few gradients each: many all-reduces in flight during the backward, started
   // and completed at different points (the default size puts these small models in one).
   dx.set_bucket_bytes(256);
@@ -145,10 +146,10 @@ inline const std::vector<std::string> default_must = {
     "all_gather", "reduce_scatter", "linear:split->partial",
     "bias-once",  "vocab-parallel", "load+sfb"};
 
-template <class T, class B = exec::host_backend>
+template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
 void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
                  double bandwidth, const std::vector<std::string>& must_use = default_must) {
-  mpi_communicator comm;
+  Comm comm;
   const auto n = static_cast<std::size_t>(comm.size());
   const auto want = single<T>(g, id_limit);
   const cluster c = make_cluster(n, bandwidth);
@@ -209,7 +210,7 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
       std::string what = model + " " + p.strategy + " at";
       for (double x : r)
         what += " " + std::to_string(x);
-      check_same(distributed<T, B>(g, p, comm, id_limit), want, tol, what);
+      check_same(distributed<T, B, Comm>(g, p, comm, id_limit), want, tol, what);
     }
 }
 

@@ -2,8 +2,9 @@
 // Collectives on a backend's buffers: direct where the communicator reads that memory (host
 // buffers with MPI, device buffers with NCCL), staged through host copies where it does not
 // (device buffers over MPI: the copies go through the backend, one each way). A device
-// communicator (NCCL) gets the buffer after the backend's stream has finished its queued work;
-// overlapping them with events on a communication stream is not built yet.
+// communicator (NCCL) gets the buffer after the backend's stream has finished its queued work
+// (these blocking collectives are waited for anyway; the gradient buckets, which overlap the
+// backward pass, are ordered by events instead: exec/distributed.hpp).
 //
 //     comm_span<const T, Comm, B> in(be, piece, true);    // read by the collective
 //     comm_span<T, Comm, B> out(be, whole, false);        // written by it

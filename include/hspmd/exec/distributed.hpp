@@ -10,7 +10,10 @@
 //
 // Tensors live in backend `B` (the host by default): with a device backend the transfers,
 // buckets and reductions run on its buffers, moved by the communicator directly (NCCL) or
-// staged through the host (MPI), see exec/comm_span.hpp.
+// staged through the host (MPI), see exec/comm_span.hpp. A gradient bucket on a device
+// communicator that takes the backend's stream (NCCL with the CUDA backend) waits for its
+// packing kernels by an event and all-reduces on the communication stream while the compute
+// stream runs the rest of the backward pass.
 //
 //     exec::distributed_executor<float, mpi_communicator> dx(g, plan, comm, seed);
 //     dx.set_input("x", global_batch);      // every rank passes the whole batch; keeps its piece
@@ -53,19 +56,34 @@
 namespace hspmd::exec {
 
 namespace detail {
-// The request of a communicator's non-blocking all-reduce, or `none` when it has none (then the
-// buckets are all-reduced blocking, each as soon as it is ready).
+// True when communicator C starts an all-reduce ordered after backend B's queued work on the
+// device (`start_all_reduce(data, op, be.stream())`: an event, no host wait), so a bucket goes
+// out while the backend's stream runs the rest of the backward pass.
+template <class C, class T, class B>
+inline constexpr bool stream_ordered_v = requires(C& c, std::span<T> b, B& be) {
+  c.start_all_reduce(b, reduce_op::sum, be.stream());
+};
+
+// The request of a communicator's non-blocking all-reduce (stream-ordered where it has that
+// form), or `none` when it has none (then the buckets are all-reduced blocking, each as soon as
+// it is ready).
 struct no_request {};
-template <class C, class T>
+template <class C, class T, class B>
 struct request_of {
   using type = no_request;
   static constexpr bool nonblocking = false;
 };
-template <class C, class T>
-requires requires(C& c, std::span<T> b) {
+template <class C, class T, class B>
+requires stream_ordered_v<C, T, B>
+struct request_of<C, T, B> {
+  using type = decltype(std::declval<C&>().start_all_reduce(
+      std::declval<std::span<T>>(), reduce_op::sum, std::declval<B&>().stream()));
+  static constexpr bool nonblocking = true;
+};
+template <class C, class T, class B>
+requires(!stream_ordered_v<C, T, B> && requires(C & c, std::span<T> b) {
   c.start_all_reduce(b, reduce_op::sum);
-}
-struct request_of<C, T> {
+}) struct request_of<C, T, B> {
   using type =
       decltype(std::declval<C&>().start_all_reduce(std::declval<std::span<T>>(), reduce_op::sum));
   static constexpr bool nonblocking = true;
@@ -496,15 +514,20 @@ private:
       at += gr.size();
     }
     std::span<T> moved(b.flat.data(), b.flat.size());
-    if constexpr (!staged_comm && !host_memory_v<B>)
-      ex_.backend().synchronize(); // the packing kernels, before the communicator's stream
+    // A device communicator's stream reads the bucket after the packing kernels: ordered by an
+    // event where it takes the backend's stream, else the backend finishes its queue first.
+    if constexpr (!staged_comm && !host_memory_v<B> && !stream_ordered)
+      ex_.backend().synchronize();
     if constexpr (staged_comm) {
       ex_.backend().copy_to_host(b.staged.data(), b.flat.data(), b.flat.size());
       moved = std::span<T>(b.staged);
     }
     b.started = std::chrono::steady_clock::now();
     b.done = false;
-    if constexpr (detail::request_of<Comm, T>::nonblocking) {
+    if constexpr (stream_ordered) {
+      requests_[k] = comm_->start_all_reduce(moved, reduce_op::sum, ex_.backend().stream());
+      in_flight_ = true;
+    } else if constexpr (detail::request_of<Comm, T, B>::nonblocking) {
       requests_[k] = comm_->start_all_reduce(moved, reduce_op::sum);
       in_flight_ = true;
     } else {
@@ -517,7 +540,7 @@ private:
   // Drives the collectives in flight (MPI progresses only inside its calls); records each one
   // that completes.
   void progress() {
-    if constexpr (detail::request_of<Comm, T>::nonblocking) {
+    if constexpr (detail::request_of<Comm, T, B>::nonblocking) {
       if (!in_flight_)
         return;
       bool any = false;
@@ -527,8 +550,7 @@ private:
           continue;
         if (comm_->test(requests_[k])) {
           b.done = true;
-          trace_.add("all_reduce gradients", trace_kind::in_flight, b.started,
-                     std::chrono::steady_clock::now(), bucket_args(k));
+          trace_in_flight(k);
         } else
           any = true;
       }
@@ -540,13 +562,12 @@ private:
   void finish_buckets() {
     for (std::size_t k = 0; k < buckets_.size(); ++k) {
       gradient_bucket& b = buckets_[k];
-      if constexpr (detail::request_of<Comm, T>::nonblocking) {
+      if constexpr (detail::request_of<Comm, T, B>::nonblocking) {
         if (!b.done) {
           trace_.span("wait for gradients", trace_kind::communication, bucket_args(k),
                       [&] { comm_->wait(requests_[k]); });
           b.done = true;
-          trace_.add("all_reduce gradients", trace_kind::in_flight, b.started,
-                     std::chrono::steady_clock::now(), bucket_args(k));
+          trace_in_flight(k);
         }
       }
       if constexpr (staged_comm)
@@ -560,6 +581,18 @@ private:
       }
     }
     in_flight_ = false;
+  }
+
+  // Records completed bucket k's all-reduce: from its start to when the host saw it complete;
+  // a device communicator adds the seconds its stream spent on it (event timing).
+  void trace_in_flight(std::size_t k) {
+    if (!trace_.on())
+      return;
+    nlohmann::json args = bucket_args(k);
+    if constexpr (requires { comm_->device_seconds(requests_[k]); })
+      args["device_ms"] = comm_->device_seconds(requests_[k]) * 1e3;
+    trace_.add("all_reduce gradients", trace_kind::in_flight, buckets_[k].started,
+               std::chrono::steady_clock::now(), std::move(args));
   }
 
   [[nodiscard]] nlohmann::json bucket_args(std::size_t k) const {
@@ -631,6 +664,10 @@ private:
   local_program prog_;
   // Device buffers over a communicator of host memory: buckets are all-reduced from host copies.
   static constexpr bool staged_comm = !comm_reads_backend_v<Comm, B>;
+  // Buckets start on the communicator's stream after an event on the backend's (see above).
+  static constexpr bool stream_ordered = detail::stream_ordered_v<Comm, T, B>;
+  static_assert(!(stream_ordered && staged_comm),
+                "a communicator that takes the backend's stream must read its buffers");
 
   executor<T, B> ex_;
   transfer_runner<T, Comm, B> moves_{prog_, *comm_, ex_.backend()};
@@ -645,7 +682,7 @@ private:
   };
   std::size_t bucket_bytes_ = static_cast<std::size_t>(synth::gradient_bucket_bytes);
   std::vector<gradient_bucket> buckets_;
-  std::vector<typename detail::request_of<Comm, T>::type> requests_;
+  std::vector<typename detail::request_of<Comm, T, B>::type> requests_;
   std::vector<graph::node_id> sfb_params_;
   bool in_flight_ = false;
   double slowdown_ = 1.0;

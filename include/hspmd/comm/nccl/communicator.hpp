@@ -1,9 +1,11 @@
 #pragma once
-// The NCCL backend's communicator: device buffers, one CUDA stream, a non-blocking NCCL
-// communicator bootstrapped over MPI. Every call is enqueued on the stream and then waited for
-// while polling NCCL's asynchronous error state, so a failure on any rank aborts the
-// communicator and throws `comm_error` instead of hanging (HSPMD_TIMEOUT=<seconds> bounds the
-// wait as well).
+// The NCCL backend's communicator: device buffers, one CUDA stream of its own (the
+// communication stream), a non-blocking NCCL communicator bootstrapped over MPI. Every blocking
+// call is enqueued on the stream and then waited for while polling NCCL's asynchronous error
+// state, so a failure on any rank aborts the communicator and throws `comm_error` instead of
+// hanging (HSPMD_TIMEOUT=<seconds> bounds the wait as well). `start_all_reduce` returns at once:
+// ordered after a compute stream's queued work by an event, it runs while that stream goes on
+// (the distributed executor's gradient buckets overlap the backward pass this way).
 //
 // Buffers are spans over device memory of the current CUDA device. Collectives are collective
 // over the ranks of the bootstrap MPI communicator, in the same order on every rank.
@@ -209,6 +211,102 @@ public:
   void all_reduce(std::span<T> data, reduce_op op) {
     all_reduce(std::span<const T>(data), data, op);
   }
+  /// A non-blocking all-reduce in flight (`start_all_reduce`): events recorded on the
+  /// communication stream before and after it. Move-only; destroys its events.
+  class request {
+  public:
+    request() = default;
+    request(request&& o) noexcept
+        : start_(std::exchange(o.start_, nullptr)), done_(std::exchange(o.done_, nullptr)),
+          finished_(o.finished_) {}
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        release();
+        start_ = std::exchange(o.start_, nullptr);
+        done_ = std::exchange(o.done_, nullptr);
+        finished_ = o.finished_;
+      }
+      return *this;
+    }
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    ~request() { release(); }
+    /// True when nothing is in flight (never started, or seen complete by test/wait).
+    [[nodiscard]] bool done() const noexcept { return done_ == nullptr || finished_; }
+
+  private:
+    friend class nccl_communicator;
+    void release() noexcept {
+      if (start_ != nullptr)
+        (void)cudaEventDestroy(start_);
+      if (done_ != nullptr)
+        (void)cudaEventDestroy(done_);
+      start_ = done_ = nullptr;
+    }
+    cudaEvent_t start_ = nullptr;
+    cudaEvent_t done_ = nullptr;
+    bool finished_ = false;
+  };
+
+  /// Collective, non-blocking: starts the in-place sum (or max, min) of `data` on the
+  /// communication stream and returns at once. `after`: a compute stream whose queued work (the
+  /// kernels that wrote `data`) the all-reduce waits for on the device (an event), so the host
+  /// goes on queueing work there while the all-reduce runs; without one the caller must have
+  /// finished writing `data`. Ranks start their collectives in the same order.
+  template <nccl_element T>
+  [[nodiscard]] request start_all_reduce(std::span<T> data, reduce_op op,
+                                         cudaStream_t after = nullptr) {
+    precheck<T>(collective::all_reduce, data.size(), {}, -1, static_cast<int>(op),
+                uneven_algorithm::native);
+    request r;
+    HSPMD_CUDA_CHECK(cudaEventCreate(&r.start_), rank_);
+    HSPMD_CUDA_CHECK(cudaEventCreate(&r.done_), rank_);
+    if (after != nullptr) {
+      // `start_` first marks the compute stream's position; then it is re-recorded on ours.
+      HSPMD_CUDA_CHECK(cudaEventRecord(r.start_, after), rank_);
+      HSPMD_CUDA_CHECK(cudaStreamWaitEvent(stream_, r.start_, 0), rank_);
+    }
+    HSPMD_CUDA_CHECK(cudaEventRecord(r.start_, stream_), rank_);
+    check(ncclAllReduce(data.data(), data.data(), data.size(), detail::nccl_datatype<T>(),
+                        detail::nccl_op(op), comm_, stream_),
+          "ncclAllReduce");
+    HSPMD_CUDA_CHECK(cudaEventRecord(r.done_, stream_), rank_);
+    return r;
+  }
+  /// True when `r` has completed (its buffer then holds the result); polls NCCL's asynchronous
+  /// error state, so a failed peer throws here instead of hanging.
+  bool test(request& r) {
+    if (r.done())
+      return true;
+    const cudaError_t q = cudaEventQuery(r.done_);
+    if (q == cudaSuccess)
+      return r.finished_ = true;
+    if (q != cudaErrorNotReady)
+      detail::cuda_check(q, "cudaEventQuery", rank_);
+    poll_async_error("all_reduce");
+    return false;
+  }
+  /// Blocks until `r` has completed, within HSPMD_TIMEOUT.
+  void wait(request& r) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!test(r)) {
+      if (timed_out(start))
+        fail("all_reduce",
+             "did not finish within " + std::to_string(timeout_) + " s (HSPMD_TIMEOUT)",
+             "another rank may be stuck, gone, or calling a different collective");
+      std::this_thread::yield();
+    }
+  }
+  /// The seconds the communication stream spent on completed request `r` (event timing; the
+  /// trace's in-flight span on a device).
+  [[nodiscard]] double device_seconds(const request& r) const {
+    float ms = 0;
+    if (r.start_ == nullptr || !r.finished_ ||
+        cudaEventElapsedTime(&ms, r.start_, r.done_) != cudaSuccess)
+      return 0.0;
+    return static_cast<double>(ms) * 1e-3;
+  }
+
   /// One host value reduced over the ranks (through the device scratch buffer).
   template <nccl_element T>
   [[nodiscard]] T all_reduce(T value, reduce_op op) {
@@ -366,6 +464,14 @@ private:
     }
   }
 
+  // Throws (aborting the communicator) when NCCL reports an asynchronous error.
+  void poll_async_error(const char* call) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess ||
+        (state != ncclSuccess && state != ncclInProgress))
+      fail(call, detail::nccl_error_text(state, comm_), "another rank may have failed");
+  }
+
   // Waits for the stream while polling NCCL's asynchronous error state.
   void wait(const char* call) {
     const auto start = std::chrono::steady_clock::now();
@@ -375,10 +481,7 @@ private:
         return;
       if (q != cudaErrorNotReady)
         detail::cuda_check(q, "cudaStreamQuery", rank_);
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess ||
-          (state != ncclSuccess && state != ncclInProgress))
-        fail(call, detail::nccl_error_text(state, comm_), "another rank may have failed");
+      poll_async_error(call);
       if (timed_out(start))
         fail(call, "did not finish within " + std::to_string(timeout_) + " s (HSPMD_TIMEOUT)",
              "another rank may be stuck, gone, or calling a different collective");

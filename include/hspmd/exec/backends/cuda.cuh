@@ -15,8 +15,9 @@
 // the call, with CUDA's error text (the last error is reset so that a later check does not
 // report it again; a sticky error -- an illegal address -- stays until the process ends).
 // Each call first makes the backend's device current, so backends of several devices may be
-// used from one thread. Work runs on the backend's one stream: a buffer handed to work on another
-// stream (a communicator's) must wait for this stream first (an event), which is not done here.
+// used from one thread. Work runs on the backend's one stream (`stream()`): work on another
+// stream that reads a buffer (a communicator's) waits for this one first -- by an event, as
+// nccl_communicator::start_all_reduce does when given this stream, or by `synchronize()`.
 //
 // Compiled by the test suite wherever nvcc is found (tests/gpu/cuda_backend.test.cu); it runs
 // only where a GPU is.
@@ -84,10 +85,11 @@ inline void cublas_check(cublasStatus_t code, std::string_view call, int device)
 } // namespace detail
 
 /// Checks a CUDA runtime call made for device `device`.
-#define HSPMD_CUDA_DEVICE_CHECK(call, device)                                                    \
+#define HSPMD_CUDA_DEVICE_CHECK(call, device)                                                      \
   ::hspmd::exec::detail::cuda_device_check((call), #call, (device))
 /// Checks a cuBLAS call made for device `device`.
-#define HSPMD_CUBLAS_CHECK(call, device) ::hspmd::exec::detail::cublas_check((call), #call, (device))
+#define HSPMD_CUBLAS_CHECK(call, device)                                                           \
+  ::hspmd::exec::detail::cublas_check((call), #call, (device))
 
 /// C = beta C over an m x n row-major block (leading dimension ldc), `batch` blocks stride_c
 /// apart; beta == 0 writes exact zeros (what BLAS does for k == 0, which cuBLAS refuses when a

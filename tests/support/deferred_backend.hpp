@@ -1,0 +1,169 @@
+#pragma once
+// A test backend that is asynchronous like a GPU's stream: kernels and GEMMs are queued and run
+// only when something waits for them (synchronize, a copy to or from the host, timed, or a
+// stream-ordered collective started after them), and freeing a buffer is queued behind the work
+// that may still read it (a stream-ordered allocator). Code that reads a buffer without waiting
+// for the work that writes it -- or hands it to a collective without ordering the two -- sees
+// stale values here and fails the equivalence tests, as it would on a device.
+//
+// `stream_communicator` is the matching device communicator over MPI: it reads the backend's
+// buffers directly and starts a non-blocking all-reduce after the queued work of the stream it
+// is given (exec/distributed.hpp's stream-ordered gradient buckets), like NCCL's
+// `start_all_reduce(data, op, stream)`.
+#include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/exec/backend.hpp>
+#include <hspmd/exec/backends/host.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hspmd::test {
+
+// The queue of one deferred backend and what it counts.
+struct deferred_queue {
+  std::vector<std::function<void()>> work;
+  std::size_t synchronizations = 0; // host waits for the whole queue (synchronize, timed)
+  std::size_t stream_waits = 0;     // collectives ordered after the queue without a host wait
+
+  void run() {
+    // Run in order; work queued while running (none today) would go after.
+    for (std::size_t i = 0; i < work.size(); ++i)
+      work[i]();
+    work.clear();
+  }
+};
+
+class deferred_backend {
+public:
+  template <class T>
+  class buffer {
+  public:
+    buffer() = default;
+    buffer(std::shared_ptr<deferred_queue> q, std::size_t n)
+        : q_(std::move(q)), v_(std::make_unique<std::vector<T>>(n)) {}
+    buffer(buffer&&) noexcept = default;
+    buffer& operator=(buffer&& o) noexcept {
+      if (this != &o) {
+        release();
+        q_ = std::move(o.q_);
+        v_ = std::move(o.v_);
+      }
+      return *this;
+    }
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+    ~buffer() { release(); }
+
+    [[nodiscard]] T* data() const noexcept { return v_ ? v_->data() : nullptr; }
+    [[nodiscard]] std::size_t size() const noexcept { return v_ ? v_->size() : 0; }
+    [[nodiscard]] T* begin() const noexcept { return data(); }
+    [[nodiscard]] T* end() const noexcept { return data() + size(); }
+
+  private:
+    // Freed after the queued work (which may read it), as a stream-ordered allocator does.
+    void release() noexcept {
+      if (v_ && q_ && !q_->work.empty()) {
+        auto keep = std::make_shared<std::unique_ptr<std::vector<T>>>(std::move(v_));
+        q_->work.emplace_back([keep] { keep->reset(); });
+      }
+      v_.reset();
+    }
+    std::shared_ptr<deferred_queue> q_;
+    std::unique_ptr<std::vector<T>> v_;
+  };
+
+  /// The "stream": what a stream-ordered collective waits for.
+  struct stream_handle {
+    deferred_queue* q;
+  };
+
+  [[nodiscard]] std::string_view name() const { return "deferred host memory"; }
+  [[nodiscard]] stream_handle stream() const { return {q_.get()}; }
+  [[nodiscard]] const deferred_queue& queue() const { return *q_; }
+
+  template <class T>
+  [[nodiscard]] buffer<T> allocate(std::size_t n) {
+    return buffer<T>(q_, n); // zero-filled at once: no queued work can touch a new buffer
+  }
+  template <class F>
+  void for_each_index(std::size_t n, const F& f) {
+    q_->work.emplace_back([n, f] { exec::host_backend{}.for_each_index(n, f); });
+  }
+  template <class T>
+  void gemm(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n, std::size_t k,
+            T alpha, const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
+            std::size_t ldc) {
+    q_->work.emplace_back(
+        [=] { exec::host_backend{}.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+  }
+  template <class T>
+  void gemm_strided_batched(exec::transpose ta, exec::transpose tb, std::size_t m, std::size_t n,
+                            std::size_t k, T alpha, const T* a, std::size_t lda, std::size_t sa,
+                            const T* b, std::size_t ldb, std::size_t sb, T beta, T* c,
+                            std::size_t ldc, std::size_t sc, std::size_t batch) {
+    q_->work.emplace_back([=] {
+      exec::host_backend{}.gemm_strided_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                                                beta, c, ldc, sc, batch);
+    });
+  }
+  // Copies wait for the queue first (the CUDA backend's copies synchronize the same way).
+  template <class T>
+  void copy_from_host(T* dst, const T* src, std::size_t n) {
+    q_->run();
+    std::copy_n(src, n, dst);
+  }
+  template <class T>
+  void copy_to_host(T* dst, const T* src, std::size_t n) {
+    q_->run();
+    std::copy_n(src, n, dst);
+  }
+  template <class F>
+  double timed(F&& f) {
+    return exec::host_backend{}.timed([&] {
+      std::forward<F>(f)();
+      ++q_->synchronizations;
+      q_->run();
+    });
+  }
+  void synchronize() {
+    ++q_->synchronizations;
+    q_->run();
+  }
+
+private:
+  // Queued work holds no pointer to the backend (the executor moves it into place).
+  std::shared_ptr<deferred_queue> q_ = std::make_shared<deferred_queue>();
+};
+static_assert(hspmd::exec::backend<deferred_backend>);
+static_assert(!hspmd::exec::host_memory_v<deferred_backend>);
+
+/// MPI as a device communicator of the deferred backend's buffers (see the file comment): its
+/// blocking collectives read the buffers as they are (the executor waits for the queue first),
+/// and gradient buckets start after the queue by `start_all_reduce(data, op, stream)`. Control
+/// traffic goes over the same MPI communicator (`bootstrap()`).
+class stream_communicator : public mpi_communicator {
+public:
+  static constexpr bool device_buffers = true;
+  using mpi_communicator::mpi_communicator;
+
+  [[nodiscard]] mpi_communicator& bootstrap() noexcept { return *this; }
+
+  /// Runs the stream's queued work (the device would wait for it on the communication stream),
+  /// then starts the all-reduce. There is no two-argument form: an unordered start would not
+  /// compile here.
+  template <class T>
+  [[nodiscard]] request start_all_reduce(std::span<T> data, reduce_op op,
+                                         deferred_backend::stream_handle after) {
+    ++after.q->stream_waits;
+    after.q->run();
+    return mpi_communicator::start_all_reduce(data, op);
+  }
+};
+
+} // namespace hspmd::test
