@@ -73,6 +73,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-seconds", so.search.max_seconds, "A* time budget per search")
       ->capture_default_str();
+  std::string precision = "f32";
+  app.add_option("--precision", precision,
+                 "the run's precision: bf16 or f16 prices GEMMs at each device's bf16_speed "
+                 "(mixed precision, --precision of the trainer)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--json", json_out, "write the synthesized plan as JSON to this file");
   app.add_flag("--explain", explain,
                "print the plan as a table (ops, placements, collectives, "
@@ -83,6 +89,9 @@ int main(int argc, char** argv) {
   try {
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one
                                     : hspmd::synth::segment_policy::batch_and_model;
+    so.gemm_type = precision == "bf16"  ? hspmd::dtype::bf16
+                   : precision == "f16" ? hspmd::dtype::f16
+                                        : hspmd::dtype::f32;
     const hspmd::cluster c = hspmd::load_cluster(cluster_file);
     const auto t0 = std::chrono::steady_clock::now();
     hspmd::graph::graph g;
@@ -139,7 +148,8 @@ int main(int argc, char** argv) {
         }
       }
     std::printf("(speedup: the baseline's predicted step time over synth's)\n");
-    const hspmd::synth::cost_model m(g, c, hspmd::synth::segment_map(g, so.segments));
+    const hspmd::synth::cost_model m(g, c, hspmd::synth::segment_map(g, so.segments), std::nullopt,
+                                     so.gemm_type);
     if (explain)
       std::cout << "\n" << hspmd::synth::explain(plan, m);
     if (!json_out.empty()) {

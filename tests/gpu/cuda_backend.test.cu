@@ -1,7 +1,8 @@
 // The CUDA backend against the host backend, call by call: zeroed buffers and copies, kernel
 // functors through the grid-stride launcher (GELU forward and backward, dropout masks drawn by
 // the same Philox functor, which must equal the host's bit for bit), cuBLAS GEMMs for every
-// transpose pair, padded leading dimensions and batches in f32 and f64, event timing, the caching
+// transpose pair, padded leading dimensions and batches in f32 and f64, bf16 and f16 GEMMs against
+// the host's GEMM of rounded operands, event timing, the caching
 // allocator's counters, the error for a device that does not exist; then an MLP trained by the
 // executor and Adam with clipping on the device against the same on the host.
 //
@@ -10,11 +11,12 @@
 
 #include <hspmd/exec/backends/cuda.cuh>
 #include <hspmd/exec/backends/host.hpp>
-#include <hspmd/exec/kernels/activation.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/kernels/activation.hpp>
 #include <hspmd/exec/kernels/elementwise.hpp>
 #include <hspmd/exec/kernels/normalization.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/precision.hpp>
 #include <hspmd/models/mlp.hpp>
 
 #include <cuda_runtime.h>
@@ -77,9 +79,9 @@ void gelu_matches_host(hspmd::exec::cuda_backend& gpu) {
   const auto dy = random_values<T>(n, 3);
   std::vector<T> y_host(n), dx_host(n, T{0});
   for_each_index(host, n, map_forward<gelu_math<T>, T>{{}, x.data(), y_host.data()});
-  for_each_index(host, n,
-                 map_backward<gelu_math<T>, T>{{}, x.data(), y_host.data(), dy.data(),
-                                               dx_host.data()});
+  for_each_index(
+      host, n,
+      map_backward<gelu_math<T>, T>{{}, x.data(), y_host.data(), dy.data(), dx_host.data()});
   auto xd = gpu.allocate<T>(n), yd = gpu.allocate<T>(n), dyd = gpu.allocate<T>(n),
        dxd = gpu.allocate<T>(n);
   gpu.copy_from_host(xd.data(), x.data(), n);
@@ -111,9 +113,9 @@ void dropout_masks_equal_host(hspmd::exec::cuda_backend& gpu) {
   const std::uint64_t threshold = 1288490189; // ceil(0.3 * 2^32)
   const float keep = 1.0F / 0.7F;
   std::vector<float> mask_host(n), out_host(n);
-  for_each_index(host, blocks,
-                 dropout_aligned<float>{key, 5, threshold, keep, x.data(), mask_host.data(),
-                                        out_host.data()});
+  for_each_index(
+      host, blocks,
+      dropout_aligned<float>{key, 5, threshold, keep, x.data(), mask_host.data(), out_host.data()});
   auto xd = gpu.allocate<float>(n), md = gpu.allocate<float>(n), od = gpu.allocate<float>(n);
   gpu.copy_from_host(xd.data(), x.data(), n);
   for_each_index(gpu, blocks,
@@ -162,10 +164,49 @@ void gemm_matches_host(hspmd::exec::cuda_backend& gpu) {
       const std::string what = std::string(sizeof(T) == 4 ? "f32" : "f64") + " gemm " +
                                (ta == transpose::yes ? "T" : "N") +
                                (tb == transpose::yes ? "T" : "N");
-      check(worst <= tol, what + " strided-batched equals the host (worst " +
-                              std::to_string(worst) + ")");
+      check(worst <= tol,
+            what + " strided-batched equals the host (worst " + std::to_string(worst) + ")");
       check(worst_one <= tol, what + " equals the host (worst " + std::to_string(worst_one) + ")");
     }
+}
+
+// 16-bit GEMMs: the device's native bf16/f16 GEMM (cuBLAS, float accumulation) against the host's
+// float GEMM of the rounded operands (exec/precision.hpp): equal up to the order of the sums
+// (the products are exact), for every transpose pair, padding and batches.
+void gemm_16_matches_host(hspmd::exec::cuda_backend& gpu) {
+  using namespace hspmd::exec;
+  host_backend host;
+  for (const precision p : {precision::bf16, precision::f16})
+    for (const transpose ta : {transpose::no, transpose::yes})
+      for (const transpose tb : {transpose::no, transpose::yes}) {
+        const std::size_t m = 37, n = 53, k = 129, batch = 3;
+        const std::size_t lda = (ta == transpose::no ? k : m) + 3;
+        const std::size_t ldb = (tb == transpose::no ? n : k) + 1;
+        const std::size_t sa = (ta == transpose::no ? m : k) * lda;
+        const std::size_t sb = (tb == transpose::no ? k : n) * ldb;
+        const auto a = random_values<float>(batch * sa, 8);
+        const auto b = random_values<float>(batch * sb, 9);
+        std::vector<float> want(batch * m * n, 0.0F);
+        gemm_strided_batched_in(host, p, ta, tb, m, n, k, 1.0F, a.data(), lda, sa, b.data(), ldb,
+                                sb, 0.0F, want.data(), n, m * n, batch);
+        auto ad = gpu.allocate<float>(a.size()), bd = gpu.allocate<float>(b.size()),
+             cd = gpu.allocate<float>(want.size());
+        gpu.copy_from_host(ad.data(), a.data(), a.size());
+        gpu.copy_from_host(bd.data(), b.data(), b.size());
+        gemm_strided_batched_in(gpu, p, ta, tb, m, n, k, 1.0F, ad.data(), lda, sa, bd.data(), ldb,
+                                sb, 0.0F, cd.data(), n, m * n, batch);
+        const auto got = to_host(gpu, cd.data(), want.size());
+        double worst = 0, scale = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          worst = std::max(worst, std::abs(static_cast<double>(got[i] - want[i])));
+          scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+        }
+        check(worst <= 1e-5 * scale, std::string(name(p)) + " gemm " +
+                                         (ta == transpose::yes ? "T" : "N") +
+                                         (tb == transpose::yes ? "T" : "N") +
+                                         " equals the host's of rounded operands (worst " +
+                                         std::to_string(worst / scale) + " relative)");
+      }
 }
 
 // Row functors with 16 threads a row on the device against one thread a row on the host: an
@@ -190,11 +231,10 @@ void rows_match_host(hspmd::exec::cuda_backend& gpu) {
     gpu.copy_from_host(xd.data(), x.data(), x.size());
     gpu.copy_from_host(gd.data(), gamma.data(), len);
     gpu.copy_from_host(bd.data(), beta.data(), len);
-    for_each_row(gpu, rows,
-                 layer_norm_row<float>{xd.data(), gd.data(), bd.data(), yd.data(), sd.data(), len,
-                                       1e-5F});
-    for_each_row(gpu, rows,
-                 softmax_row<float, false>{xd.data(), softd.data(), len, true, len, 0});
+    for_each_row(
+        gpu, rows,
+        layer_norm_row<float>{xd.data(), gd.data(), bd.data(), yd.data(), sd.data(), len, 1e-5F});
+    for_each_row(gpu, rows, softmax_row<float, false>{xd.data(), softd.data(), len, true, len, 0});
     const auto y = to_host(gpu, yd.data(), x.size());
     const auto saved = to_host(gpu, sd.data(), 2 * rows);
     const auto soft = to_host(gpu, softd.data(), x.size());
@@ -217,11 +257,11 @@ void empty_products(hspmd::exec::cuda_backend& gpu) {
   const std::vector<float> c0{1, 2, 3, 4, 5, 6};
   auto cd = gpu.allocate<float>(6);
   gpu.copy_from_host(cd.data(), c0.data(), 6);
-  gpu.gemm(transpose::no, transpose::no, 2, 3, 0, 1.0F, cd.data(), 0, cd.data(), 3, 2.0F,
-           cd.data(), 3);
+  gpu.gemm(transpose::no, transpose::no, 2, 3, 0, 1.0F, cd.data(), 0, cd.data(), 3, 2.0F, cd.data(),
+           3);
   check(to_host(gpu, cd.data(), 6) == std::vector<float>{2, 4, 6, 8, 10, 12}, "k = 0: C = beta C");
-  gpu.gemm_strided_batched(transpose::no, transpose::no, 1, 3, 0, 1.0F, cd.data(), 0, 0,
-                           cd.data(), 3, 0, 0.0F, cd.data(), 3, 3, 2);
+  gpu.gemm_strided_batched(transpose::no, transpose::no, 1, 3, 0, 1.0F, cd.data(), 0, 0, cd.data(),
+                           3, 0, 0.0F, cd.data(), 3, 3, 2);
   check(to_host(gpu, cd.data(), 6) == std::vector<float>(6, 0.0F), "k = 0, beta 0: zeros");
 }
 
@@ -302,6 +342,7 @@ int main() {
     dropout_masks_equal_host(gpu);
     gemm_matches_host<float>(gpu);
     gemm_matches_host<double>(gpu);
+    gemm_16_matches_host(gpu);
     rows_match_host(gpu);
     empty_products(gpu);
     timing_and_memory(gpu);

@@ -5,12 +5,7 @@
 // that may still read it (a stream-ordered allocator). Code that reads a buffer without waiting
 // for the work that writes it -- or hands it to a collective without ordering the two -- sees
 // stale values here and fails the equivalence tests, as it would on a device.
-//
-// `stream_communicator` is the matching device communicator over MPI: it reads the backend's
-// buffers directly and starts a non-blocking all-reduce after the queued work of the stream it
-// is given (exec/distributed.hpp's stream-ordered gradient buckets), like NCCL's
-// `start_all_reduce(data, op, stream)`.
-#include <hspmd/comm/mpi/communicator.hpp>
+// (The matching device communicator over MPI: stream_communicator.hpp.)
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 
@@ -18,7 +13,6 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -142,28 +136,5 @@ private:
 };
 static_assert(hspmd::exec::backend<deferred_backend>);
 static_assert(!hspmd::exec::host_memory_v<deferred_backend>);
-
-/// MPI as a device communicator of the deferred backend's buffers (see the file comment): its
-/// blocking collectives read the buffers as they are (the executor waits for the queue first),
-/// and gradient buckets start after the queue by `start_all_reduce(data, op, stream)`. Control
-/// traffic goes over the same MPI communicator (`bootstrap()`).
-class stream_communicator : public mpi_communicator {
-public:
-  static constexpr bool device_buffers = true;
-  using mpi_communicator::mpi_communicator;
-
-  [[nodiscard]] mpi_communicator& bootstrap() noexcept { return *this; }
-
-  /// Runs the stream's queued work (the device would wait for it on the communication stream),
-  /// then starts the all-reduce. There is no two-argument form: an unordered start would not
-  /// compile here.
-  template <class T>
-  [[nodiscard]] request start_all_reduce(std::span<T> data, reduce_op op,
-                                         deferred_backend::stream_handle after) {
-    ++after.q->stream_waits;
-    after.q->run();
-    return mpi_communicator::start_all_reduce(data, op);
-  }
-};
 
 } // namespace hspmd::test

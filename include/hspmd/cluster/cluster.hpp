@@ -23,6 +23,14 @@ struct device_spec {
   std::uint64_t memory = 0; ///< bytes usable for parameters, optimizer state and activations
   std::int64_t node = 0;    ///< devices with the same node id talk over the intra-node link
   double slowdown = 1.0;    ///< emulation only: compute is stretched by this factor (>= 1)
+  /// Sustained flop/s of GEMMs with 16-bit operands and float accumulation (tensor cores), what
+  /// a bf16 or f16 run's matrix products get; 0: none faster than `speed` (a CPU).
+  double bf16_speed = 0.0;
+
+  /// The rate of GEMM-class work: `bf16_speed` in a 16-bit run where the device has one.
+  [[nodiscard]] double gemm_speed(bool sixteen_bit) const noexcept {
+    return sixteen_bit && bf16_speed > 0.0 ? bf16_speed : speed;
+  }
 
   friend bool operator==(const device_spec&, const device_spec&) = default;
 };

@@ -201,9 +201,9 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
   const nlohmann::json doc =
       io::parse_json_strict(text, src, std::string(detail::cluster_file_expected));
   io::expect_object(src, doc, "", detail::cluster_file_expected);
-  io::reject_unknown_keys(src, doc, "",
-                          {"version", "name", "description", "links", "devices", "collectives",
-                           "overlap"});
+  io::reject_unknown_keys(
+      src, doc, "",
+      {"version", "name", "description", "links", "devices", "collectives", "overlap"});
 
   cluster c;
   c.source = source;
@@ -220,7 +220,8 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
 
   // Devices. An entry with "count": N stands for N identical devices named NAME.0 .. NAME.N-1.
   constexpr std::string_view devices_expected =
-      "an array of device objects {name, kind, speed, memory, node, slowdown, count}";
+      "an array of device objects {name, kind, speed, bf16_speed, memory, node, slowdown, "
+      "count}";
   const auto& devs = io::expect_array(
       src, io::require_key(src, doc, "", "devices", devices_expected), "devices", devices_expected);
   if (devs.empty())
@@ -229,8 +230,9 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
   for (std::size_t i = 0; i < devs.size(); ++i) {
     const std::string path = json_child("devices", i);
     const auto& d = io::expect_object(src, devs[i], path, devices_expected);
-    io::reject_unknown_keys(src, d, path,
-                            {"name", "kind", "speed", "memory", "node", "slowdown", "count"});
+    io::reject_unknown_keys(
+        src, d, path,
+        {"name", "kind", "speed", "bf16_speed", "memory", "node", "slowdown", "count"});
     device_spec dev;
     constexpr std::string_view name_expected =
         "a unique name of letters, digits, '.', '_' or '-', at most 64 characters";
@@ -243,6 +245,12 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
     dev.speed = io::read_number(src, io::require_key(src, d, path, "speed", speed_expected),
                                 json_child(path, "speed"),
                                 {0.0, true, cluster_limits::max_speed, false, speed_expected});
+    if (d.contains("bf16_speed"))
+      dev.bf16_speed = io::read_number(
+          src, d["bf16_speed"], json_child(path, "bf16_speed"),
+          {0.0, true, cluster_limits::max_speed, false,
+           "flop/s > 0 of GEMMs with bf16/f16 operands, e.g. 9.9e14 for an H100; leave it out "
+           "for a device without a faster 16-bit path"});
     dev.memory = detail::read_memory(
         src, io::require_key(src, d, path, "memory", "bytes, or a string such as \"16 GiB\""),
         json_child(path, "memory"));
@@ -325,13 +333,16 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
   if (c.inter_node)
     j["links"]["inter_node"] = link(*c.inter_node);
   j["devices"] = nlohmann::json::array();
-  for (const auto& d : c.devices)
+  for (const auto& d : c.devices) {
     j["devices"].push_back({{"name", d.name},
                             {"kind", d.kind},
                             {"speed", d.speed},
                             {"memory", d.memory},
                             {"node", d.node},
                             {"slowdown", d.slowdown}});
+    if (d.bf16_speed > 0.0)
+      j["devices"].back()["bf16_speed"] = d.bf16_speed;
+  }
   if (c.overlap != 0.0)
     j["overlap"] = c.overlap;
   for (const auto& e : c.collective_costs) {

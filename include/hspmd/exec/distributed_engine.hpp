@@ -47,6 +47,8 @@ public:
   }
   void set_step(std::size_t s) override { dx_.set_step(s); }
   void set_training(bool on) override { dx_.set_training(on); }
+  void set_precision(exec::precision p) override { dx_.local().set_precision(p); }
+  void set_loss_scale(double scale) override { dx_.local().set_loss_scale(scale); }
   double forward() override { return static_cast<double>(dx_.forward()); }
   void backward() override { dx_.backward(); }
   void accumulate(std::size_t micro, std::size_t count) override {

@@ -121,6 +121,10 @@ public:
   [[nodiscard]] virtual std::optional<memory_stats> memory() const { return std::nullopt; }
   virtual void set_step(std::size_t s) = 0;
   virtual void set_training(bool on) = 0;
+  /// Mixed precision (exec/precision.hpp), before the first forward.
+  virtual void set_precision(exec::precision p) = 0;
+  /// The backward's seed (f16's dynamic loss scale): gradients come out multiplied by it.
+  virtual void set_loss_scale(double scale) = 0;
   virtual double forward() = 0;
   virtual void backward() = 0;
   /// After micro-batch `micro` of `count` (count > 1): see gradient_accumulator::add.
@@ -171,6 +175,8 @@ public:
   std::optional<memory_stats> memory() const override { return detail::memory_of(ex_.backend()); }
   void set_step(std::size_t s) override { ex_.set_step(s); }
   void set_training(bool on) override { ex_.set_training(on); }
+  void set_precision(exec::precision p) override { ex_.set_precision(p); }
+  void set_loss_scale(double scale) override { ex_.set_loss_scale(scale); }
   double forward() override { return static_cast<double>(ex_.forward()); }
   void backward() override { ex_.backward(); }
   void accumulate(std::size_t micro, std::size_t count) override { acc_.add(ex_, micro, count); }

@@ -24,6 +24,7 @@
 #include <hspmd/graph/ops.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -97,6 +99,28 @@ public:
   /// Training (dropout active) or evaluation (dropout is the identity).
   void set_training(bool on) noexcept { state_.training = on; }
 
+  /// Mixed precision (exec/precision.hpp): under bf16 or f16 every activation and activation
+  /// gradient is stored rounded to the 16-bit type and GEMM operands are rounded, while
+  /// parameters, their gradients and the loss stay in float. Only an executor of float takes a
+  /// 16-bit precision.
+  void set_precision(exec::precision p) {
+    if (p != exec::precision::f32 && !std::is_same_v<T, float>)
+      throw config_error("precision " + std::string(name(p)),
+                         "needs an executor of float (16-bit storage with float master weights)",
+                         "train in float, or give precision f32");
+    state_.precision = p;
+  }
+  [[nodiscard]] exec::precision precision() const noexcept { return state_.precision; }
+  /// The backward's seed, d loss / d loss (dynamic loss scaling for f16, exec/loss_scale.hpp):
+  /// every gradient comes out multiplied by it; the optimizer divides it out.
+  void set_loss_scale(double scale) {
+    if (!(scale > 0.0) || !std::isfinite(scale))
+      throw config_error("loss scale", std::to_string(scale) + " is not a finite value > 0",
+                         "give a positive scale (exec::dynamic_loss_scale keeps one)");
+    loss_scale_ = scale;
+  }
+  [[nodiscard]] double loss_scale() const noexcept { return loss_scale_; }
+
   /// Feeds a floating-point input node by name.
   void set_input(std::string_view name, std::span<const T> data) {
     const graph::node_id id = input(name, false);
@@ -141,7 +165,7 @@ public:
     for (graph::node_id i = 0; i < g_.size(); ++i)
       if (!pooled_[i])
         fill(backend_, s_.grads[i].data(), s_.grads[i].size(), T{});
-    fill(backend_, s_.grads[*g_.loss()].data(), 1, T{1});
+    fill(backend_, s_.grads[*g_.loss()].data(), 1, static_cast<T>(loss_scale_));
   }
   /// One node's backward: adds its inputs' gradients (after `begin_backward`, in reverse order).
   void backward_node(graph::node_id i) {
@@ -212,9 +236,7 @@ public:
   }
 
   [[nodiscard]] std::span<T> value(graph::node_id id) { return s_.value_views.at(id); }
-  [[nodiscard]] std::span<const T> value(graph::node_id id) const {
-    return s_.value_views.at(id);
-  }
+  [[nodiscard]] std::span<const T> value(graph::node_id id) const { return s_.value_views.at(id); }
   /// A copy of node `id`'s value in host memory (through the backend: any backend).
   [[nodiscard]] std::vector<T> value_to_host(graph::node_id id) {
     return to_host(std::span<const T>(s_.value_views.at(id)));
@@ -259,14 +281,13 @@ private:
   // value for as long as the input's own.
   [[nodiscard]] bool is_view(const graph::node& node) const {
     return node.kind == graph::op::reshape && node.inputs.size() == 1 &&
-           g_[node.inputs[0]].type == node.type &&
-           g_[node.inputs[0]].out.size() >= node.out.size();
+           g_[node.inputs[0]].type == node.type && g_[node.inputs[0]].out.size() >= node.out.size();
   }
 
   // Node i's buffer of n elements; a device out of memory is reported with the node it was for.
   template <class E>
   [[nodiscard]] typename B::template buffer<E> allocate_for(graph::node_id i, std::size_t n,
-                                                           const char* what) {
+                                                            const char* what) {
     try {
       return backend_.template allocate<E>(n);
     } catch (const device_error& e) {
@@ -311,6 +332,8 @@ private:
     kernel_context<T, B> c(backend_, g_, i, s_, state);
     try {
       run_kernel(c, backward);
+      if (state_.precision != exec::precision::f32)
+        store_rounded(i, backward);
     } catch (const device_error& e) {
       const graph::node& n = g_[i];
       throw device_error(e.device(), e.call(),
@@ -318,6 +341,29 @@ private:
                              " of graph node \"" + n.name + "\" (" +
                              std::string(graph::name(n.kind)) + ", " + n.out.to_string() + ")",
                          e.fix());
+    }
+  }
+
+  // Under a 16-bit precision, what node i's kernel stored is rounded to the 16-bit type: its
+  // value (forward; not a parameter's, the loss's or a view's) or the gradients it added to its
+  // inputs (backward; not a parameter's).
+  void store_rounded(graph::node_id i, bool backward) {
+    const graph::node& n = g_[i];
+    const exec::precision p = state_.precision;
+    const auto activation = [&](const graph::node& m) {
+      return m.type != dtype::i64 && m.kind != graph::op::parameter;
+    };
+    if (!backward) {
+      if (activation(n) && n.kind != graph::op::input && i != *g_.loss() && !is_view(n))
+        round_in_place(backend_, p, s_.value_views[i].data(), s_.value_views[i].size());
+      return;
+    }
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+      const graph::node_id j = n.inputs[k];
+      const auto here = n.inputs.begin() + static_cast<std::ptrdiff_t>(k);
+      if (!activation(g_[j]) || std::find(n.inputs.begin(), here, j) != here) // counted once
+        continue;
+      round_in_place(backend_, p, s_.grads[j].data(), s_.grads[j].size());
     }
   }
 
@@ -341,6 +387,7 @@ private:
   node_storage<T, B> s_;
   typename kernel_context<T, B>::row_reduce_fn row_reduce_;
   typename kernel_context<T, B>::run_state state_;
+  double loss_scale_ = 1.0;
   op_profiler profiler_;
   std::vector<buffer<T>> own_grad_; // nodes with a gradient buffer of their own
   buffer<T> pool_;                  // shared gradient buffers (reuse_gradient_buffers)

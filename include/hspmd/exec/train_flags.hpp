@@ -68,6 +68,18 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
                  "host, cuda (a GPU per process; the program links hspmd::cuda) or auto (GPUs "
                  "when every process has one, else the host)")
       ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--precision",
+         [&o](const std::string& v) {
+           const auto p = parse_precision(v);
+           if (!p)
+             throw CLI::ValidationError("--precision",
+                                        v + " is not f32, bf16 or f16 (give one of them)");
+           o.precision = *p;
+         },
+         "f32 (default); bf16: activations and GEMM operands in bfloat16, master weights in "
+         "float; f16: the same in binary16 with dynamic loss scaling")
+      ->default_str("f32");
   app.add_option("--cluster", o.cluster,
                  "train on every rank of an MPI job (mpirun -np N, one rank per device of this "
                  "cluster file); one process when absent");

@@ -32,6 +32,7 @@
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/batch_sink.hpp>
+#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
 
 #include <cmath>
@@ -114,6 +115,11 @@ struct train_options {
   /// cluster one per rank, collectives over NCCL); "auto": a linked device engine that finds a
   /// device (on every rank), else the host.
   std::string device = "host";
+  /// Mixed precision (exec/precision.hpp): f32; bf16 (activations and GEMM operands in
+  /// bfloat16, master weights and reductions in float); f16 (the same in binary16, with dynamic
+  /// loss scaling: a step whose gradients overflow is skipped and the scale halved). Float
+  /// models only.
+  exec::precision precision = exec::precision::f32;
 
   std::string cluster; ///< cluster file: train on every rank of an MPI job; empty: one process
   std::optional<hspmd::cluster> cluster_spec; ///< a cluster already read (instead of the file)
@@ -167,6 +173,8 @@ struct train_result {
   std::vector<double> step_seconds; ///< per step, slowest rank
   std::vector<eval_report> evals;
   double predicted_step_seconds = 0.0; ///< the plan's prediction (distributed runs)
+  std::size_t skipped_steps = 0;       ///< f16: steps whose gradients overflowed (not applied)
+  double loss_scale = 1.0;             ///< f16: the dynamic loss scale after the last step
 
   /// Median step time without the first (warm-up) step.
   [[nodiscard]] double median_step_seconds() const {

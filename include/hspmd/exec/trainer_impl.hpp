@@ -11,6 +11,7 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/loss_scale.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
@@ -179,6 +180,10 @@ private:
     if (!(o_.lr.peak > 0.0) || o_.lr.floor < 0.0 || o_.lr.floor > o_.lr.peak)
       throw config_error("learning rate " + std::to_string(o_.lr.peak),
                          "needs 0 < lr and 0 <= floor <= lr", "give a positive learning rate");
+    if (o_.precision != exec::precision::f32 && !std::is_same_v<T, float>)
+      throw config_error("precision " + std::string(name(o_.precision)),
+                         "needs a model of float (16-bit activations, float master weights)",
+                         "give precision f32, or trace the model in float");
     if (!distributed())
       for (const auto& [flag, set] :
            {std::pair<std::string, bool>{"plan " + o_.plan, !o_.plan.empty()},
@@ -197,6 +202,7 @@ private:
       write_file(o_.save_graph, graph::to_json(g_).dump(1));
     engine_ = make_single_engine();
     engine_->set_profiling(o_.profile);
+    engine_->set_precision(o_.precision);
     if (o_.out != nullptr) {
       describe(*o_.out, engine_->device());
       if (o_.print_graph)
@@ -294,6 +300,9 @@ private:
     if (is_root && !o_.save_graph.empty())
       write_file(o_.save_graph, graph::to_json(g_).dump(1));
     synth::synth_options so;
+    so.gemm_type = o_.precision == exec::precision::bf16  ? dtype::bf16
+                   : o_.precision == exec::precision::f16 ? dtype::f16
+                                                          : dtype::f32;
     if (o_.calibrate) {
       const auto c0 = std::chrono::steady_clock::now();
       profile_options po;
@@ -317,6 +326,7 @@ private:
       }
     }
     const auto* device_entry = distributed_device(comm);
+    agree_on_precision(comm);
     const std::string which = o_.plan.empty() ? "synth" : o_.plan;
     const auto t0 = std::chrono::steady_clock::now();
     if (which == "synth")
@@ -346,9 +356,9 @@ private:
       if (o_.print_graph)
         graph::print(out, g_);
       if (o_.explain)
-        out << synth::explain(
-            *plan_,
-            synth::cost_model(g_, cluster_, synth::segment_map(g_, plan_->segments), so.profile));
+        out << synth::explain(*plan_, synth::cost_model(g_, cluster_,
+                                                        synth::segment_map(g_, plan_->segments),
+                                                        so.profile, so.gemm_type));
     }
     std::unique_ptr<rank_engine<T, Optimizer>> e;
     if (device_entry == nullptr)
@@ -360,6 +370,7 @@ private:
     if (o_.bucket_mb > 0.0)
       e->set_bucket_bytes(static_cast<std::size_t>(o_.bucket_mb * 1024.0 * 1024.0));
     e->set_profiling(o_.profile);
+    e->set_precision(o_.precision);
     if (is_root && o_.out != nullptr)
       print(*o_.out,
             "gradients: %.2f MiB on rank 0 in shared buffers (%.2f MiB with one per tensor "
@@ -406,6 +417,23 @@ private:
   }
 #endif
 
+#if defined(HSPMD_HAS_MPI)
+  // Every rank trains in the same precision (a rank in another would compute other numbers
+  // silently). Collective.
+  void agree_on_precision(mpi_communicator& comm) const {
+    const auto mine = static_cast<std::int64_t>(o_.precision);
+    const std::int64_t lo = comm.all_reduce(mine, reduce_op::min);
+    const std::int64_t hi = comm.all_reduce(mine, reduce_op::max);
+    if (lo != hi)
+      throw config_error(
+          "precision",
+          "differs between ranks: " + std::string(name(static_cast<exec::precision>(lo))) +
+              " on some, " + std::string(name(static_cast<exec::precision>(hi))) +
+              " on others (this rank: " + std::string(name(o_.precision)) + ")",
+          "give every rank the same --precision");
+  }
+#endif
+
   static void print(std::ostream& out, const char* format, ...) HSPMD_PRINTF_FORMAT(2, 3) {
     char line[512];
     va_list args;
@@ -434,6 +462,12 @@ private:
           o_.name.c_str(), params, g_.size(), (cost.forward_flops + cost.backward_flops) / 1e9,
           o_.batch, cost.forward_flops / 1e9, cost.backward_flops / 1e9, o_.accumulate,
           o_.accumulate == 1 ? "" : "es", device.c_str());
+    if (o_.precision != exec::precision::f32)
+      print(out,
+            "precision %s: activations and GEMM operands in 16 bits, master weights, their "
+            "gradients and reductions in float%s\n",
+            std::string(name(o_.precision)).c_str(),
+            o_.precision == exec::precision::f16 ? ", dynamic loss scaling" : "");
   }
 
   // The loop (see the file comment); every rank runs it in step.
@@ -460,12 +494,19 @@ private:
     const std::size_t every =
         o_.log_every > 0 ? o_.log_every : std::max<std::size_t>(1, o_.steps / 20);
     double elapsed = 0.0;
+    // f16: gradients are computed scaled (exec/loss_scale.hpp); every rank sees the same
+    // all-reduced norm, so all skip the same steps.
+    std::optional<dynamic_loss_scale> loss_scale;
+    if (o_.precision == exec::precision::f16)
+      loss_scale.emplace();
     for (std::size_t s = 0; s < o_.steps; ++s) {
       e.barrier();
       const auto start = clock::now();
       auto fed = start;
       const double lr = o_.lr.at(s, o_.steps);
       opt_.lr = lr;
+      if (loss_scale)
+        e.set_loss_scale(loss_scale->scale());
       double loss = 0.0;
       for (std::size_t m = 0; m < o_.accumulate; ++m) {
         e.set_step(s * o_.accumulate + m); // before the feed: input checks name the step
@@ -478,10 +519,15 @@ private:
           e.accumulate(m, o_.accumulate);
       }
       loss /= static_cast<double>(o_.accumulate);
-      // Clipping is fused into the optimizer's pass: the norm's one reduction, then the factor.
-      const double norm = e.grad_norm();
-      const double scale = clip_scale(norm, o_.clip);
-      e.step(opt_, scale);
+      // Clipping is fused into the optimizer's pass: the norm's one reduction, then the factor
+      // (with f16's loss scale divided out).
+      const double unscale = loss_scale ? 1.0 / loss_scale->scale() : 1.0;
+      const double norm = e.grad_norm() * unscale;
+      const bool apply = !loss_scale || loss_scale->update(!std::isfinite(norm));
+      if (apply)
+        e.step(opt_, clip_scale(norm, o_.clip) * unscale);
+      else
+        ++r.skipped_steps;
       const auto done = clock::now();
       e.step_span(s, start, fed, done, loss);
       const double seconds = e.slowest(std::chrono::duration<double>(done - start).count());
@@ -492,6 +538,11 @@ private:
       if (metrics.is_open()) {
         nlohmann::json j{
             {"step", s + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"seconds", seconds}};
+        if (loss_scale) {
+          j["loss_scale"] = loss_scale->scale();
+          if (!apply)
+            j["skipped"] = true;
+        }
         if (const auto m = e.memory()) { // a device's allocator: flat after the second step
           j["allocated_bytes"] = m->allocated_bytes;
           j["reserved_bytes"] = m->reserved_bytes;
@@ -519,6 +570,8 @@ private:
     if (dist != nullptr && !o_.trace.empty())
       write_trace(*dist);
 #endif
+    if (loss_scale)
+      r.loss_scale = loss_scale->scale();
     if (out != nullptr && !r.losses.empty()) {
       summary(*out, r);
       if (const auto m = e.memory())
@@ -635,6 +688,9 @@ private:
             (cost.forward_flops + cost.backward_flops) * static_cast<double>(o_.accumulate) /
                 median / 1e9);
     out << "\n";
+    if (o_.precision == exec::precision::f16)
+      print(out, "f16: %zu of %zu steps skipped (gradients overflowed); loss scale now %g\n",
+            r.skipped_steps, r.losses.size(), r.loss_scale);
     out.flush();
   }
 

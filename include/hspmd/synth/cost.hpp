@@ -195,10 +195,13 @@ struct compute_profile {
 class cost_model {
 public:
   /// `profile`: measured compute times of `g` (see `compute_profile`); FLOPs / speed without.
+  /// `gemm_type`: bf16 or f16 prices GEMM-class ops (matmul, linear, batched matmul, conv2d) at
+  /// each device's `bf16_speed` where it has one (mixed precision, exec/precision.hpp).
   cost_model(const graph::graph& g, const cluster& c, segment_map segments,
-             std::optional<compute_profile> profile = std::nullopt)
+             std::optional<compute_profile> profile = std::nullopt, dtype gemm_type = dtype::f32)
       : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()),
-        profile_(std::move(profile)) {
+        profile_(std::move(profile)),
+        sixteen_bit_(gemm_type == dtype::bf16 || gemm_type == dtype::f16) {
     if (profile_ && (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
                      !(profile_->optimizer_seconds_per_element >= 0.0) ||
                      !std::ranges::all_of(profile_->seconds, [](double x) { return x >= 0.0; })))
@@ -246,7 +249,14 @@ public:
     double flops = node_flops(id);
     if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
       flops += 4.0 * static_cast<double>((*g_)[(*g_)[id].inputs[0]].out.dims[0]);
-    return work(flops, r.split_work ? split_segment(id, r) : std::nullopt);
+    return work(flops, r.split_work ? split_segment(id, r) : std::nullopt,
+                sixteen_bit_ && is_gemm((*g_)[id].kind));
+  }
+
+  /// Ops whose work is a GEMM (a 16-bit run's tensor-core rate applies).
+  [[nodiscard]] static constexpr bool is_gemm(graph::op k) noexcept {
+    return k == graph::op::matmul || k == graph::op::linear || k == graph::op::batched_matmul ||
+           k == graph::op::conv2d;
   }
 
   /// Communication of the rule itself (a vocabulary-parallel cross-entropy all-reduces the
@@ -400,11 +410,13 @@ public:
   }
   [[nodiscard]] const std::optional<compute_profile>& profile() const noexcept { return profile_; }
 
-  /// The per-device linear cost of `flops` of work, split by segment `seg` or not at all.
-  [[nodiscard]] device_costs work(double flops, std::optional<std::size_t> seg) const {
+  /// The per-device linear cost of `flops` of work, split by segment `seg` or not at all;
+  /// `gemm16`: GEMM work of a 16-bit run (at the devices' bf16 rates).
+  [[nodiscard]] device_costs work(double flops, std::optional<std::size_t> seg,
+                                  bool gemm16 = false) const {
     device_costs c(devices());
     for (std::size_t d = 0; d < devices(); ++d) {
-      const double t = flops / cluster_->devices[d].speed;
+      const double t = flops / cluster_->devices[d].gemm_speed(gemm16);
       c[d] = seg ? linear_cost{0.0, {{*seg, t}}} : linear_cost{t, {}};
     }
     return c;
@@ -485,6 +497,7 @@ private:
   segment_map segments_;
   collective_cost_model collectives_;
   std::optional<compute_profile> profile_;
+  bool sixteen_bit_ = false;     // GEMMs at the devices' bf16 rates
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
 };
 

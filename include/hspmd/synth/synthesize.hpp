@@ -39,6 +39,8 @@ struct synth_options {
   bool solve_lp = true;       ///< false: keep the starting ratios
   /// Measured compute times of the graph (exec/profile.hpp); FLOPs / speed when absent.
   std::optional<compute_profile> profile;
+  /// bf16 or f16: a mixed-precision run, its GEMMs priced at the devices' `bf16_speed`.
+  dtype gemm_type = dtype::f32;
 };
 
 /// The baselines.
@@ -250,7 +252,7 @@ namespace detail {
 /// ratios.
 [[nodiscard]] inline plan synthesize(const graph::graph& g, const cluster& c,
                                      const synth_options& opt = {}, std::string model = "model") {
-  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile);
+  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
   ratio_table r = proportional_ratios(c, m.segments().count());
   plan best;
   bool have = false;
@@ -308,7 +310,7 @@ namespace detail {
 [[nodiscard]] inline plan make_baseline(const graph::graph& g, const cluster& c, baseline b,
                                         const synth_options& opt = {},
                                         std::string model = "model") {
-  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile);
+  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
   const segment_map& seg = m.segments();
   search_options so = opt.search;
   so.allow_sfb = false;

@@ -5,18 +5,19 @@
 // single process, as on the host (tests/support/equivalence.hpp). Plain BERT is covered by the
 // BERT-MoE model (its every second layer is a plain FFN).
 //
-// The deferred backend is asynchronous like a device's stream (tests/support/deferred_backend.hpp):
-// with it every plan must still wait for the kernels that write what it moves, staged over MPI
-// and with a device communicator whose gradient buckets start ordered after the stream's queue
-// (no host wait in the backward pass), as NCCL's do after the CUDA backend's stream.
+// The deferred backend is asynchronous like a device's stream (tests/support/deferred_backend.hpp,
+// stream_communicator.hpp): with it every plan must still wait for the kernels that write what it
+// moves, staged over MPI and with a device communicator whose gradient buckets start ordered after
+// the stream's queue (no host wait in the backward pass), as NCCL's do after the CUDA backend's
+// stream.
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/models/bert.hpp>
 #include <hspmd/models/zoo.hpp>
 
-#include "../../support/deferred_backend.hpp"
 #include "../../support/equivalence.hpp"
 #include "../../support/guarded_backend.hpp"
+#include "../../support/stream_communicator.hpp"
 
 #include <catch2/catch.hpp>
 

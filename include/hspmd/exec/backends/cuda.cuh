@@ -27,6 +27,7 @@
 #include <hspmd/exec/backends/device_launch.cuh>
 #include <hspmd/exec/caching_allocator.hpp>
 #include <hspmd/exec/column_major_gemm.hpp>
+#include <hspmd/exec/precision.hpp>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -238,6 +239,56 @@ public:
             &beta, c, data_type<T>(), detail::cublas_int(ldc, "ldc", dev),
             static_cast<long long>(stride_c), detail::cublas_int(batch, "batch", dev),
             compute_type<T>(), CUBLAS_GEMM_DEFAULT),
+        dev);
+  }
+
+  /// A float GEMM whose operands are in 16 bits (exec/precision.hpp): A and B are encoded as
+  /// bfloat16 (or binary16) on the stream and multiplied by cuBLAS with float accumulation into
+  /// the float C (tensor cores). Equal to the host's float GEMM of rounded operands up to the
+  /// order of the sums.
+  void gemm_16(precision p, transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
+               float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+               float beta, float* c, std::size_t ldc) {
+    gemm_strided_batched_16(p, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+  }
+  /// `batch` such GEMMs, operands `stride_*` elements apart.
+  void gemm_strided_batched_16(precision p, transpose ta, transpose tb, std::size_t m,
+                               std::size_t n, std::size_t k, float alpha, const float* a,
+                               std::size_t lda, std::size_t stride_a, const float* b,
+                               std::size_t ldb, std::size_t stride_b, float beta, float* c,
+                               std::size_t ldc, std::size_t stride_c, std::size_t batch) {
+    if (m == 0 || n == 0 || batch == 0)
+      return;
+    const int dev = current();
+    if (k == 0) {
+      for_each_index(batch * m * n, scale_block<float>{c, n, ldc, m, stride_c, beta});
+      return;
+    }
+    const bool at = ta == transpose::yes;
+    const bool bt = tb == transpose::yes;
+    const auto extent = [batch](std::size_t one, std::size_t stride) {
+      return (batch - 1) * stride + one;
+    };
+    const std::size_t na = extent(detail::operand_extent(at ? k : m, at ? m : k, lda), stride_a);
+    const std::size_t nb = extent(detail::operand_extent(bt ? n : k, bt ? k : n, ldb), stride_b);
+    auto ha = allocate<std::uint16_t>(na);
+    auto hb = allocate<std::uint16_t>(nb);
+    for_each_index(na, encode_16<float>{a, ha.data(), p});
+    for_each_index(nb, encode_16<float>{b, hb.data(), p});
+    const cudaDataType_t half = p == precision::f16 ? CUDA_R_16F : CUDA_R_16BF;
+    const auto g =
+        as_column_major(ta, tb, m, n, k, static_cast<const std::uint16_t*>(ha.data()), lda,
+                        stride_a, static_cast<const std::uint16_t*>(hb.data()), ldb, stride_b);
+    HSPMD_CUBLAS_CHECK(
+        cublasGemmStridedBatchedEx(
+            state_->blas, op(g.op_first), op(g.op_second), detail::cublas_int(g.m, "m", dev),
+            detail::cublas_int(g.n, "n", dev), detail::cublas_int(g.k, "k", dev), &alpha, g.first,
+            half, detail::cublas_int(g.ld_first, "lda", dev),
+            static_cast<long long>(g.stride_first), g.second, half,
+            detail::cublas_int(g.ld_second, "ldb", dev), static_cast<long long>(g.stride_second),
+            &beta, c, CUDA_R_32F, detail::cublas_int(ldc, "ldc", dev),
+            static_cast<long long>(stride_c), detail::cublas_int(batch, "batch", dev),
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         dev);
   }
 

@@ -16,6 +16,7 @@
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/layout.hpp>
+#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/signature.hpp>
 
@@ -37,9 +38,9 @@ template <class T, backend B>
 struct node_storage {
   template <class E>
   using buffer = typename B::template buffer<E>;
-  std::vector<buffer<T>> values;        ///< buffers of the nodes that own their value
+  std::vector<buffer<T>> values;         ///< buffers of the nodes that own their value
   std::vector<std::span<T>> value_views; ///< each node's value: its own buffer or its input's
-  std::vector<std::span<T>> grads; ///< a buffer of the node's own or a range of a shared one
+  std::vector<std::span<T>> grads;       ///< a buffer of the node's own or a range of a shared one
   std::vector<buffer<std::int64_t>> ids;
   std::vector<buffer<T>> saved;                 ///< state a forward keeps for its backward
   std::vector<buffer<std::size_t>> saved_index; ///< (max pooling: where each maximum came from)
@@ -59,6 +60,9 @@ public:
     std::uint64_t step = 0;
     bool training = true;
     const row_reduce_fn* row_reduce = nullptr;
+    /// What GEMM operands are rounded to (exec/precision.hpp); the executor rounds what kernels
+    /// store.
+    exec::precision precision = exec::precision::f32;
   };
 
   kernel_context(B& backend, const graph::graph& g, graph::node_id id, node_storage<T, B>& s,
@@ -141,6 +145,25 @@ private:
   node_storage<T, B>* s_;
   run_state state_;
 };
+
+/// A node's GEMM: on its backend, operands in the run's precision (exec/precision.hpp).
+template <class T, class B>
+void gemm(const kernel_context<T, B>& c, transpose ta, transpose tb, std::size_t m, std::size_t n,
+          std::size_t k, T alpha, const T* a, std::size_t lda, const T* bm, std::size_t ldb, T beta,
+          T* out, std::size_t ldc) {
+  gemm_in(c.backend(), c.state().precision, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, out,
+          ldc);
+}
+/// A node's batched GEMM, operands in the run's precision.
+template <class T, class B>
+void gemm_strided_batched(const kernel_context<T, B>& c, transpose ta, transpose tb, std::size_t m,
+                          std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+                          std::size_t stride_a, const T* bm, std::size_t ldb, std::size_t stride_b,
+                          T beta, T* out, std::size_t ldc, std::size_t stride_c,
+                          std::size_t batch) {
+  gemm_strided_batched_in(c.backend(), c.state().precision, ta, tb, m, n, k, alpha, a, lda,
+                          stride_a, bm, ldb, stride_b, beta, out, ldc, stride_c, batch);
+}
 
 /// The kernel pair of an op whose backward runs its forward's data movement in reverse:
 /// `Self::run(c, backward)` does both.

@@ -59,17 +59,17 @@ struct matmul_kernel {
     const bool bias = c.arity() == 3 && !c.skip_bias();
     if (bias)
       for_each_index(c.backend(), m, fill_row_bias<T>{c.in(2), c.out(), n});
-    gemm(c.backend(), transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n,
-         bias ? T{1} : T{0}, c.out(), n);
+    gemm(c, transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, bias ? T{1} : T{0},
+         c.out(), n);
   }
   // dX += dY W^T ; dW += X^T dY ; db += column sums of dY
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const auto [m, k, n] = dims_of(c);
-    gemm(c.backend(), transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, c.in(1), n, T{1},
-         c.din(0), k);
-    gemm(c.backend(), transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, T{1},
-         c.din(1), n);
+    gemm(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, c.in(1), n, T{1}, c.din(0),
+         k);
+    gemm(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, T{1}, c.din(1),
+         n);
     if (c.arity() == 3 && !c.skip_bias())
       for_each_index(c.backend(), column_blocks(n), bias_gradient<T>{c.dout(), c.din(2), m, n});
   }
@@ -97,23 +97,22 @@ struct kernel<graph::op::batched_matmul> {
   static void forward(kernel_context<T, B>& c) {
     const auto [batches, m, k, n] = dims_of(c);
     const bool bt = c.attrs().flag;
-    gemm_strided_batched(c.backend(), transpose::no, bt ? transpose::yes : transpose::no, m, n, k,
-                         T{1}, c.in(0), k, m * k, c.in(1), bt ? k : n, k * n, T{0}, c.out(), n,
-                         m * n, batches);
+    gemm_strided_batched(c, transpose::no, bt ? transpose::yes : transpose::no, m, n, k, T{1},
+                         c.in(0), k, m * k, c.in(1), bt ? k : n, k * n, T{0}, c.out(), n, m * n,
+                         batches);
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const auto [batches, m, k, n] = dims_of(c);
-    auto& be = c.backend();
     if (!c.attrs().flag) { // C = A B: dA += dC B^T (m x k), dB += A^T dC (k x n)
-      gemm_strided_batched(be, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, m * n,
+      gemm_strided_batched(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, m * n,
                            c.in(1), n, k * n, T{1}, c.din(0), k, m * k, batches);
-      gemm_strided_batched(be, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, m * k,
+      gemm_strided_batched(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, m * k,
                            c.dout(), n, m * n, T{1}, c.din(1), n, k * n, batches);
     } else { // C = A B^T, B is n x k: dA += dC B (m x k), dB += dC^T A (n x k)
-      gemm_strided_batched(be, transpose::no, transpose::no, m, k, n, T{1}, c.dout(), n, m * n,
+      gemm_strided_batched(c, transpose::no, transpose::no, m, k, n, T{1}, c.dout(), n, m * n,
                            c.in(1), k, k * n, T{1}, c.din(0), k, m * k, batches);
-      gemm_strided_batched(be, transpose::yes, transpose::no, n, k, m, T{1}, c.dout(), n, m * n,
+      gemm_strided_batched(c, transpose::yes, transpose::no, n, k, m, T{1}, c.dout(), n, m * n,
                            c.in(0), k, m * k, T{1}, c.din(1), k, k * n, batches);
     }
   }

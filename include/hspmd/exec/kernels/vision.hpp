@@ -123,16 +123,16 @@ struct kernel<graph::op::conv2d> : two_way_kernel<kernel<graph::op::conv2d>> {
       for_each_index(be, g.crs() * g.plane(), im2col<T>{c.in(0) + b * g.image(), col.data(), g});
       if (!backward) {
         T* y = c.out() + b * g.k * g.plane();
-        gemm(be, transpose::no, transpose::no, g.k, g.plane(), g.crs(), T{1}, c.in(1), g.crs(),
+        gemm(c, transpose::no, transpose::no, g.k, g.plane(), g.crs(), T{1}, c.in(1), g.crs(),
              col.data(), g.plane(), T{0}, y, g.plane());
         if (bias)
           for_each_index(be, g.k, add_channel_bias<T>{c.in(2), y, g.plane()});
         continue;
       }
       const T* dy = c.dout() + b * g.k * g.plane();
-      gemm(be, transpose::no, transpose::yes, g.k, g.crs(), g.plane(), T{1}, dy, g.plane(),
+      gemm(c, transpose::no, transpose::yes, g.k, g.crs(), g.plane(), T{1}, dy, g.plane(),
            col.data(), g.plane(), T{1}, c.din(1), g.crs());
-      gemm(be, transpose::yes, transpose::no, g.crs(), g.plane(), g.k, T{1}, c.in(1), g.crs(), dy,
+      gemm(c, transpose::yes, transpose::no, g.crs(), g.plane(), g.k, T{1}, c.in(1), g.crs(), dy,
            g.plane(), T{0}, dcol.data(), g.plane());
       for_each_index(be, g.image(), col2im<T>{dcol.data(), c.din(0) + b * g.image(), g});
       if (bias)
