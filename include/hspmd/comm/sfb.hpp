@@ -16,6 +16,7 @@
 #include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/core/hd.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -61,6 +62,26 @@ void sfb_weight_gradient(Comm& comm, std::span<const T> x, std::span<const T> dy
         dw[i * n + j] += xi * dys[k * n + j];
     }
 }
+
+/// The SFB product of gathered factors as a functor, for any backend (exec/backend.hpp's
+/// `for_each_index` over m * n): dw[i, j] = sum over rows r, in order, of xs[r, i] * dys[r, j]
+/// -- the order of `sfb_weight_gradient`'s loop, so a device and the host sum alike (up to a
+/// device's fused multiply-adds) and every rank of one kind gets the same bits.
+template <class T>
+struct sfb_outer_product {
+  const T* xs;  ///< rows x m, the gathered inputs
+  const T* dys; ///< rows x n, the gathered output gradients
+  T* dw;        ///< m x n
+  std::size_t rows, m, n;
+  HSPMD_HD void operator()(std::size_t idx) const {
+    const std::size_t i = idx / n;
+    const std::size_t j = idx % n;
+    T s{};
+    for (std::size_t r = 0; r < rows; ++r)
+      s += xs[r * m + i] * dys[r * n + j];
+    dw[idx] = s;
+  }
+};
 
 /// One way of producing a replicated weight gradient: bytes it moves per rank, local flops,
 /// and predicted seconds.

@@ -475,9 +475,7 @@ private:
       if (t.what.kind != synth::transfer_kind::load ||
           g_[t.what.tensor].kind != graph::op::parameter || !t.what.to.is_replicated())
         continue;
-      // SFB's GEMM runs on the host: on a device with a device communicator the weight's
-      // gradient is all-reduced instead (the same sum, rounded differently).
-      if (t.what.sfb && (host_memory_v<B> || staged_comm) && sfb_applies(t.target))
+      if (t.what.sfb && sfb_applies(t.target))
         sfb_params_.push_back(t.target);
       else
         params.push_back(t.target);
@@ -643,13 +641,33 @@ private:
       sfb_weight_gradient(*comm_, std::span<const T>(ex_.value(x)),
                           std::span<const T>(ex_.grad(*sole_user(w))),
                           std::span<const std::size_t>(rows), k, n, ex_.grad(w));
-    } else { // the factors and the gradient through the host (no device SFB GEMM yet)
-      const std::vector<T> xs = ex_.value_to_host(x);
-      const std::vector<T> dys = ex_.grad_to_host(*sole_user(w));
-      std::vector<T> dw(ex_.grad(w).size());
-      sfb_weight_gradient(*comm_, std::span<const T>(xs), std::span<const T>(dys),
-                          std::span<const std::size_t>(rows), k, n, std::span<T>(dw));
-      ex_.backend().copy_from_host(ex_.grad(w).data(), dw.data(), dw.size());
+    } else {
+      // On the device: both factors gathered into backend buffers (directly or staged, like any
+      // transfer), then the product as a functor, one weight element per index summing the rows
+      // in global order -- the host loop's order, so every rank holds the same bits.
+      B& be = ex_.backend();
+      std::size_t total = 0;
+      std::vector<std::size_t> x_counts;
+      std::vector<std::size_t> dy_counts;
+      for (std::size_t r : rows) {
+        total += r;
+        x_counts.push_back(r * k);
+        dy_counts.push_back(r * n);
+      }
+      auto xs = be.template allocate<T>(total * k);
+      auto dys = be.template allocate<T>(total * n);
+      const auto gather = [&](std::span<const T> piece, T* whole, std::size_t size,
+                              const std::vector<std::size_t>& counts) {
+        comm_span<const T, Comm, B> in(be, piece, true);
+        comm_span<T, Comm, B> out(be, std::span<T>(whole, size), false);
+        comm_->all_gather_v(in.get(), out.get(), std::span<const std::size_t>(counts),
+                            uneven_algorithm::automatic);
+        out.written();
+      };
+      gather(std::span<const T>(ex_.value(x)), xs.data(), total * k, x_counts);
+      gather(std::span<const T>(ex_.grad(*sole_user(w))), dys.data(), total * n, dy_counts);
+      for_each_index(be, k * n,
+                     sfb_outer_product<T>{xs.data(), dys.data(), ex_.grad(w).data(), total, k, n});
     }
   }
 
