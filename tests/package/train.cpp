@@ -1,5 +1,5 @@
 // Trains a tiny model through the installed library trainer on every rank of the job, with the
-// plan synthesized for the cluster file given (mpirun -np 2 train emulated-2.json).
+// plan synthesized for the cluster file given (mpirun -np 2 train emulated-2.json [DEVICE]).
 #include <hspmd/hspmd.hpp>
 
 #include <cstdint>
@@ -7,8 +7,8 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: train CLUSTER.json\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: train CLUSTER.json [DEVICE]\n");
     return 2;
   }
   hspmd::exec::train_options o;
@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   o.batch = 10;
   o.steps = 5;
   o.cluster = argv[1];
+  if (argc == 3)
+    o.device = argv[2]; // "cuda": the engine of hspmd::cuda, linked from the package
   o.lr = hspmd::exec::lr_schedule::cosine(1e-2, 1);
   hspmd::exec::trainer<float> tr(
       [](hspmd::nn::tracer& t) {

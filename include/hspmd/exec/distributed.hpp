@@ -329,11 +329,20 @@ private:
       run();
       return;
     }
-    trace_.span(g_[prog_.global[i]].name, trace_kind::compute,
-                {{"op", std::string(graph::name(n.kind))},
-                 {"pass", backward ? "backward" : "forward"},
-                 {"slowdown", slowdown_}},
-                run);
+    nlohmann::json args{{"op", std::string(graph::name(n.kind))},
+                        {"pass", backward ? "backward" : "forward"},
+                        {"slowdown", slowdown_}};
+    if constexpr (host_memory_v<B>) {
+      trace_.span(g_[prog_.global[i]].name, trace_kind::compute, args, run);
+    } else {
+      // A device's kernels run after the host queued them: the traced node waits for them
+      // (events on the backend's stream), so the span is the device's work, its time in args.
+      const auto begin = std::chrono::steady_clock::now();
+      const double seconds = ex_.backend().timed(run);
+      args["device_ms"] = seconds * 1e3;
+      trace_.add(g_[prog_.global[i]].name, trace_kind::compute, begin,
+                 std::chrono::steady_clock::now(), std::move(args));
+    }
   }
   // A transfer or its dual, traced with its kind, tensor, bytes and algorithm.
   void traced_transfer(const lowered_transfer& t, bool backward) {

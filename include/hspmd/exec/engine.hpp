@@ -17,6 +17,7 @@
 #include <hspmd/exec/kernels/shape.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/profile.hpp>
 #include <hspmd/graph/ir.hpp>
 
 #include <nlohmann/json.hpp>
@@ -209,6 +210,10 @@ struct device_engine_entry {
   std::function<std::unique_ptr<rank_engine<T, Optimizer>>(const graph::graph&, const synth::plan&,
                                                            mpi_communicator&, std::uint64_t seed)>
       make_distributed;
+  /// Measures a graph's compute on this process's device for the cost model (`--calibrate`,
+  /// exec/profile.hpp's `measure_compute` on the engine's backend). Empty: the host's is used.
+  std::function<synth::compute_profile(const graph::graph&, double speed, const profile_options&)>
+      measure;
 };
 
 /// The device engines linked into this program (function-local, so one per program).

@@ -11,11 +11,16 @@
 //
 // `measure_compute_on_rank0` does the same in a job: rank 0 measures, every rank receives the
 // same profile (so every rank synthesizes the same plan).
+//
+// On a device backend (`measure_compute<T, B>(g, speed, opt, backend)`) the nodes are timed by
+// the backend's `timed` (events on its stream) and the step's ends wait for the device, so the
+// profile is the device's; `opt.precision` measures a mixed-precision run's kernels.
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/synth/cost.hpp>
 
@@ -24,7 +29,9 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace hspmd::exec {
@@ -34,24 +41,28 @@ struct profile_options {
   std::size_t repetitions = 3; ///< timed steps after one warm-up; each node's median counts
   std::uint64_t seed = 1;      ///< parameters and input values
   double slowdown = 1.0; ///< the measured device's emulated slowdown: times are stretched by it
+  exec::precision precision = exec::precision::f32; ///< the run's precision (exec/precision.hpp)
 };
 
 /// Measures `g`'s compute on this process; `speed` is the flop/s the cluster file gives the
 /// device it runs on. Inputs get seeded values in [-1, 1] (integer inputs: 0, a valid index of
 /// every embedding and label).
-template <std::floating_point T>
+template <std::floating_point T, backend B = host_backend>
 [[nodiscard]] synth::compute_profile measure_compute(const graph::graph& g, double speed,
-                                                     const profile_options& opt = {}) {
+                                                     const profile_options& opt = {},
+                                                     B device = {}) {
   using clock = std::chrono::steady_clock;
   if (!(speed > 0.0) || opt.repetitions == 0)
     throw config_error("measure_compute", "speed must be positive and repetitions at least 1",
                        "pass the device's flop/s from the cluster file");
-  executor<T> ex(g, opt.seed);
+  executor<T, B> ex(g, opt.seed, {}, std::move(device));
+  ex.set_precision(opt.precision);
   for (graph::node_id i = 0; i < g.size(); ++i)
     if (g[i].kind == graph::op::input && g[i].type != dtype::i64) {
-      auto v = ex.value(i);
+      std::vector<T> v(g[i].out.size());
       for (std::size_t k = 0; k < v.size(); ++k)
         v[k] = static_cast<T>(std::sin(0.7 * static_cast<double>(k) + static_cast<double>(i)));
+      ex.value_from_host(i, std::span<const T>(v));
     }
   adam timing_adam(0.0); // the update's cost; a zero rate keeps the values stable
   std::size_t elements = 0;
@@ -67,9 +78,11 @@ template <std::floating_point T>
     const auto start = clock::now();
     (void)ex.forward();
     ex.backward();
+    ex.backend().synchronize(); // a device's queued backward counts before the optimizer
     const auto mid = clock::now();
     (void)clip_grad_norm(ex, 1.0);
     timing_adam.step(ex);
+    ex.backend().synchronize();
     const auto end = clock::now();
     ex.set_profiling(false);
     if (rep == 0)
@@ -104,14 +117,18 @@ template <std::floating_point T>
 
 /// Collective: rank 0 measures `g` (on its device, rated `speed` flop/s, with its emulated
 /// `slowdown`) while the others wait; every rank returns rank 0's profile.
+/// `measure`: how rank 0 measures (a device engine's `measure`, exec/engine.hpp); the host
+/// executor when empty.
 template <std::floating_point T, class Comm>
 requires communicator<Comm, double>
-[[nodiscard]] synth::compute_profile measure_compute_on_rank0(const graph::graph& g, double speed,
-                                                              Comm& comm,
-                                                              profile_options opt = {}) {
+[[nodiscard]] synth::compute_profile measure_compute_on_rank0(
+    const graph::graph& g, double speed, Comm& comm, profile_options opt = {},
+    const std::function<synth::compute_profile(const graph::graph&, double,
+                                               const profile_options&)>& measure = {}) {
   std::vector<double> buf(g.size() + 2, 0.0);
   if (comm.rank() == 0) {
-    const synth::compute_profile p = measure_compute<T>(g, speed, opt);
+    const synth::compute_profile p =
+        measure ? measure(g, speed, opt) : measure_compute<T>(g, speed, opt);
     std::copy(p.seconds.begin(), p.seconds.end(), buf.begin());
     buf[g.size()] = p.optimizer_seconds_per_element;
     buf[g.size() + 1] = p.speed;

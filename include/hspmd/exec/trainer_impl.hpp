@@ -303,12 +303,18 @@ private:
     so.gemm_type = o_.precision == exec::precision::bf16  ? dtype::bf16
                    : o_.precision == exec::precision::f16 ? dtype::f16
                                                           : dtype::f32;
+    // The device first: calibration measures rank 0's compute where the run will compute.
+    const auto* device_entry = distributed_device(comm);
+    agree_on_precision(comm);
     if (o_.calibrate) {
       const auto c0 = std::chrono::steady_clock::now();
       profile_options po;
       po.seed = o_.seed;
       po.slowdown = cluster_.devices.at(0).slowdown;
-      so.profile = measure_compute_on_rank0<T>(g_, cluster_.devices.at(0).speed, comm, po);
+      po.precision = o_.precision;
+      so.profile = measure_compute_on_rank0<T>(
+          g_, cluster_.devices.at(0).speed, comm, po,
+          device_entry != nullptr ? device_entry->measure : decltype(device_entry->measure){});
       cluster_.set_collective_costs(calibrate_collectives(comm));
       cluster_.overlap = measure_overlap(comm);
       if (is_root && o_.out != nullptr) {
@@ -318,15 +324,16 @@ private:
         const auto ar =
             cluster_.cost_model().params(collective::all_reduce, uneven_algorithm::native, 1 << 20);
         print(*o_.out,
-              "calibrated in %.1f s: forward+backward %.2f ms at full batch on %s; all-reduce of "
-              "1 MiB %.3f ms, %.0f%% of it hidden behind compute\n",
+              "calibrated in %.1f s: forward+backward %.2f ms at full batch on %s%s; all-reduce "
+              "of 1 MiB %.3f ms, %.0f%% of it hidden behind compute\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count(),
-              1e3 * step, cluster_.devices[0].name.c_str(), 1e3 * (ar.alpha + ar.beta * (1 << 20)),
-              100.0 * cluster_.overlap);
+              1e3 * step, cluster_.devices[0].name.c_str(),
+              device_entry != nullptr && device_entry->measure
+                  ? (" (" + device_entry->name + ")").c_str()
+                  : "",
+              1e3 * (ar.alpha + ar.beta * (1 << 20)), 100.0 * cluster_.overlap);
       }
     }
-    const auto* device_entry = distributed_device(comm);
-    agree_on_precision(comm);
     const std::string which = o_.plan.empty() ? "synth" : o_.plan;
     const auto t0 = std::chrono::steady_clock::now();
     if (which == "synth")

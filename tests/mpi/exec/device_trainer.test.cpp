@@ -9,12 +9,14 @@
 #include <hspmd/exec/trainer.hpp>
 #include <hspmd/nn/layers.hpp>
 
+#include "../../support/deferred_backend.hpp"
 #include "../../support/guarded_backend.hpp"
 #include "../../support/test_cluster.hpp"
 #include "../../support/training.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -26,6 +28,8 @@ using namespace hspmd;
 namespace {
 
 using entry = exec::device_engine_entry<float, exec::adam>;
+
+int measured = 0; // calls of the engines' `measure` in this process
 
 entry guarded_entry(std::string name, bool only_rank0) {
   entry e;
@@ -49,6 +53,11 @@ entry guarded_entry(std::string name, bool only_rank0) {
         std::make_unique<
             exec::distributed_engine<float, exec::adam, mpi_communicator, test::guarded_backend>>(
             g, p, comm, seed, test::guarded_backend{}, label));
+  };
+  // Calibration on the "device": timed through an asynchronous backend, as on a GPU's stream.
+  e.measure = [](const graph::graph& g, double speed, const exec::profile_options& o) {
+    ++measured;
+    return exec::measure_compute<float, test::deferred_backend>(g, speed, o);
   };
   return e;
 }
@@ -126,4 +135,15 @@ TEST_CASE("auto takes a device engine only when every rank has a device for it")
   // "some" is registered first but has a device on rank 0 only.
   exec::trainer<float> tr(model, options("auto", "dp-cp"));
   CHECK(tr.device() == "guarded (guarded memory)");
+}
+
+TEST_CASE("--calibrate measures rank 0's compute on its device engine") {
+  exec::train_options o = options("guarded", "synth");
+  o.calibrate = true;
+  const int before = measured;
+  exec::trainer<float> tr(model, o);
+  CHECK(measured - before == (mpi_communicator().rank() == 0 ? 1 : 0));
+  const auto r = tr.fit(samples, samples);
+  CHECK(r.losses.size() == 5);
+  CHECK(std::isfinite(r.losses.back()));
 }

@@ -36,7 +36,8 @@ const exec::register_device_engine<float, exec::adam> absent{engine_entry{
       FAIL("an engine without a device was made");
       return nullptr;
     },
-    {}}}; // one process only
+    {},   // one process only
+    {}}}; // calibrated on the host
 const exec::register_device_engine<float, exec::adam> guarded{engine_entry{
     "guarded",
     [](std::string&) { return 1; },
@@ -45,7 +46,8 @@ const exec::register_device_engine<float, exec::adam> guarded{engine_entry{
           std::make_unique<exec::backend_engine<float, exec::adam, test::guarded_backend>>(g,
                                                                                            seed));
     },
-    {}}}; // one process only
+    {},   // one process only
+    {}}}; // calibrated on the host
 
 // Linear, GELU, dropout, layer norm, linear, cross-entropy: a kernel of each kind the loop uses.
 void model(nn::tracer& t) {

@@ -3,6 +3,7 @@
 #include <hspmd/models/mlp.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
+#include "../../support/deferred_backend.hpp"
 #include "../../support/test_cluster.hpp"
 
 #include <catch2/catch.hpp>
@@ -41,4 +42,26 @@ TEST_CASE("measure_compute times every node and the optimizer, and plans take th
 
   CHECK_THROWS_WITH(exec::measure_compute<float>(g, 0.0),
                     Catch::Contains("speed must be positive"));
+}
+
+TEST_CASE("measure_compute on an asynchronous backend times the device's work, in a precision") {
+  // The deferred backend runs kernels only when waited for: the nodes' times come from its
+  // `timed` (as a device's events) and the step waits for the queue before reading the clock.
+  models::mlp_config cfg;
+  cfg.inputs = 128;
+  cfg.hidden = {256, 256};
+  const graph::graph g = models::trace_mlp<float>(cfg, 64);
+  for (exec::precision prec : {exec::precision::f32, exec::precision::bf16}) {
+    INFO(exec::name(prec));
+    exec::profile_options opt;
+    opt.repetitions = 2;
+    opt.precision = prec;
+    const synth::compute_profile p =
+        exec::measure_compute<float, test::deferred_backend>(g, 2e9, opt);
+    REQUIRE(p.seconds.size() == g.size());
+    CHECK(p.optimizer_seconds_per_element > 0.0);
+    for (graph::node_id i = 0; i < g.size(); ++i)
+      if (g[i].kind == graph::op::linear)
+        CHECK(p.seconds[i] > 0.0);
+  }
 }

@@ -72,6 +72,11 @@ device_engine_entry<T, Optimizer> cuda_engine_entry() {
         std::make_unique<backend_engine<T, Optimizer, cuda_backend>>(
             g, seed, cuda_backend(device), detail::describe_cuda_device(device)));
   };
+  e.measure = [](const graph::graph& g, double speed, const profile_options& o) {
+    int device = 0; // rank 0 of a job: local rank 0, the device select_local_device gives it
+    detail::cuda_device_check(cudaGetDevice(&device), "cudaGetDevice", device);
+    return measure_compute<T, cuda_backend>(g, speed, o, cuda_backend(device));
+  };
 #if defined(HSPMD_HAS_NCCL)
   e.make_distributed = [](const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
                           std::uint64_t seed) {
