@@ -2,7 +2,8 @@
 // functors through the grid-stride launcher (GELU forward and backward, dropout masks drawn by
 // the same Philox functor, which must equal the host's bit for bit), cuBLAS GEMMs for every
 // transpose pair, padded leading dimensions and batches in f32 and f64, bf16 and f16 GEMMs against
-// the host's GEMM of rounded operands, event timing, the caching
+// the host's GEMM of rounded operands, every op of the registry forward and backward in f32 and
+// bf16, event timing, the caching
 // allocator's counters, the error for a device that does not exist; then an MLP trained by the
 // executor and Adam with clipping on the device against the same on the host.
 //
@@ -18,6 +19,8 @@
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/precision.hpp>
 #include <hspmd/models/mlp.hpp>
+
+#include "../support/op_by_op.hpp"
 
 #include <cuda_runtime.h>
 
@@ -209,6 +212,21 @@ void gemm_16_matches_host(hspmd::exec::cuda_backend& gpu) {
       }
 }
 
+// Every op of the registry, forward and backward, on the device against the host
+// (tests/support/op_by_op.hpp): f32 to 1e-5, bf16 to 2e-2 of each tensor's magnitude.
+void every_op_matches_host(int device) {
+  using namespace hspmd::exec;
+  for (const precision p : {precision::f32, precision::bf16}) {
+    const double tol = p == precision::f32 ? 1e-5 : 2e-2;
+    const auto diffs = hspmd::test::compare_every_op<cuda_backend>(
+        [device] { return cuda_backend(device); }, p);
+    check(diffs.size() >= 80, "op-by-op: every example call compared");
+    for (const auto& d : diffs)
+      check(d.error <= tol, std::string(name(p)) + " " + d.what + " equals the host's (" +
+                                std::to_string(d.error) + " relative)");
+  }
+}
+
 // Row functors with 16 threads a row on the device against one thread a row on the host: an
 // odd row count, rows shorter than, not a multiple of and longer than the team, causal softmax.
 void rows_match_host(hspmd::exec::cuda_backend& gpu) {
@@ -343,6 +361,7 @@ int main() {
     gemm_matches_host<float>(gpu);
     gemm_matches_host<double>(gpu);
     gemm_16_matches_host(gpu);
+    every_op_matches_host(0);
     rows_match_host(gpu);
     empty_products(gpu);
     timing_and_memory(gpu);
