@@ -56,14 +56,15 @@ else
   status=1
 fi
 
-# One BERT-small step on the GPU and on the host (the trainer's median step time).
-for device in cuda host; do
-  log=/tmp/gpu-check.bert-$device.log
-  if build/release/examples/bert --device $device --layers 2 --hidden 256 --ffn 3072 --heads 4 \
-       --seq 64 --batch 16 --vocab 2000 --steps 10 >"$log" 2>&1; then
-    row "bert-small --device $device" "ok" "$(grep -o 'step time measured [0-9.]* ms' "$log")"
+# One BERT-small step on the GPU (f32 and bf16) and on the host (the trainer's median step time).
+for run in "cuda f32" "cuda bf16" "host f32"; do
+  set -- $run
+  log=/tmp/gpu-check.bert-$1-$2.log
+  if build/release/examples/bert --device "$1" --precision "$2" --layers 2 --hidden 256 \
+       --ffn 3072 --heads 4 --seq 64 --batch 16 --vocab 2000 --steps 10 >"$log" 2>&1; then
+    row "bert-small --device $1 --precision $2" "ok" "$(grep -o 'step time measured [0-9.]* ms' "$log")"
   else
-    row "bert-small --device $device" "FAILED" "$log"
+    row "bert-small --device $1 --precision $2" "FAILED" "$log"
     status=1
   fi
 done
