@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -81,9 +83,20 @@ public:
   [[nodiscard]] stream_handle stream() const { return {q_.get()}; }
   [[nodiscard]] const deferred_queue& queue() const { return *q_; }
 
+  /// Zero-filled on the queue, as a device's allocator zeroes on its stream: until the queue
+  /// runs, the buffer holds NaN (integers: all bits set), so a read that does not wait for the
+  /// queue sees garbage instead of the zeros.
   template <class T>
   [[nodiscard]] buffer<T> allocate(std::size_t n) {
-    return buffer<T>(q_, n); // zero-filled at once: no queued work can touch a new buffer
+    buffer<T> b(q_, n);
+    T* p = b.data();
+    if constexpr (std::is_floating_point_v<T>)
+      std::fill_n(p, n, std::numeric_limits<T>::quiet_NaN());
+    else
+      std::fill_n(p, n, static_cast<T>(~T{}));
+    if (n != 0)
+      q_->work.emplace_back([p, n] { std::fill_n(p, n, T{}); });
+    return b;
   }
   template <class F>
   void for_each_index(std::size_t n, const F& f) {

@@ -129,6 +129,8 @@ public:
     for (const lowered_transfer& t : prog_.transfers) {
       if (t.source)
         duals.emplace_back(*t.source, t.target);
+      if (g_[t.what.tensor].kind == graph::op::parameter) // a master weight's copy: float
+        ex_.keep_in_float(t.target);
       if (t.what.sfb)
         if (const auto user = sole_user(t.target))
           keep.push_back(*user);

@@ -111,6 +111,13 @@ public:
     state_.precision = p;
   }
   [[nodiscard]] exec::precision precision() const noexcept { return state_.precision; }
+  /// Keeps node `id`'s value and gradient in float under a 16-bit precision: a rank's local copy
+  /// of a parameter (a transfer's target, exec/distributed.hpp), whose gradient is a master
+  /// weight's.
+  void keep_in_float(graph::node_id id) {
+    keep_float_.resize(g_.size(), false);
+    keep_float_.at(id) = true;
+  }
   /// The backward's seed, d loss / d loss (dynamic loss scaling for f16, exec/loss_scale.hpp):
   /// every gradient comes out multiplied by it; the optimizer divides it out.
   void set_loss_scale(double scale) {
@@ -345,23 +352,26 @@ private:
   }
 
   // Under a 16-bit precision, what node i's kernel stored is rounded to the 16-bit type: its
-  // value (forward; not a parameter's, the loss's or a view's) or the gradients it added to its
-  // inputs (backward; not a parameter's).
+  // value (forward; not a parameter's, a scalar's -- losses stay float -- or a view's) or the
+  // gradients it added to its inputs (backward; not a parameter's). Nodes kept in float
+  // (`keep_in_float`) are neither.
   void store_rounded(graph::node_id i, bool backward) {
     const graph::node& n = g_[i];
     const exec::precision p = state_.precision;
-    const auto activation = [&](const graph::node& m) {
-      return m.type != dtype::i64 && m.kind != graph::op::parameter;
+    const auto activation = [&](graph::node_id id) {
+      const graph::node& m = g_[id];
+      return m.type != dtype::i64 && m.kind != graph::op::parameter &&
+             (keep_float_.empty() || !keep_float_[id]);
     };
     if (!backward) {
-      if (activation(n) && n.kind != graph::op::input && i != *g_.loss() && !is_view(n))
+      if (activation(i) && n.kind != graph::op::input && n.out.rank() != 0 && !is_view(n))
         round_in_place(backend_, p, s_.value_views[i].data(), s_.value_views[i].size());
       return;
     }
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
       const graph::node_id j = n.inputs[k];
       const auto here = n.inputs.begin() + static_cast<std::ptrdiff_t>(k);
-      if (!activation(g_[j]) || std::find(n.inputs.begin(), here, j) != here) // counted once
+      if (!activation(j) || std::find(n.inputs.begin(), here, j) != here) // counted once
         continue;
       round_in_place(backend_, p, s_.grads[j].data(), s_.grads[j].size());
     }
@@ -388,6 +398,7 @@ private:
   typename kernel_context<T, B>::row_reduce_fn row_reduce_;
   typename kernel_context<T, B>::run_state state_;
   double loss_scale_ = 1.0;
+  std::vector<bool> keep_float_; // nodes kept in float under a 16-bit precision (or empty)
   op_profiler profiler_;
   std::vector<buffer<T>> own_grad_; // nodes with a gradient buffer of their own
   buffer<T> pool_;                  // shared gradient buffers (reuse_gradient_buffers)

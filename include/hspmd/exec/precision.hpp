@@ -11,8 +11,9 @@
 //   - GEMM operands in the 16-bit type (weights rounded at each use) with float accumulation:
 //     products of 16-bit values are exact in float, so this is what a tensor-core GEMM computes
 //     up to the order of the sum (on a device the backend may run it natively: `gemm_16`);
-//   - reductions inside kernels (softmax, norms, cross-entropy, their statistics) and the loss
-//     in float.
+//   - reductions inside kernels (softmax, norms, cross-entropy, their statistics), the loss and
+//     every other scalar in float; in a distributed run, a rank's copies of parameters (and
+//     their gradients) in float too.
 // f16 also needs loss scaling (exec/loss_scale.hpp): gradients below 2^-24 would vanish.
 //
 // On the host the 16-bit values are held in float buffers (the numerics of 16-bit storage, not
@@ -127,10 +128,8 @@ void gemm_in(B& b, precision p, transpose ta, transpose tb, std::size_t m, std::
   } else {
     const bool at = ta == transpose::yes;
     const bool bt = tb == transpose::yes;
-    auto ra =
-        detail::rounded_copy(b, p, a, detail::operand_extent(at ? k : m, at ? m : k, lda));
-    auto rb =
-        detail::rounded_copy(b, p, bm, detail::operand_extent(bt ? n : k, bt ? k : n, ldb));
+    auto ra = detail::rounded_copy(b, p, a, detail::operand_extent(at ? k : m, at ? m : k, lda));
+    auto rb = detail::rounded_copy(b, p, bm, detail::operand_extent(bt ? n : k, bt ? k : n, ldb));
     b.gemm(ta, tb, m, n, k, alpha, static_cast<const T*>(ra.data()), lda,
            static_cast<const T*>(rb.data()), ldb, beta, c, ldc);
   }

@@ -315,6 +315,9 @@ private:
       so.profile = measure_compute_on_rank0<T>(
           g_, cluster_.devices.at(0).speed, comm, po,
           device_entry != nullptr ? device_entry->measure : decltype(device_entry->measure){});
+      // Measured in the run's precision: GEMM times already hold device 0's 16-bit rate.
+      so.profile->gemm_speed =
+          cluster_.devices.at(0).gemm_speed(o_.precision != exec::precision::f32);
       cluster_.set_collective_costs(calibrate_collectives(comm));
       cluster_.overlap = measure_overlap(comm);
       if (is_root && o_.out != nullptr) {

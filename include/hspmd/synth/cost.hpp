@@ -189,6 +189,10 @@ struct compute_profile {
   std::vector<double> seconds; ///< per node id of the graph it was measured on
   double optimizer_seconds_per_element = 0.0;
   double speed = 0.0; ///< flop/s of the measured device in the cluster file
+  /// The measured device's GEMM rate in the precision it was measured in (its `bf16_speed` when
+  /// a 16-bit run was measured): GEMM nodes' seconds convert to work at this rate, so the 16-bit
+  /// speedup the measurement already holds is not applied twice. 0: `speed`.
+  double gemm_speed = 0.0;
 };
 
 /// Prices instructions for one graph on one cluster.
@@ -404,7 +408,10 @@ public:
   /// measured seconds times the measured device's speed.
   [[nodiscard]] double node_flops(graph::node_id id) const {
     if (profile_)
-      return profile_->seconds.at(id) * profile_->speed;
+      return profile_->seconds.at(id) *
+             (sixteen_bit_ && is_gemm((*g_)[id].kind) && profile_->gemm_speed > 0.0
+                  ? profile_->gemm_speed
+                  : profile_->speed);
     const graph::node_cost nc = graph::cost_of(*g_, id);
     return nc.forward_flops + nc.backward_flops;
   }

@@ -98,3 +98,42 @@ TEST_CASE("a bf16 plan gives the device with fast 16-bit GEMMs a larger share") 
   CHECK(bf16.ratios[0][1] > 0.6);
   CHECK(bf16.step_time < f32.step_time);
 }
+
+TEST_CASE("a profile measured in bf16 is not sped up twice") {
+  // d0 (bf16 4x) was measured in a bf16 run: its GEMMs took the measured time, not a quarter of
+  // it; d1 (no 16-bit rate) takes 4x as long for them; other ops as measured on both.
+  models::model_options o;
+  o.layers = 1;
+  o.hidden = 64;
+  o.heads = 2;
+  o.seq = 16;
+  o.vocab = 200;
+  const graph::graph g = models::trace_model<float>("bert", o, 8);
+  const cluster c = parse_cluster(
+      R"({"version": 1, "name": "t", "links": {"intra_node": {"bandwidth": 1e12, "latency": 1e-6}},
+          "devices": [{"name": "d0", "kind": "a", "speed": 1e12, "bf16_speed": 4e12, "memory": "16 GiB"},
+                      {"name": "d1", "kind": "b", "speed": 1e12, "memory": "16 GiB"}]})",
+      "t.json");
+  synth::compute_profile p;
+  p.seconds.assign(g.size(), 1e-3);
+  p.speed = 1e12;
+  p.gemm_speed = c.devices[0].gemm_speed(true);
+  const synth::cost_model m(g, c, synth::segment_map(g, synth::segment_policy::one), p,
+                            dtype::bf16);
+  std::size_t gemms = 0;
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const graph::node& n = g[i];
+    if (n.kind == graph::op::input || n.kind == graph::op::parameter)
+      continue;
+    INFO(n.name);
+    const auto t = m.compute(i, graph::replicated_rule(n.inputs.size()));
+    CHECK(t[0].constant == Approx(1e-3));
+    if (synth::cost_model::is_gemm(n.kind)) {
+      ++gemms;
+      CHECK(t[1].constant == Approx(4e-3));
+    } else {
+      CHECK(t[1].constant == Approx(1e-3));
+    }
+  }
+  CHECK(gemms >= 4);
+}
