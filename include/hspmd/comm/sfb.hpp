@@ -26,6 +26,24 @@
 
 namespace hspmd {
 
+/// What SFB gathers for per-rank row counts `batch_counts`, an m x n weight: all rows, and the
+/// element counts per rank of x (rows of m) and dy (rows of n).
+struct sfb_layout {
+  std::size_t rows = 0;
+  std::vector<std::size_t> x_counts;
+  std::vector<std::size_t> dy_counts;
+};
+[[nodiscard]] inline sfb_layout sfb_layout_of(std::span<const std::size_t> batch_counts,
+                                              std::size_t m, std::size_t n) {
+  sfb_layout l;
+  for (std::size_t b : batch_counts) {
+    l.rows += b;
+    l.x_counts.push_back(b * m);
+    l.dy_counts.push_back(b * n);
+  }
+  return l;
+}
+
 /// Collective: dW = sum over ranks of x_r^T dy_r (m x n, row-major) on every rank, by
 /// all-gathering x (rank r: batch_counts[r] rows of m) and dy (rows of n) and one local GEMM.
 /// The rows are summed in global batch order, so every rank gets bit-identical results.
@@ -42,14 +60,7 @@ void sfb_weight_gradient(Comm& comm, std::span<const T> x, std::span<const T> dy
                          std::to_string(dy.size()) + ", dW " + std::to_string(dw.size()) +
                          " elements for m " + std::to_string(m) + ", n " + std::to_string(n),
                      "x is b_r x m, dy is b_r x n, dW is m x n, one batch count per rank");
-  std::size_t rows = 0;
-  std::vector<std::size_t> x_counts;
-  std::vector<std::size_t> dy_counts;
-  for (std::size_t b : batch_counts) {
-    rows += b;
-    x_counts.push_back(b * m);
-    dy_counts.push_back(b * n);
-  }
+  const auto [rows, x_counts, dy_counts] = sfb_layout_of(batch_counts, m, n);
   std::vector<T> xs(rows * m);
   std::vector<T> dys(rows * n);
   comm.all_gather_v(x, std::span<T>(xs), std::span<const std::size_t>(x_counts), alg);

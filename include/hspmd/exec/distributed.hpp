@@ -657,14 +657,8 @@ private:
       // transfer), then the product as a functor, one weight element per index summing the rows
       // in global order -- the host loop's order, so every rank holds the same bits.
       B& be = ex_.backend();
-      std::size_t total = 0;
-      std::vector<std::size_t> x_counts;
-      std::vector<std::size_t> dy_counts;
-      for (std::size_t r : rows) {
-        total += r;
-        x_counts.push_back(r * k);
-        dy_counts.push_back(r * n);
-      }
+      const auto [total, x_counts, dy_counts] =
+          sfb_layout_of(std::span<const std::size_t>(rows), k, n);
       auto xs = be.template allocate<T>(total * k);
       auto dys = be.template allocate<T>(total * n);
       const auto gather = [&](std::span<const T> piece, T* whole, std::size_t size,
