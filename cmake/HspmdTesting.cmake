@@ -99,3 +99,26 @@ function(hspmd_add_compile_fail_test)
       -P ${hspmd_testing_dir}/compile_fail.cmake)
   set_tests_properties(${arg_NAME} PROPERTIES LABELS compile_fail TIMEOUT ${HSPMD_TEST_TIMEOUT})
 endfunction()
+
+# hspmd_add_bounded_run(NAME <test> NP <ranks used> COMMAND <prog> <args>...
+#                       EXPECT_EXIT zero|nonzero EXPECT_OUTPUT <regex> LEFTOVER <regex>
+#                       [WITHIN <s>] [ENVIRONMENT ...])
+#   A run (usually mpirun) that must end by itself within WITHIN seconds (default 15) with the
+#   given exit status and output, leaving no process whose command line matches LEFTOVER
+#   (cmake/bounded_run.cmake). For failures that must not hang a job.
+function(hspmd_add_bounded_run)
+  cmake_parse_arguments(arg "" "NAME;NP;WITHIN;EXPECT_EXIT;EXPECT_OUTPUT;LEFTOVER"
+                        "COMMAND;ENVIRONMENT" ${ARGN})
+  if(NOT arg_WITHIN)
+    set(arg_WITHIN 15)
+  endif()
+  list(JOIN arg_COMMAND "|" joined)
+  add_test(NAME ${arg_NAME}
+    COMMAND ${CMAKE_COMMAND} "-D COMMAND=${joined}" "-D EXPECT_EXIT=${arg_EXPECT_EXIT}"
+            "-D EXPECT_OUTPUT=${arg_EXPECT_OUTPUT}" "-D WITHIN=${arg_WITHIN}"
+            "-D LEFTOVER=${arg_LEFTOVER}" -P ${hspmd_testing_dir}/bounded_run.cmake)
+  math(EXPR limit "${arg_WITHIN} + 45")
+  set_tests_properties(${arg_NAME} PROPERTIES
+    LABELS "mpi" PROCESSORS ${arg_NP} TIMEOUT ${limit}
+    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;UBSAN_OPTIONS=print_stacktrace=1;${arg_ENVIRONMENT}")
+endfunction()

@@ -14,6 +14,7 @@ packages=(
   libbenchmark-dev                  # micro-benchmarks under bench/
   libglpk-dev                       # test-only reference for the LP solver
   libopenblas-dev                   # host GEMM (cblas) for the kernels
+  clang-14 libclang-rt-14-dev       # libFuzzer for the cluster reader's fuzz test
 )
 
 missing=()

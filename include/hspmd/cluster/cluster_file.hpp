@@ -34,6 +34,8 @@ namespace hspmd {
 /// Plausibility limits of cluster-file values; larger values are rejected as absurd.
 namespace cluster_limits {
 inline constexpr double max_speed = 1e18;                ///< flop/s (an exaflop per device)
+inline constexpr double min_speed = 1e6;                 ///< flop/s (slower is a typo)
+inline constexpr double min_bandwidth = 1e5;             ///< bytes/s (100 kB/s)
 inline constexpr double max_memory = 1125899906842624.0; ///< bytes (1 PiB)
 inline constexpr double max_bandwidth = 1e13;            ///< bytes/s (10 TB/s)
 inline constexpr double max_latency = 10.0;              ///< seconds
@@ -91,9 +93,9 @@ inline constexpr std::string_view name_chars =
   constexpr std::string_view bw = "bytes/s > 0, e.g. 1.3e9 for 10.4 Gbit/s";
   constexpr std::string_view lat = "seconds >= 0, e.g. 2e-5";
   link_spec l;
-  l.bandwidth =
-      read_number(src, require_key(src, j, path, "bandwidth", bw), json_child(path, "bandwidth"),
-                  {0.0, true, cluster_limits::max_bandwidth, false, bw});
+  l.bandwidth = read_number(
+      src, require_key(src, j, path, "bandwidth", bw), json_child(path, "bandwidth"),
+      {0.0, true, cluster_limits::max_bandwidth, false, bw, {}, cluster_limits::min_bandwidth});
   l.latency =
       read_number(src, require_key(src, j, path, "latency", lat), json_child(path, "latency"),
                   {0.0, false, cluster_limits::max_latency, false, lat});
@@ -124,7 +126,8 @@ inline constexpr std::string_view name_chars =
                      false, "seconds; >= 0 for the first piece"});
     c.cost.beta =
         read_number(src, require_key(src, p, at, "beta", expected), json_child(at, "beta"),
-                    {0.0, false, 1.0, false, "seconds per byte >= 0, e.g. 2e-10 for 5 GB/s"});
+                    {0.0, false, 1.0 / cluster_limits::min_bandwidth, false,
+                     "seconds per byte >= 0, e.g. 2e-10 for 5 GB/s"});
     return c;
   };
   if (!j.is_array())
@@ -244,13 +247,24 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
     constexpr std::string_view speed_expected = "flop/s > 0, e.g. 1.4e13 for a V100";
     dev.speed = io::read_number(src, io::require_key(src, d, path, "speed", speed_expected),
                                 json_child(path, "speed"),
-                                {0.0, true, cluster_limits::max_speed, false, speed_expected});
+                                {0.0,
+                                 true,
+                                 cluster_limits::max_speed,
+                                 false,
+                                 speed_expected,
+                                 {},
+                                 cluster_limits::min_speed});
     if (d.contains("bf16_speed"))
       dev.bf16_speed = io::read_number(
           src, d["bf16_speed"], json_child(path, "bf16_speed"),
-          {0.0, true, cluster_limits::max_speed, false,
+          {0.0,
+           true,
+           cluster_limits::max_speed,
+           false,
            "flop/s > 0 of GEMMs with bf16/f16 operands, e.g. 9.9e14 for an H100; leave it out "
-           "for a device without a faster 16-bit path"});
+           "for a device without a faster 16-bit path",
+           {},
+           cluster_limits::min_speed});
     dev.memory = detail::read_memory(
         src, io::require_key(src, d, path, "memory", "bytes, or a string such as \"16 GiB\""),
         json_child(path, "memory"));
@@ -369,6 +383,12 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
       j[std::string(name(op))][std::string(name(alg))] = detail::curve_to_json(m.curve(op, alg));
   }
   return j;
+}
+
+/// `c` checked by the cluster reader's rules, for a cluster built in code rather than read
+/// from a file: throws `config_error` naming `source` and the field (e.g. a speed of 1e-300).
+[[nodiscard]] inline cluster validated(const cluster& c, std::string_view source) {
+  return parse_cluster(to_json(c).dump(), std::string(source));
 }
 
 /// A hash of the canonical form: equal on every rank that parsed the same cluster, whatever

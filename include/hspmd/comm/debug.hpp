@@ -118,8 +118,11 @@ unpack_fingerprints(std::span<const std::uint64_t> words) {
 [[nodiscard]] inline std::string describe(const call_fingerprint& f) {
   const auto op = static_cast<collective>(f.op);
   std::string s = std::string(f.op < collective_count ? name(op) : "unknown collective") + " #" +
-                  std::to_string(f.sequence) + " (" + std::string(element_name(f.element)) + ", " +
-                  std::to_string(f.count) + " elements";
+                  std::to_string(f.sequence);
+  if (op == collective::barrier)
+    return s;
+  s += " (" + std::string(element_name(f.element)) + ", " + std::to_string(f.count) +
+       (f.count == 1 ? " element" : " elements");
   if (f.counts_hash != 0) {
     constexpr std::string_view hex = "0123456789abcdef";
     s += ", counts hash ";

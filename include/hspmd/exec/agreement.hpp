@@ -50,6 +50,47 @@ void agree_on_plan(const graph::graph& g, const synth::plan& p, Comm& comm) {
                          what[k].second);
 }
 
+/// Collective: every rank compares its values of the named options (name, value as text) with
+/// every other rank's, by hash; the first difference throws `config_error` on every rank naming
+/// the option, rank 0's value and the first differing rank's value. Every rank passes the same
+/// names in the same order.
+template <class Comm>
+void agree_on_options(std::span<const std::pair<std::string, std::string>> options, Comm& comm) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const std::size_t k = options.size();
+  std::vector<std::uint64_t> mine;
+  mine.reserve(k);
+  for (const auto& [name, value] : options)
+    mine.push_back(fnv1a64(name + "=" + value));
+  std::vector<std::uint64_t> all(k * n);
+  comm.all_gather_v(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(all),
+                    std::vector<std::size_t>(n, k));
+  for (std::size_t i = 0; i < k; ++i)
+    for (std::size_t r = 1; r < n; ++r) {
+      if (all[k * r + i] == all[i])
+        continue;
+      // Every rank found the same (option, rank): fetch both values for the message.
+      const auto value_of = [&](int from) {
+        std::string v = options[i].second;
+        auto size = static_cast<std::uint64_t>(v.size());
+        comm.broadcast(std::span<std::uint64_t>(&size, 1), from);
+        v.resize(static_cast<std::size_t>(size));
+        comm.broadcast(std::span<char>(v), from);
+        return v;
+      };
+      const std::string first = value_of(0);
+      const std::string other = value_of(static_cast<int>(r));
+      throw config_error("option " + options[i].first,
+                         "differs between ranks: rank 0 has " + first + ", rank " +
+                             std::to_string(r) + " has " + other +
+                             (comm.rank() == 0 || static_cast<std::size_t>(comm.rank()) == r
+                                  ? std::string()
+                                  : " (this rank: " + options[i].second + ")") +
+                             "; no training step was run",
+                         "give every rank the same options");
+    }
+}
+
 /// Checks the rank count, agrees on the plan (`agree_on_plan`) and lowers it for this rank.
 template <class Comm>
 [[nodiscard]] local_program lower_agreed(const graph::graph& g, const synth::plan& p, Comm& comm) {

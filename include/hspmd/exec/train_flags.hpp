@@ -97,6 +97,10 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
                  "with --cluster: write a Chrome/Perfetto trace (a track per rank: compute, "
                  "collectives, idle, steps) to this file");
   app.add_option("--save-plan", o.save_plan, "with --cluster: write the plan as JSON to this file");
+  app.add_option("--plan-cache", o.plan_cache,
+                 "with --cluster: keep synthesized plans in this directory; a start with the same "
+                 "model, options and cluster reads its plan, and one whose cluster numbers "
+                 "changed re-solves its ratios only");
   app.add_option("--save-graph", o.save_graph,
                  "write the traced graph as JSON to this file (hspmd-plan --graph plans it)");
   app.add_option("--eval-every", o.eval_every,

@@ -129,9 +129,12 @@ struct train_options {
   /// With a cluster: MiB of gradients all-reduced together, each bucket started as soon as the
   /// backward has produced it (0: the library default, synth::gradient_bucket_bytes).
   double bucket_mb = 0.0;
-  bool explain = false;   ///< with a cluster: print the plan's explain table
-  std::string trace;      ///< with a cluster: Chrome/Perfetto trace file of the run
-  std::string save_plan;  ///< with a cluster: write the plan as JSON here
+  bool explain = false;  ///< with a cluster: print the plan's explain table
+  std::string trace;     ///< with a cluster: Chrome/Perfetto trace file of the run
+  std::string save_plan; ///< with a cluster: write the plan as JSON here
+  /// With a cluster and plan "synth": a directory of cached plans (synth/plan_cache.hpp).
+  /// Rank 0 looks up, re-solves or synthesizes and stores, and gives every rank its plan.
+  std::string plan_cache;
   std::string save_graph; ///< write the traced graph as JSON here (for `hspmd-plan --graph`)
 
   std::size_t eval_every = 0;   ///< evaluate every N steps (0: only after the last step)

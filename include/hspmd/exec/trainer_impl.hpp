@@ -11,12 +11,14 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/fault.hpp>
 #include <hspmd/exec/loss_scale.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/nn/tracer.hpp>
 #include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/plan_cache.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
 #if defined(HSPMD_HAS_MPI)
@@ -32,6 +34,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -50,6 +54,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -167,7 +172,16 @@ private:
   }
 
   // Every option checked before any work: one line naming the option and the fix.
-  void check_options() const {
+  void check_options() {
+    fault_ = fault_from_env();
+    if (fault_ && fault_->what == fault_spec::kind::slow && !distributed())
+      throw config_error("HSPMD_FAULT " + fault_->kind_text(),
+                         "slows a rank of a distributed run; one process has no peers to wait",
+                         "give a cluster, or another kind");
+    if (!o_.plan_cache.empty() && !o_.plan.empty() && o_.plan != "synth")
+      throw config_error("plan cache " + o_.plan_cache,
+                         "keeps synthesized plans, and plan " + o_.plan + " is not synthesized",
+                         "drop the plan cache, or give plan synth");
     if (o_.batch == 0)
       throw config_error("batch 0", "a training step needs at least one sample",
                          "give a batch of 1 or more");
@@ -190,7 +204,8 @@ private:
             {"calibrate", o_.calibrate},
             {"explain", o_.explain},
             {"trace " + o_.trace, !o_.trace.empty()},
-            {"save plan " + o_.save_plan, !o_.save_plan.empty()}})
+            {"save plan " + o_.save_plan, !o_.save_plan.empty()},
+            {"plan cache " + o_.plan_cache, !o_.plan_cache.empty()}})
         if (set)
           throw config_error(flag, "needs a cluster (one process has no plan)",
                              "give a cluster file, or drop it");
@@ -265,8 +280,11 @@ private:
     static int argc = 0;
     static char** argv = nullptr;
     static const mpi_environment env(argc, argv);
-    comm_ = std::make_unique<mpi_communicator>();
     guarded([&] {
+      comm_ = std::make_unique<mpi_communicator>();
+      // Training bounds every wait (comm/watchdog.hpp): HSPMD_TIMEOUT, else 300 s.
+      comm_->set_timeout(timeout_from_env(default_training_timeout));
+      comm_->set_phase("start-up (planning and agreement)");
       check_options();
       plan_and_materialize();
       return 0;
@@ -282,7 +300,11 @@ private:
     namespace synth = hspmd::synth;
     mpi_communicator& comm = *comm_;
     const bool is_root = comm.rank() == 0;
-    cluster_ = o_.cluster_spec ? *o_.cluster_spec : load_cluster(o_.cluster);
+    agree_on_training_options(comm);
+    cluster_ = o_.cluster_spec ? validated(*o_.cluster_spec, o_.cluster_spec->source.empty()
+                                                                 ? "train_options::cluster_spec"
+                                                                 : o_.cluster_spec->source)
+                               : load_cluster(o_.cluster);
     check_rank_count(cluster_, static_cast<std::size_t>(comm.size()));
     for (const auto& [what, path] : {std::pair<const char*, const std::string*>{"trace", &o_.trace},
                                      {"plan", &o_.save_plan},
@@ -305,7 +327,6 @@ private:
                                                           : dtype::f32;
     // The device first: calibration measures rank 0's compute where the run will compute.
     const auto* device_entry = distributed_device(comm);
-    agree_on_precision(comm);
     if (o_.calibrate) {
       const auto c0 = std::chrono::steady_clock::now();
       profile_options po;
@@ -339,7 +360,10 @@ private:
     }
     const std::string which = o_.plan.empty() ? "synth" : o_.plan;
     const auto t0 = std::chrono::steady_clock::now();
-    if (which == "synth")
+    std::string cache_note;
+    if (which == "synth" && !o_.plan_cache.empty())
+      plan_ = cached_plan(comm, so, cache_note);
+    else if (which == "synth")
       plan_ = synth::synthesize(g_, cluster_, so, o_.name);
     else if (which == "dp-ev")
       plan_ = synth::make_baseline(g_, cluster_, synth::baseline::dp_ev, so, o_.name);
@@ -357,9 +381,9 @@ private:
       std::ostream& out = *o_.out;
       describe(out, device_entry == nullptr ? std::string("host")
                                             : device_entry->name + ", one device per rank");
-      print(out, "cluster \"%s\" (%zu ranks); plan %s (%.0f ms): predicted step %.2f ms; shares",
+      print(out, "cluster \"%s\" (%zu ranks); plan %s (%.0f ms%s): predicted step %s; shares",
             cluster_.name.c_str(), cluster_.size(), plan_->strategy.c_str(), 1e3 * plan_seconds,
-            1e3 * plan_->step_time);
+            cache_note.c_str(), synth::milliseconds_text(plan_->step_time).c_str());
       for (std::size_t d = 0; d < plan_->device_names.size(); ++d)
         print(out, " %s %.1f%%", plan_->device_names[d].c_str(), 100.0 * plan_->ratios[0][d]);
       out << "\n";
@@ -428,19 +452,83 @@ private:
 #endif
 
 #if defined(HSPMD_HAS_MPI)
-  // Every rank trains in the same precision (a rank in another would compute other numbers
-  // silently). Collective.
-  void agree_on_precision(mpi_communicator& comm) const {
-    const auto mine = static_cast<std::int64_t>(o_.precision);
-    const std::int64_t lo = comm.all_reduce(mine, reduce_op::min);
-    const std::int64_t hi = comm.all_reduce(mine, reduce_op::max);
-    if (lo != hi)
-      throw config_error(
-          "precision",
-          "differs between ranks: " + std::string(name(static_cast<exec::precision>(lo))) +
-              " on some, " + std::string(name(static_cast<exec::precision>(hi))) +
-              " on others (this rank: " + std::string(name(o_.precision)) + ")",
-          "give every rank the same --precision");
+  // The plan through the plan cache: rank 0 looks up, re-solves or synthesizes (ranks may see
+  // different directories) and broadcasts the plan's JSON. Collective.
+  synth::plan cached_plan(mpi_communicator& comm, const synth::synth_options& so,
+                          std::string& note) {
+    std::string text;
+    if (comm.rank() == 0) {
+      const auto c = synth::synthesize_cached(g_, cluster_, so, o_.name, o_.plan_cache);
+      text = synth::to_json(c.p).dump();
+      char b[160];
+      switch (c.outcome) {
+      case synth::cache_outcome::hit:
+        note = ", from the plan cache: synthesis skipped";
+        break;
+      case synth::cache_outcome::resolved:
+        std::snprintf(b, sizeof b,
+                      ", from the plan cache: the cluster's numbers changed, ratios re-solved "
+                      "for the cached program in %zu LP iterations%s",
+                      c.lp_iterations, c.warm ? " from its basis" : "");
+        note = b;
+        break;
+      case synth::cache_outcome::miss:
+        note = ", synthesized and stored in the plan cache";
+        break;
+      case synth::cache_outcome::uncached:
+        note = ", calibrated: not cached";
+        break;
+      }
+      if (!c.file.empty())
+        note += " (" + c.file.string() + ")";
+    }
+    auto size = static_cast<std::uint64_t>(text.size());
+    comm.broadcast(std::span<std::uint64_t>(&size, 1), 0);
+    text.resize(static_cast<std::size_t>(size));
+    comm.broadcast(std::span<char>(text), 0);
+    return synth::plan_from_json(nlohmann::json::parse(text), g_, "the plan from rank 0");
+  }
+
+  // Every option that must match across ranks, compared before anything else collective: a
+  // difference would hang (steps, calibration, buckets, tracing) or train silently wrong
+  // (seed, learning rate, clipping, precision). HSPMD_DEBUG is compared by the communicator.
+  // Collective.
+  void agree_on_training_options(mpi_communicator& comm) const {
+    const auto num = [](double v) { // the shortest text that reads back as v
+      std::array<char, 40> b{};
+      const auto r = std::to_chars(b.data(), b.data() + b.size(), v);
+      return std::string(b.data(), r.ptr);
+    };
+    const auto on = [](bool b) { return std::string(b ? "on" : "off"); };
+    const std::string schedule = o_.lr.shape == lr_schedule::kind::constant
+                                     ? "constant " + num(o_.lr.peak)
+                                     : "cosine peak " + num(o_.lr.peak) + " warmup " +
+                                           std::to_string(o_.lr.warmup) + " floor " +
+                                           num(o_.lr.floor);
+    const std::vector<std::pair<std::string, std::string>> options = {
+        {"steps", std::to_string(o_.steps)},
+        {"batch", std::to_string(o_.batch)},
+        {"accumulate", std::to_string(o_.accumulate)},
+        {"seed", std::to_string(o_.seed)},
+        {"learning rate", schedule},
+        {"weight decay", num(o_.weight_decay)},
+        {"clip", num(o_.clip)},
+        {"optimizer", typeid(Optimizer).name()},
+        {"precision", std::string(name(o_.precision))},
+        {"device", o_.device},
+        {"plan", o_.plan.empty() ? "synth" : o_.plan},
+        {"calibrate", on(o_.calibrate)},
+        {"bucket MiB", num(o_.bucket_mb)},
+        {"eval every", std::to_string(o_.eval_every)},
+        {"eval batches", std::to_string(o_.eval_batches)},
+        {"trace", on(!o_.trace.empty())},
+        {"save plan", on(!o_.save_plan.empty())},
+        {"plan cache", on(!o_.plan_cache.empty())},
+        {"save graph", on(!o_.save_graph.empty())},
+        {"metrics", on(!o_.metrics.empty())},
+        {"profile", on(o_.profile)},
+    };
+    agree_on_options(std::span<const std::pair<std::string, std::string>>(options), comm);
   }
 #endif
 
@@ -480,6 +568,30 @@ private:
             o_.precision == exec::precision::f16 ? ", dynamic loss scaling" : "");
   }
 
+  // What this rank is doing, named if a wait times out.
+  void set_phase([[maybe_unused]] std::string phase) {
+#if defined(HSPMD_HAS_MPI)
+    if (comm_)
+      comm_->set_phase(std::move(phase));
+#endif
+  }
+  [[nodiscard]] int rank() const {
+#if defined(HSPMD_HAS_MPI)
+    if (comm_)
+      return comm_->rank();
+#endif
+    return 0;
+  }
+  // HSPMD_FAULT's fault on this rank (exec/fault.hpp); only `slow` returns.
+  void inject(const fault_spec& f) {
+    inject_fault(f);
+#if defined(HSPMD_HAS_MPI)
+    if (dist_ != nullptr)
+      dist_->set_slowdown(cluster_.devices.at(static_cast<std::size_t>(rank())).slowdown *
+                          f.factor);
+#endif
+  }
+
   // The loop (see the file comment); every rank runs it in step.
   train_result run(const feed_fn<T>& feed, const feed_fn<T>& eval) {
     using clock = std::chrono::steady_clock;
@@ -510,6 +622,9 @@ private:
     if (o_.precision == exec::precision::f16)
       loss_scale.emplace();
     for (std::size_t s = 0; s < o_.steps; ++s) {
+      set_phase("training step " + std::to_string(s + 1));
+      if (fault_ && fault_->step == s + 1 && fault_->rank == rank())
+        inject(*fault_);
       e.barrier();
       const auto start = clock::now();
       auto fed = start;
@@ -599,6 +714,7 @@ private:
   }
 
   eval_report run_eval(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {
+    set_phase("evaluation after step " + std::to_string(after_step));
     engine<T, Optimizer>& e = *engine_;
     e.set_training(false);
     eval_report rep;
@@ -691,7 +807,8 @@ private:
     print(out, "%s: loss %.4f -> %.4f over %zu steps; step time measured %.2f ms (median)",
           o_.name.c_str(), r.losses.front(), r.losses.back(), r.losses.size(), 1e3 * median);
     if (plan_)
-      print(out, ", predicted %.2f ms (%+.0f%%)", 1e3 * r.predicted_step_seconds,
+      print(out, ", predicted %s (%+.0f%%)",
+            synth::milliseconds_text(r.predicted_step_seconds).c_str(),
             100.0 * (r.predicted_step_seconds - median) / median);
     else if (median > 0.0)
       print(out, ", %.1f GFLOP/s",
@@ -731,6 +848,7 @@ private:
 #endif
   std::unique_ptr<engine<T, Optimizer>> engine_;
   rank_engine<T, Optimizer>* dist_ = nullptr; // engine_, in a distributed run
+  std::optional<fault_spec> fault_;           // HSPMD_FAULT
   const std::function<void(const step_report&)>* on_step_ = nullptr;
   const std::function<void(const eval_report&)>* on_eval_ = nullptr;
 };

@@ -274,6 +274,7 @@ struct number_rule {
   bool integer = false;           ///< must be a whole number
   std::string_view meaning;       ///< e.g. "flop/s > 0, e.g. 1.4e13"
   std::string_view max_text = {}; ///< how to print `max` when a plain number reads badly ("1 PiB")
+  double least = 0.0; ///< smallest plausible value (0: none; smaller is "absurdly small")
 };
 
 [[nodiscard]] inline std::string format_number(double v) {
@@ -297,6 +298,9 @@ struct number_rule {
     src.fail(path,
              std::string("must be ") + (rule.min_exclusive ? "> " : ">= ") +
                  format_number(rule.min) + ", got " + format_number(v),
+             expected);
+  if (rule.least > 0.0 && v < rule.least)
+    src.fail(path, "is absurdly small: " + format_number(v) + " < " + format_number(rule.least),
              expected);
   if (v > rule.max)
     src.fail(path,

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -57,11 +58,11 @@ struct plan {
   std::vector<std::string> segment_names{"batch"};
   ratio_table ratios; ///< [segment][device]
   std::vector<plan_step> steps;
-  double step_time = 0.0;             ///< predicted seconds per training step
-  double compute_time = 0.0;          ///< its compute part
-  double comm_time = 0.0;             ///< its communication part
-  double overlap_time = 0.0; ///< gradient all-reduce hidden behind the backward (subtracted)
-  std::vector<double> memory;         ///< predicted bytes per device
+  double step_time = 0.0;     ///< predicted seconds per training step
+  double compute_time = 0.0;  ///< its compute part
+  double comm_time = 0.0;     ///< its communication part
+  double overlap_time = 0.0;  ///< gradient all-reduce hidden behind the backward (subtracted)
+  std::vector<double> memory; ///< predicted bytes per device
   std::vector<double> device_compute; ///< predicted compute seconds per device (all steps)
   std::vector<std::string> binding;   ///< the ratio LP's binding rows, in words
   plan_stats stats;
@@ -466,17 +467,48 @@ inline std::uint64_t plan::hash() const {
       io::parse_json_strict(text, io::json_source(name), "a plan written by hspmd"), g, name);
 }
 
-/// A time as people read it: "0", "12.3 us", "4.56 ms", "1.234 s".
+/// A time as people read it, with a unit at every magnitude: "0", "3.2 ns", "12.3 us",
+/// "4.56 ms", "1.234 s", "2.5 min", "3.20 h", "4.1 days", "1.2e+23 years", "infinite".
 [[nodiscard]] inline std::string seconds_text(double s) {
-  char b[32];
+  if (std::isnan(s))
+    return "undefined";
+  if (s < 0.0)
+    return "-" + seconds_text(-s);
+  if (std::isinf(s))
+    return "infinite";
+  char b[48];
+  constexpr double minute = 60.0;
+  constexpr double hour = 3600.0;
+  constexpr double day = 86400.0;
+  constexpr double year = 365.25 * day;
   if (s == 0.0)
     std::snprintf(b, sizeof b, "0");
+  else if (s < 1e-6)
+    std::snprintf(b, sizeof b, "%.3g ns", s * 1e9);
   else if (s < 1e-3)
     std::snprintf(b, sizeof b, "%.1f us", s * 1e6);
   else if (s < 1.0)
     std::snprintf(b, sizeof b, "%.2f ms", s * 1e3);
-  else
+  else if (s < minute)
     std::snprintf(b, sizeof b, "%.3f s", s);
+  else if (s < hour)
+    std::snprintf(b, sizeof b, "%.1f min", s / minute);
+  else if (s < day)
+    std::snprintf(b, sizeof b, "%.2f h", s / hour);
+  else if (s < year)
+    std::snprintf(b, sizeof b, "%.1f days", s / day);
+  else
+    std::snprintf(b, sizeof b, "%.3g years", s / year);
+  return b;
+}
+
+/// A step time in milliseconds ("12.34 ms", as progress lines and scripts read them), or
+/// `seconds_text` beyond 10^4 s or when not finite.
+[[nodiscard]] inline std::string milliseconds_text(double s) {
+  if (!std::isfinite(s) || std::abs(s) >= 1e4)
+    return seconds_text(s);
+  char b[48];
+  std::snprintf(b, sizeof b, "%.2f ms", s * 1e3);
   return b;
 }
 

@@ -603,9 +603,9 @@ private:
         return;
       const transfer* best = nullptr;
       double best_cost = std::numeric_limits<double>::infinity();
-      for (const transfer& tr : options) {
+      for (const transfer& tr : options) { // the first when none is finite: priced infinite
         const double c = price(tr);
-        if (c < best_cost) {
+        if (best == nullptr || c < best_cost) {
           best_cost = c;
           best = &tr;
         }

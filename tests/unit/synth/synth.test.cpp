@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -510,4 +511,43 @@ TEST_CASE("rule table: swiglu splits every dimension and is linear in its value 
   CHECK(has_rule(rules, {S(1), S(1)}, S(1))); // after column-parallel gate and up projections
   CHECK(has_rule(rules, {R, P}, P));
   CHECK(!has_rule(rules, {P, R}, P)); // silu is not linear
+}
+
+TEST_CASE("times print with a unit at every magnitude") {
+  CHECK(seconds_text(0.0) == "0");
+  CHECK(seconds_text(3.2e-9) == "3.2 ns");
+  CHECK(seconds_text(1e-300) == "1e-291 ns");
+  CHECK(seconds_text(12.3e-6) == "12.3 us");
+  CHECK(seconds_text(4.56e-3) == "4.56 ms");
+  CHECK(seconds_text(1.234) == "1.234 s");
+  CHECK(seconds_text(150.0) == "2.5 min");
+  CHECK(seconds_text(3.2 * 3600.0) == "3.20 h");
+  CHECK(seconds_text(4.1 * 86400.0) == "4.1 days");
+  CHECK(seconds_text(1e30) == "3.17e+22 years");
+  CHECK(seconds_text(std::numeric_limits<double>::infinity()) == "infinite");
+  CHECK(seconds_text(-0.5) == "-500.00 ms");
+  CHECK(milliseconds_text(0.01234) == "12.34 ms");
+  CHECK(milliseconds_text(1e30) == "3.17e+22 years");
+}
+
+TEST_CASE("a cluster built in code is held to the reader's limits; the search survives "
+          "infinite prices") {
+  cluster c = make_cluster({1e9, 1e9});
+  c.devices[0].speed = 1e-306;
+  CHECK_THROWS_WITH(validated(c, "train_options::cluster_spec"),
+                    Catch::Contains("train_options::cluster_spec: field devices[0].speed: is "
+                                    "absurdly small: 1e-306 < 1e+06"));
+  // The synthesizer itself, given such a cluster anyway, must not dereference a missing
+  // transfer: it returns a plan (or refuses) instead of crashing.
+  models::model_options o;
+  o.layers = 1;
+  o.hidden = 8;
+  const auto g = models::trace_model<float>("mlp", o, 4);
+  c.devices[1].speed = 1e-306;
+  try {
+    const plan p = synthesize(g, c);
+    CHECK(p.device_names.size() == 2);
+  } catch (const hspmd::error& e) {
+    CHECK(std::string(e.what()).size() > 0);
+  }
 }

@@ -7,11 +7,16 @@
 // communicator calls them in the same order with matching arguments. Uneven all-gather and
 // reduce-scatter take an algorithm tag (core/collectives.hpp); `automatic` asks the cost model,
 // which must be the same on every rank (it is unless set_cost_model is called unevenly).
+//
+// Every blocking wait is watched (comm/watchdog.hpp): with HSPMD_TIMEOUT=<seconds> (or
+// `set_timeout`), a call that has not completed in time ends the process with a line naming the
+// call, its sequence number, the phase and the last completed call, and mpirun ends the job.
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/mpi/check.hpp>
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/comm/watchdog.hpp>
 #include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
@@ -24,6 +29,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -74,23 +81,39 @@ namespace detail {
 class mpi_communicator {
 public:
   /// Duplicates `comm` (collective over `comm`), sets MPI_ERRORS_RETURN on the duplicate, reads
-  /// HSPMD_DEBUG, and starts from default costs for a shared-memory link (2 us, 5 GB/s) until
+  /// HSPMD_DEBUG (which every rank must set alike: checked here) and HSPMD_TIMEOUT (no limit
+  /// when unset), and starts from default costs for a shared-memory link (2 us, 5 GB/s) until
   /// `set_cost_model` or `calibrate_collectives` provides measured ones.
   explicit mpi_communicator(MPI_Comm comm = MPI_COMM_WORLD) {
     const int world = detail::world_rank();
     HSPMD_MPI_CHECK(MPI_Comm_dup(comm, &comm_), world);
-    HSPMD_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), world);
-    HSPMD_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), world);
-    HSPMD_MPI_CHECK(MPI_Comm_size(comm_, &size_), rank_);
-    debug_ = debug_collectives_from_env();
+    try {
+      HSPMD_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), world);
+      HSPMD_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), world);
+      HSPMD_MPI_CHECK(MPI_Comm_size(comm_, &size_), rank_);
+      // Read on every rank before any check can throw, so that all ranks take part below.
+      std::exception_ptr env_error;
+      try {
+        debug_ = debug_collectives_from_env();
+        watchdog_ = std::make_unique<collective_watchdog>(rank_, timeout_from_env());
+      } catch (const config_error&) {
+        env_error = std::current_exception();
+      }
+      agree_on_environment(env_error != nullptr);
+      if (env_error != nullptr)
+        std::rethrow_exception(env_error);
+    } catch (...) {
+      release();
+      throw;
+    }
     model_ = collective_cost_model::from_link(size_, 2e-6, 5e9);
   }
   mpi_communicator(const mpi_communicator&) = delete;
   mpi_communicator& operator=(const mpi_communicator&) = delete;
   mpi_communicator(mpi_communicator&& o) noexcept
       : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_),
-        debug_(o.debug_), sequence_(o.sequence_), model_(o.model_),
-        scratch_(std::move(o.scratch_)) {}
+        debug_(o.debug_), sequence_(o.sequence_), model_(o.model_), scratch_(std::move(o.scratch_)),
+        watchdog_(std::move(o.watchdog_)) {}
   mpi_communicator& operator=(mpi_communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -101,6 +124,7 @@ public:
       sequence_ = o.sequence_;
       model_ = o.model_;
       scratch_ = std::move(o.scratch_);
+      watchdog_ = std::move(o.watchdog_);
     }
     return *this;
   }
@@ -115,6 +139,20 @@ public:
   /// True when HSPMD_DEBUG=detail: every collective first compares fingerprints.
   [[nodiscard]] bool debug() const noexcept { return debug_; }
 
+  /// The limit on each blocking wait in seconds (0: none); see comm/watchdog.hpp.
+  [[nodiscard]] double timeout() const { return watchdog_ ? watchdog_->timeout() : 0.0; }
+  /// Sets the limit on each blocking wait (0: none). The library trainer sets
+  /// `timeout_from_env(default_training_timeout)`.
+  void set_timeout(double seconds) {
+    if (watchdog_)
+      watchdog_->set_timeout(seconds);
+  }
+  /// What this rank is doing, named when a wait times out ("training step 5").
+  void set_phase(std::string phase) {
+    if (watchdog_)
+      watchdog_->set_phase(std::move(phase));
+  }
+
   /// The cost model `automatic` consults. Set it to the same model on every rank.
   [[nodiscard]] const collective_cost_model& cost_model() const noexcept { return model_; }
   void set_cost_model(const collective_cost_model& m) noexcept { model_ = m; }
@@ -126,14 +164,16 @@ public:
 
   /// Collective: returns when every rank has called it.
   void barrier() {
-    precheck<char>(collective::barrier, 0, {}, -1, -1, uneven_algorithm::native);
+    const auto w =
+        watch(precheck<char>(collective::barrier, 0, {}, -1, -1, uneven_algorithm::native));
     HSPMD_MPI_CHECK(MPI_Barrier(comm_), rank_);
   }
 
   /// Collective: copies `data` of rank `root` into `data` on every rank (same size everywhere).
   template <mpi_element T>
   void broadcast(std::span<T> data, int root) {
-    precheck<T>(collective::broadcast, data.size(), {}, root, -1, uneven_algorithm::native);
+    const auto w = watch(
+        precheck<T>(collective::broadcast, data.size(), {}, root, -1, uneven_algorithm::native));
     HSPMD_MPI_CHECK(
         MPI_Bcast(data.data(), count_of(data.size(), "MPI_Bcast"), mpi_datatype<T>(), root, comm_),
         rank_);
@@ -148,8 +188,8 @@ public:
                        "in has " + std::to_string(in.size()) + " elements, out " +
                            std::to_string(out.size()),
                        "pass buffers of equal size");
-    precheck<T>(collective::all_reduce, out.size(), {}, -1, static_cast<int>(op),
-                uneven_algorithm::native);
+    const auto w = watch(precheck<T>(collective::all_reduce, out.size(), {}, -1,
+                                     static_cast<int>(op), uneven_algorithm::native));
     const void* send = in.data() == out.data() ? MPI_IN_PLACE : static_cast<const void*>(in.data());
     HSPMD_MPI_CHECK(MPI_Allreduce(send, out.data(), count_of(out.size(), "MPI_Allreduce"),
                                   mpi_datatype<T>(), detail::mpi_op(op), comm_),
@@ -177,7 +217,7 @@ public:
     const layout l = layout_of(counts, "all_gather_v");
     check_sizes("all_gather_v", in.size(), counts[me()], out.size(), l.total);
     alg = resolve(collective::all_gather_v, alg, counts, sizeof(T));
-    precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg);
+    const auto w = watch(precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg));
     gather(in.data(), out, l, alg);
   }
   /// In-place `all_gather_v`: this rank's part is already at its place in `data`.
@@ -187,7 +227,7 @@ public:
     const layout l = layout_of(counts, "all_gather_v");
     check_sizes("all_gather_v", counts[me()], counts[me()], data.size(), l.total);
     alg = resolve(collective::all_gather_v, alg, counts, sizeof(T));
-    precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg);
+    const auto w = watch(precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg));
     gather(static_cast<const T*>(nullptr), data, l, alg);
   }
 
@@ -201,7 +241,8 @@ public:
     const layout l = layout_of(counts, "reduce_scatter_v");
     check_sizes("reduce_scatter_v", out.size(), counts[me()], in.size(), l.total);
     alg = resolve(collective::reduce_scatter_v, alg, counts, sizeof(T));
-    precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg);
+    const auto w = watch(
+        precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg));
     scatter(in, out, l, op, alg, false);
   }
   /// In-place `reduce_scatter_v`: reduces the whole of `data` and leaves this rank's segment at
@@ -213,7 +254,8 @@ public:
     const layout l = layout_of(counts, "reduce_scatter_v");
     check_sizes("reduce_scatter_v", counts[me()], counts[me()], data.size(), l.total);
     alg = resolve(collective::reduce_scatter_v, alg, counts, sizeof(T));
-    precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg);
+    const auto w = watch(
+        precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg));
     scatter(std::span<const T>(data),
             data.subspan(static_cast<std::size_t>(l.displs[me()]), counts[me()]), l, op, alg, true);
   }
@@ -232,7 +274,8 @@ public:
                            std::to_string(out.size()) + ") do not match the counts (send " +
                            std::to_string(s.total) + ", receive " + std::to_string(r.total) + ")",
                        "in.size() == sum of send_counts and out.size() == sum of recv_counts");
-    precheck<T>(collective::all_to_all_v, 0, {}, -1, -1, uneven_algorithm::native);
+    const auto w =
+        watch(precheck<T>(collective::all_to_all_v, 0, {}, -1, -1, uneven_algorithm::native));
     if (debug_)
       check_all_to_all_counts(send_counts, recv_counts);
     HSPMD_MPI_CHECK(MPI_Alltoallv(in.data(), s.counts.data(), s.displs.data(), mpi_datatype<T>(),
@@ -248,9 +291,10 @@ public:
     request() = default;
     request(const request&) = delete;
     request& operator=(const request&) = delete;
-    request(request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)) {}
+    request(request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)), call_(o.call_) {}
     request& operator=(request&& o) noexcept {
       std::swap(r_, o.r_);
+      std::swap(call_, o.call_);
       return *this;
     }
     /// An unfinished request is cancelled by freeing it (MPI completes it in the background);
@@ -265,6 +309,7 @@ public:
   private:
     friend class mpi_communicator;
     MPI_Request r_ = MPI_REQUEST_NULL;
+    pending_call call_; // what `wait` reports when it times out
   };
 
   /// Collective, non-blocking: starts the in-place sum (or max, min) of `data` over the ranks.
@@ -272,9 +317,9 @@ public:
   /// the data only inside MPI calls: call `test` between pieces of work to keep it going.
   template <mpi_element T>
   [[nodiscard]] request start_all_reduce(std::span<T> data, reduce_op op) {
-    precheck<T>(collective::all_reduce, data.size(), {}, -1, static_cast<int>(op),
-                uneven_algorithm::native);
     request r;
+    r.call_ = precheck<T>(collective::all_reduce, data.size(), {}, -1, static_cast<int>(op),
+                          uneven_algorithm::native);
     HSPMD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(),
                                    count_of(data.size(), "MPI_Iallreduce"), mpi_datatype<T>(),
                                    detail::mpi_op(op), comm_, &r.r_),
@@ -289,15 +334,18 @@ public:
     HSPMD_MPI_CHECK(MPI_Test(&r.r_, &flag, MPI_STATUS_IGNORE), rank_);
     return flag != 0;
   }
-  /// Blocks until `r` has completed.
+  /// Blocks until `r` has completed (watched like a blocking collective).
   void wait(request& r) {
-    if (!r.done())
-      HSPMD_MPI_CHECK(MPI_Wait(&r.r_, MPI_STATUS_IGNORE), rank_);
+    if (r.done())
+      return;
+    const auto w = watch(r.call_);
+    HSPMD_MPI_CHECK(MPI_Wait(&r.r_, MPI_STATUS_IGNORE), rank_);
   }
 
   /// Point to point: sends `data` to rank `dest` with `tag` (blocking).
   template <mpi_element T>
   void send(std::span<const T> data, int dest, int tag) {
+    const auto w = watch({{}, "send to", dest, tag});
     HSPMD_MPI_CHECK(MPI_Send(data.data(), count_of(data.size(), "MPI_Send"), mpi_datatype<T>(),
                              dest, tag, comm_),
                     rank_);
@@ -307,6 +355,7 @@ public:
   template <mpi_element T>
   void recv(std::span<T> data, int src, int tag) {
     MPI_Status status{};
+    const auto w = watch({{}, "receive from", src, tag});
     HSPMD_MPI_CHECK(MPI_Recv(data.data(), count_of(data.size(), "MPI_Recv"), mpi_datatype<T>(), src,
                              tag, comm_, &status),
                     rank_);
@@ -374,19 +423,47 @@ private:
     return alg == uneven_algorithm::automatic ? model_.choose(op, counts, elem_bytes) : alg;
   }
 
-  // Debug mode: exchange fingerprints before the call; free (one branch) otherwise.
+  // What the call is (for the watchdog), after comparing it across ranks in debug mode.
   template <class T>
-  void precheck(collective op, std::size_t count, std::span<const std::size_t> counts, int root,
-                int reduction, uneven_algorithm alg) {
+  [[nodiscard]] pending_call precheck(collective op, std::size_t count,
+                                      std::span<const std::size_t> counts, int root, int reduction,
+                                      uneven_algorithm alg) {
     const std::uint64_t seq = sequence_++;
+    pending_call p;
+    p.call = fingerprint_of<T>(seq, op, count, counts, root, reduction, alg);
     if (!debug_)
-      return;
-    const auto words = fingerprint_of<T>(seq, op, count, counts, root, reduction, alg).words();
+      return p;
+    const auto w = watch(p);
+    const auto words = p.call.words();
     std::vector<std::uint64_t> all(words.size() * me_count());
     HSPMD_MPI_CHECK(MPI_Allgather(words.data(), static_cast<int>(words.size()), MPI_UINT64_T,
                                   all.data(), static_cast<int>(words.size()), MPI_UINT64_T, comm_),
                     rank_);
     check_fingerprints(unpack_fingerprints(all), rank_);
+    return p;
+  }
+
+  // Watches a blocking wait for `p` until the returned scope ends.
+  [[nodiscard]] collective_watchdog::scope watch(const pending_call& p) {
+    return watchdog_ ? watchdog_->watch(p) : collective_watchdog::scope(nullptr);
+  }
+
+  // HSPMD_DEBUG must be alike on every rank (debug mode adds a collective before each call, so
+  // a difference would hang at the first one); a bad environment value on any rank ends every
+  // rank. Collective, at construction.
+  void agree_on_environment(bool bad_here) {
+    std::array<int, 3> v = {debug_ ? 1 : 0, debug_ ? 0 : 1, bad_here ? 1 : 0};
+    HSPMD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), 3, MPI_INT, MPI_MAX, comm_), rank_);
+    if (v[2] != 0 && !bad_here)
+      throw comm_error(rank_, "environment",
+                       "another rank has a bad HSPMD_DEBUG or HSPMD_TIMEOUT (see its message)",
+                       "give every rank valid values");
+    if (!bad_here && v[0] != 0 && v[1] != 0)
+      throw comm_error(rank_, "environment variable HSPMD_DEBUG",
+                       std::string("differs between ranks: detail on some, off on others (this "
+                                   "rank: ") +
+                           (debug_ ? "detail" : "off") + ")",
+                       "set it alike on every rank, e.g. mpirun -x HSPMD_DEBUG=detail");
   }
   [[nodiscard]] std::size_t me_count() const noexcept { return static_cast<std::size_t>(size_); }
 
@@ -407,7 +484,7 @@ private:
                          "rank r's send_counts[s] must equal rank s's recv_counts[r]");
   }
 
-  void wait_all(std::vector<MPI_Request>& requests) {
+  void wait_all(std::vector<MPI_Request>& requests) { // inside a watched call
     HSPMD_MPI_CHECK(
         MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
         rank_);
@@ -543,6 +620,7 @@ private:
   std::uint64_t sequence_ = 0;
   collective_cost_model model_;
   std::vector<std::byte> scratch_;
+  std::unique_ptr<collective_watchdog> watchdog_;
 };
 
 static_assert(communicator<mpi_communicator, float> &&

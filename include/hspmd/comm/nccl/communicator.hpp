@@ -79,19 +79,6 @@ template <nccl_element T>
   return ncclSum;
 }
 
-// Seconds from HSPMD_TIMEOUT (0: no limit).
-[[nodiscard]] inline double timeout_from_env() {
-  const char* v = std::getenv("HSPMD_TIMEOUT");
-  if (v == nullptr || *v == '\0')
-    return 0.0;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(s >= 0.0))
-    throw config_error("environment variable HSPMD_TIMEOUT",
-                       "\"" + std::string(v) + "\" is not a number of seconds",
-                       "a number >= 0 (0 disables the limit)");
-  return s;
-}
 } // namespace detail
 
 /// Selects this rank's GPU: its rank among the ranks on its node (MPI_COMM_TYPE_SHARED), modulo
@@ -122,12 +109,12 @@ public:
   static constexpr bool device_buffers = true;
 
   /// Collective over `bootstrap`: rank 0 creates the NCCL id and broadcasts it over MPI; every
-  /// rank joins with its current CUDA device. `bootstrap` must outlive this communicator (debug
+  /// rank joins with its current CUDA device. Waits are bounded by the bootstrap's timeout
+  /// (HSPMD_TIMEOUT, or what the trainer set). `bootstrap` must outlive this communicator (debug
   /// fingerprints travel over it).
   explicit nccl_communicator(mpi_communicator& bootstrap)
       : mpi_(&bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()),
-        debug_(bootstrap.debug()), timeout_(detail::timeout_from_env()),
-        model_(bootstrap.cost_model()) {
+        debug_(bootstrap.debug()), timeout_(bootstrap.timeout()), model_(bootstrap.cost_model()) {
     ncclUniqueId id{};
     if (rank_ == 0)
       check(ncclGetUniqueId(&id), "ncclGetUniqueId");
