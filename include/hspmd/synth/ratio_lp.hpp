@@ -426,6 +426,13 @@ struct ratio_options {
   }
 
   const lp::result r = lp::solve(q, opt.lp, warm);
+  if (out.collapsed && r.status != lp::status::optimal && r.status != lp::status::infeasible) {
+    // The collapsed form can report unbounded where the full form has an optimum (seen on
+    // BERT-base over mixed-8.json): solve the full form, which is the reference.
+    ratio_options full = opt;
+    full.collapse = false;
+    return solve_ratios(p, full, nullptr);
+  }
   out.status = r.status;
   out.iterations = r.iterations;
   out.basis = r.final_basis;

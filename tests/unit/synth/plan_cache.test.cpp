@@ -85,3 +85,25 @@ TEST_CASE("plan cache: miss, hit, ratios re-solved for new numbers, a new shape 
   CHECK(synthesize_cached(g, c, {}, "bert", {}).outcome == cache_outcome::uncached);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("the ratio LP of a BERT plan on mixed-8 solves (its collapsed form reported "
+          "unbounded), so the cache re-solves it for new numbers") {
+  models::model_options o; // one of the sizes whose collapsed LP was unbounded
+  o.layers = 1;
+  o.hidden = 512;
+  o.heads = 8;
+  o.seq = 64;
+  o.vocab = 8000;
+  const auto g = models::trace_model<float>("bert", o, 32);
+  const cluster c = load_cluster(std::string(HSPMD_SOURCE_DIR) + "/clusters/mixed-8.json");
+  const auto dir = fresh_dir();
+  const auto first = synthesize_cached(g, c, {}, "bert", dir);
+  CHECK(first.outcome == cache_outcome::miss);
+  const cost_model m(g, c, segment_map(g, segment_policy::one));
+  const ratio_solution sol = solve_ratios(ratio_problem_of(first.p, m, first.p.ratios));
+  CHECK(sol.status == lp::status::optimal);
+  cluster faster = c;
+  faster.devices.back().speed *= 1.1;
+  CHECK(synthesize_cached(g, faster, {}, "bert", dir).outcome == cache_outcome::resolved);
+  std::filesystem::remove_all(dir);
+}
