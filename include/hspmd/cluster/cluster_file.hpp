@@ -290,6 +290,12 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
                    " devices",
                "a smaller cluster");
 
+    // The expanded names must read back (canonical form): at most 64 characters each.
+    if (d.contains("count") && dev.name.size() + 1 + std::to_string(count - 1).size() > 64)
+      src.fail(json_child(path, "name"),
+               "with count " + std::to_string(count) + " the expanded names (\"" + dev.name + "." +
+                   std::to_string(count - 1) + "\") are longer than 64 characters",
+               std::string(name_expected) + ", the suffix .N of \"count\" included");
     for (std::size_t k = 0; k < count; ++k) {
       device_spec copy = dev;
       if (d.contains("count"))

@@ -77,6 +77,7 @@ const bad_case bad_cases[] = {
     {"node_fraction", "devices[0].node", "must be a whole number, got 0.5"},
     {"slowdown_below_one", "devices[0].slowdown", "must be >= 1, got 0.5"},
     {"count_zero", "devices[0].count", "must be >= 1, got 0"},
+    {"count_name_too_long", "devices[0].name", "with count 16 the expanded names"},
     {"missing_inter_node", "links.inter_node", "missing, but the devices span 2 nodes"},
     {"name_with_space", "devices[0].name", "has the character ' '"},
     {"kind_empty", "devices[0].kind", "is empty"},
