@@ -165,6 +165,14 @@ public:
   void set_training(bool on) noexcept { ex_.set_training(on); }
   /// Emulation of a slower device: every local compute takes `s` times as long (busy wait).
   void set_slowdown(double s) noexcept { slowdown_ = std::max(1.0, s); }
+  [[nodiscard]] double slowdown() const noexcept { return slowdown_; }
+  [[nodiscard]] std::size_t bucket_bytes() const noexcept { return bucket_bytes_; }
+  /// Seconds this rank spent computing (the local graph's kernels and the optimizer, an
+  /// emulated slowdown included) since the last call; what re-balancing compares with the
+  /// plan's prediction (exec/rebalance.hpp).
+  [[nodiscard]] double take_compute_seconds() noexcept {
+    return std::exchange(compute_seconds_, 0.0);
+  }
   /// Bytes of gradients all-reduced together (the same on every rank; default
   /// `gradient_bucket_bytes`). Smaller buckets start earlier in the backward and overlap more of
   /// it; each pays one latency.
@@ -378,18 +386,18 @@ private:
   // Runs f; with a slowdown s, waits (s - 1) times as long again.
   template <class F>
   void compute(F&& f) {
-    if (slowdown_ <= 1.0) {
-      f();
-      return;
-    }
     const auto start = std::chrono::steady_clock::now();
     f();
     const auto took = std::chrono::steady_clock::now() - start;
-    const auto until =
-        std::chrono::steady_clock::now() +
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * (slowdown_ - 1.0));
-    while (std::chrono::steady_clock::now() < until)
-      progress(); // an emulated slow device computes; its host drives the collectives
+    if (slowdown_ > 1.0) {
+      const auto until =
+          std::chrono::steady_clock::now() +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * (slowdown_ - 1.0));
+      while (std::chrono::steady_clock::now() < until)
+        progress(); // an emulated slow device computes; its host drives the collectives
+    }
+    compute_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   template <class E>
@@ -709,6 +717,7 @@ private:
   std::vector<graph::node_id> sfb_params_;
   bool in_flight_ = false;
   double slowdown_ = 1.0;
+  double compute_seconds_ = 0.0;
   std::uint64_t step_ = 0;
   bool check_inputs_ = debug_collectives_from_env();
   trace_recorder trace_;

@@ -152,6 +152,16 @@ public:
   virtual void set_bucket_bytes(std::size_t bytes) = 0;
   [[nodiscard]] virtual std::size_t gradient_bytes() const = 0;
   [[nodiscard]] virtual std::size_t gradient_bytes_unshared() const = 0;
+  /// Seconds this rank computed since the last call (exec/distributed.hpp).
+  [[nodiscard]] virtual double take_compute_seconds() = 0;
+  /// Continues under plan `p` (the run's program at new ratios, or another plan of the same
+  /// graph): re-lowers, and moves the parameters and `opt`'s state to the new pieces (exec/
+  /// reshard.hpp). Collective. Throws `config_error` where the engine cannot (a device engine,
+  /// an optimizer whose state it cannot see).
+  virtual void rebalance(const synth::plan& p, Optimizer& opt) = 0;
+  /// Records an event of the run on the trace's step track (e.g. a re-balance).
+  virtual void trace_event(std::string name, std::chrono::steady_clock::time_point begin,
+                           std::chrono::steady_clock::time_point end, nlohmann::json args) = 0;
   virtual void start_trace() = 0; ///< collective
   /// Collective; rank 0 gets the whole trace (exec/trace.hpp).
   [[nodiscard]] virtual nlohmann::json collect_trace(const std::vector<std::string>& devices) = 0;

@@ -247,6 +247,11 @@ public:
     }
   }
 
+  /// The momentum buffers (slot `a` per parameter, in the executor's parameter order), for
+  /// moving them to a new layout (exec/reshard.hpp).
+  [[nodiscard]] detail::optimizer_state& state() noexcept { return state_; }
+  static constexpr std::size_t state_slots = 1; ///< slots in use per parameter (a)
+
 private:
   detail::optimizer_state state_;
 };
@@ -288,6 +293,11 @@ public:
                                     static_cast<T>(eps), keep, l2});
     }
   }
+
+  /// The moments (slots `a` and `b` per parameter, in the executor's parameter order), for
+  /// moving them to a new layout (exec/reshard.hpp); the step count stays.
+  [[nodiscard]] detail::optimizer_state& state() noexcept { return state_; }
+  static constexpr std::size_t state_slots = 2; ///< slots in use per parameter (a, b)
 
 private:
   detail::optimizer_state state_;

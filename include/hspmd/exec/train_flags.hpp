@@ -101,6 +101,15 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
                  "with --cluster: keep synthesized plans in this directory; a start with the same "
                  "model, options and cluster reads its plan, and one whose cluster numbers "
                  "changed re-solves its ratios only");
+  app.add_option("--rebalance", o.rebalance,
+                 "with --cluster: re-balance while training when a device is persistently this "
+                 "many times slower than the others relative to the plan (e.g. 1.25): ratios "
+                 "re-solved at the measured speeds, parameters and optimizer state moved; 0: off")
+      ->capture_default_str();
+  app.add_option("--rebalance-window", o.rebalance_window,
+                 "with --rebalance: steps whose median is compared")
+      ->capture_default_str()
+      ->check(at_least_one);
   app.add_option("--save-graph", o.save_graph,
                  "write the traced graph as JSON to this file (hspmd-plan --graph plans it)");
   app.add_option("--eval-every", o.eval_every,

@@ -136,6 +136,12 @@ struct train_options {
   /// Rank 0 looks up, re-solves or synthesizes and stores, and gives every rank its plan.
   std::string plan_cache;
   std::string save_graph; ///< write the traced graph as JSON here (for `hspmd-plan --graph`)
+  /// With a cluster: re-balance while training (exec/rebalance.hpp) when a device computes,
+  /// relative to the plan and over the median of `rebalance_window` steps, this many times
+  /// slower than the others (e.g. 1.25): the ratios are re-solved at the measured speeds and
+  /// the parameters and optimizer state move to the new pieces. 0: off.
+  double rebalance = 0.0;
+  std::size_t rebalance_window = 3; ///< steps whose median re-balancing compares
 
   std::size_t eval_every = 0;   ///< evaluate every N steps (0: only after the last step)
   std::size_t eval_batches = 1; ///< micro-batches per evaluation
@@ -170,14 +176,29 @@ struct eval_report {
   double perplexity = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// One re-balance while training (`train_options::rebalance`), the same on every rank.
+struct rebalance_report {
+  std::size_t after_step = 0;  ///< steps trained before it
+  std::vector<double> factors; ///< per device: measured lag over the least (the trigger)
+  std::vector<double> shares_before, shares_after; ///< per device, the first segment's ratios
+  double solve_seconds = 0.0;    ///< the ratio LP's re-solve (rank 0), warm where it could
+  std::size_t lp_iterations = 0; ///< its simplex iterations
+  bool warm = false;             ///< started from the previous basis
+  double move_seconds = 0.0;     ///< re-lowering and moving parameters and optimizer state
+  double predicted_before = 0.0; ///< the old plan's step time at the measured speeds
+  double predicted_after = 0.0;  ///< the new plan's
+  bool moved = false;            ///< false: the shares came out the same, nothing moved
+};
+
 /// What `trainer::fit` measured.
 struct train_result {
   std::vector<double> losses;       ///< per step
   std::vector<double> step_seconds; ///< per step, slowest rank
   std::vector<eval_report> evals;
-  double predicted_step_seconds = 0.0; ///< the plan's prediction (distributed runs)
-  std::size_t skipped_steps = 0;       ///< f16: steps whose gradients overflowed (not applied)
-  double loss_scale = 1.0;             ///< f16: the dynamic loss scale after the last step
+  double predicted_step_seconds = 0.0;      ///< the plan's prediction (distributed runs)
+  std::size_t skipped_steps = 0;            ///< f16: steps whose gradients overflowed (not applied)
+  double loss_scale = 1.0;                  ///< f16: the dynamic loss scale after the last step
+  std::vector<rebalance_report> rebalances; ///< with `train_options::rebalance`
 
   /// Median step time without the first (warm-up) step.
   [[nodiscard]] double median_step_seconds() const {

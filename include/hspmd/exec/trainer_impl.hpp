@@ -14,6 +14,7 @@
 #include <hspmd/exec/fault.hpp>
 #include <hspmd/exec/loss_scale.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/rebalance.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/nn/tracer.hpp>
@@ -198,6 +199,25 @@ private:
       throw config_error("precision " + std::string(name(o_.precision)),
                          "needs a model of float (16-bit activations, float master weights)",
                          "give precision f32, or trace the model in float");
+    if (o_.rebalance != 0.0) {
+      if (!(o_.rebalance > 1.0) || !std::isfinite(o_.rebalance))
+        throw config_error("rebalance " + std::to_string(o_.rebalance),
+                           "is how many times slower than the others a device must be before "
+                           "the run re-balances, so it must exceed 1",
+                           "give e.g. 1.25, or 0 to turn re-balancing off");
+      if (o_.rebalance_window == 0)
+        throw config_error("rebalance window 0", "re-balancing compares the median of steps",
+                           "give a window of 1 or more steps");
+      if (o_.plan == "dp-ev")
+        throw config_error("rebalance with plan dp-ev",
+                           "dp-ev shares the batch evenly by definition, and re-balancing "
+                           "changes the shares",
+                           "give plan dp-cp or synth (or drop --rebalance)");
+      if constexpr (!requires(Optimizer & x) { x.state(); })
+        throw config_error("rebalance with optimizer " + std::string(typeid(Optimizer).name()),
+                           "keeps its state private, so re-balancing cannot move it",
+                           "train with exec::adam or exec::sgd, or drop --rebalance");
+    }
     if (!distributed())
       for (const auto& [flag, set] :
            {std::pair<std::string, bool>{"plan " + o_.plan, !o_.plan.empty()},
@@ -205,7 +225,8 @@ private:
             {"explain", o_.explain},
             {"trace " + o_.trace, !o_.trace.empty()},
             {"save plan " + o_.save_plan, !o_.save_plan.empty()},
-            {"plan cache " + o_.plan_cache, !o_.plan_cache.empty()}})
+            {"plan cache " + o_.plan_cache, !o_.plan_cache.empty()},
+            {"rebalance", o_.rebalance != 0.0}})
         if (set)
           throw config_error(flag, "needs a cluster (one process has no plan)",
                              "give a cluster file, or drop it");
@@ -321,12 +342,17 @@ private:
       }
     if (is_root && !o_.save_graph.empty())
       write_file(o_.save_graph, graph::to_json(g_).dump(1));
-    synth::synth_options so;
+    synth::synth_options& so = so_;
     so.gemm_type = o_.precision == exec::precision::bf16  ? dtype::bf16
                    : o_.precision == exec::precision::f16 ? dtype::f16
                                                           : dtype::f32;
     // The device first: calibration measures rank 0's compute where the run will compute.
     const auto* device_entry = distributed_device(comm);
+    if (device_entry != nullptr && o_.rebalance != 0.0)
+      throw config_error("rebalance on device " + device_entry->name,
+                         "is built for host tensors only (a device engine's buffers and streams "
+                         "are not moved yet)",
+                         "drop --rebalance, or train on the host");
     if (o_.calibrate) {
       const auto c0 = std::chrono::steady_clock::now();
       profile_options po;
@@ -413,6 +439,138 @@ private:
             static_cast<double>(e->gradient_bytes_unshared()) / 1048576.0, e->device().c_str());
     dist_ = e.get();
     engine_ = std::move(e);
+    if (o_.rebalance != 0.0)
+      start_monitor(comm);
+  }
+
+  // Re-balancing: the plan's predictions per device, and (rank 0) the ratio LP's basis for
+  // the first warm re-solve.
+  void start_monitor(mpi_communicator& comm) {
+    monitor_.emplace(rebalance_options{o_.rebalance, o_.rebalance_window},
+                     predicted_compute(*plan_, cluster_));
+    if (comm.rank() == 0)
+      if (auto r = synth::resolve_ratios(*plan_, cost_model_for(cluster_), cluster_))
+        basis_ = std::move(r->basis);
+  }
+
+  [[nodiscard]] synth::cost_model cost_model_for(const cluster& c) const {
+    return synth::cost_model(g_, c, synth::segment_map(g_, plan_->segments), so_.profile,
+                             so_.gemm_type);
+  }
+  // Compute seconds per device of plan `p`'s program at its ratios on cluster `c`.
+  [[nodiscard]] std::vector<double> predicted_compute(const synth::plan& p,
+                                                      const cluster& c) const {
+    synth::plan q = p;
+    synth::evaluate(q, cost_model_for(c), q.ratios);
+    return q.device_compute;
+  }
+
+  // After step `s`: the ranks share their compute seconds; when the monitor sees a device off
+  // its modelled speed, rank 0 re-solves the ratios at the measured speeds (warm), every rank
+  // takes that plan and moves its state to the new pieces. Collective.
+  void maybe_rebalance(std::size_t s, train_result& r, std::ofstream& metrics) {
+    using clock = std::chrono::steady_clock;
+    mpi_communicator& comm = *comm_;
+    const double mine = dist_->take_compute_seconds();
+    std::vector<double> all(static_cast<std::size_t>(comm.size()));
+    comm.all_gather_v(std::span<const double>(&mine, 1), std::span<double>(all),
+                      std::vector<std::size_t>(all.size(), 1), uneven_algorithm::native);
+    const auto factors = monitor_->observe(all);
+    if (!factors)
+      return;
+    set_phase("re-balancing after step " + std::to_string(s + 1));
+    const auto t0 = clock::now();
+    cluster measured = measured_cluster(cluster_, *factors);
+    rebalance_report rep;
+    rep.after_step = s + 1;
+    rep.factors = *factors;
+    rep.shares_before = plan_->ratios.at(0);
+    std::string text;
+    if (comm.rank() == 0) {
+      const auto l0 = clock::now();
+      auto res = synth::resolve_ratios(*plan_, cost_model_for(measured), measured,
+                                       basis_.variables.empty() ? nullptr : &basis_);
+      rep.solve_seconds = std::chrono::duration<double>(clock::now() - l0).count();
+      if (res) {
+        rep.lp_iterations = res->iterations;
+        rep.warm = res->warm;
+        basis_ = std::move(res->basis);
+        text = synth::to_json(res->p).dump();
+      }
+    }
+    std::array<double, 3> facts{rep.solve_seconds, static_cast<double>(rep.lp_iterations),
+                                rep.warm ? 1.0 : 0.0};
+    comm.broadcast(std::span<double>(facts), 0);
+    rep.solve_seconds = facts[0];
+    rep.lp_iterations = static_cast<std::size_t>(facts[1]);
+    rep.warm = facts[2] != 0.0;
+    auto size = static_cast<std::uint64_t>(text.size());
+    comm.broadcast(std::span<std::uint64_t>(&size, 1), 0);
+    text.resize(static_cast<std::size_t>(size));
+    comm.broadcast(std::span<char>(text), 0);
+    std::ostream* out = comm.rank() == 0 ? o_.out : nullptr;
+    if (text.empty()) { // not optimal: keep the plan, measure again
+      if (out != nullptr)
+        print(*out,
+              "re-balancing after step %zu: the ratio LP at the measured speeds is not "
+              "optimal; the plan stays\n",
+              s + 1);
+      monitor_->restart(predicted_compute(*plan_, cluster_));
+      return;
+    }
+    synth::plan next = synth::plan_from_json(nlohmann::json::parse(text), g_, "re-balanced plan");
+    rep.predicted_before = [&] {
+      synth::plan q = *plan_;
+      synth::evaluate(q, cost_model_for(measured), q.ratios);
+      return q.step_time;
+    }();
+    rep.predicted_after = next.step_time;
+    rep.shares_after = next.ratios.at(0);
+    // Moved only when some share changes (the same ratios lower to the same pieces).
+    rep.moved = next.ratios != plan_->ratios;
+    if (rep.moved) {
+      const auto m0 = clock::now();
+      dist_->rebalance(next, opt_);
+      rep.move_seconds = std::chrono::duration<double>(clock::now() - m0).count();
+      rep.move_seconds = dist_->slowest(rep.move_seconds);
+    }
+    cluster_ = std::move(measured);
+    plan_ = std::move(next);
+    monitor_->restart(plan_->device_compute);
+    const auto t1 = clock::now();
+    nlohmann::json args{{"after_step", rep.after_step},
+                        {"factors", rep.factors},
+                        {"shares_before", rep.shares_before},
+                        {"shares_after", rep.shares_after},
+                        {"solve_ms", 1e3 * rep.solve_seconds},
+                        {"lp_iterations", rep.lp_iterations},
+                        {"warm", rep.warm},
+                        {"move_ms", 1e3 * rep.move_seconds}};
+    dist_->trace_event(rep.moved ? "re-balance" : "re-balance (shares unchanged)", t0, t1, args);
+    if (metrics.is_open())
+      metrics << nlohmann::json{{"rebalance", args}}.dump() << "\n";
+    if (out != nullptr) {
+      std::size_t worst = 0;
+      for (std::size_t d = 0; d < rep.factors.size(); ++d)
+        if (rep.factors[d] > rep.factors[worst])
+          worst = d;
+      print(*out,
+            "re-balanced after step %zu: %s computes %.2fx slower than the others relative to "
+            "the plan; ratios re-solved in %.1f ms (%zu LP iterations%s); shares",
+            s + 1, plan_->device_names[worst].c_str(), rep.factors[worst], 1e3 * rep.solve_seconds,
+            rep.lp_iterations, rep.warm ? " from the last basis" : "");
+      for (std::size_t d = 0; d < rep.shares_after.size(); ++d)
+        print(*out, " %s %.1f%% -> %.1f%%", plan_->device_names[d].c_str(),
+              100.0 * rep.shares_before[d], 100.0 * rep.shares_after[d]);
+      if (rep.moved)
+        print(*out, "; predicted step %s -> %s; state moved in %.1f ms\n",
+              synth::milliseconds_text(rep.predicted_before).c_str(),
+              synth::milliseconds_text(rep.predicted_after).c_str(), 1e3 * rep.move_seconds);
+      else
+        print(*out, " (unchanged: nothing moved)\n");
+      out->flush();
+    }
+    r.rebalances.push_back(std::move(rep));
   }
 #endif
 
@@ -527,6 +685,9 @@ private:
         {"save graph", on(!o_.save_graph.empty())},
         {"metrics", on(!o_.metrics.empty())},
         {"profile", on(o_.profile)},
+        {"rebalance", o_.rebalance == 0.0
+                          ? std::string("off")
+                          : num(o_.rebalance) + " window " + std::to_string(o_.rebalance_window)},
     };
     agree_on_options(std::span<const std::pair<std::string, std::string>>(options), comm);
   }
@@ -625,6 +786,10 @@ private:
       set_phase("training step " + std::to_string(s + 1));
       if (fault_ && fault_->step == s + 1 && fault_->rank == rank())
         inject(*fault_);
+#if defined(HSPMD_HAS_MPI)
+      if (monitor_)
+        (void)dist_->take_compute_seconds(); // this step's compute only (not an evaluation's)
+#endif
       e.barrier();
       const auto start = clock::now();
       auto fed = start;
@@ -678,6 +843,10 @@ private:
         progress(*out, rep, elapsed);
       if (on_step_ != nullptr && *on_step_)
         (*on_step_)(rep);
+#if defined(HSPMD_HAS_MPI)
+      if (monitor_ && s + 1 < o_.steps)
+        maybe_rebalance(s, r, metrics);
+#endif
       if (eval && ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == o_.steps)) {
         r.evals.push_back(run_eval(eval, o_.eval_batches, s + 1));
         if (metrics.is_open()) {
@@ -815,6 +984,10 @@ private:
             (cost.forward_flops + cost.backward_flops) * static_cast<double>(o_.accumulate) /
                 median / 1e9);
     out << "\n";
+    if (!r.rebalances.empty() && plan_)
+      print(out, "re-balanced %zu time%s; the plan now predicts %s per step\n", r.rebalances.size(),
+            r.rebalances.size() == 1 ? "" : "s",
+            synth::milliseconds_text(plan_->step_time).c_str());
     if (o_.precision == exec::precision::f16)
       print(out, "f16: %zu of %zu steps skipped (gradients overflowed); loss scale now %g\n",
             r.skipped_steps, r.losses.size(), r.loss_scale);
@@ -845,6 +1018,9 @@ private:
 #if defined(HSPMD_HAS_MPI)
   std::unique_ptr<mpi_communicator> comm_;
   cluster cluster_;
+  synth::synth_options so_;                  // how the plan was made (re-balancing re-prices)
+  std::optional<straggler_monitor> monitor_; // with train_options::rebalance
+  lp::basis basis_;                          // rank 0: the ratio LP's last basis
 #endif
   std::unique_ptr<engine<T, Optimizer>> engine_;
   rank_engine<T, Optimizer>* dist_ = nullptr; // engine_, in a distributed run

@@ -139,6 +139,36 @@ inline void write_atomically(const std::filesystem::path& file, const std::strin
                  detail::cluster_shape(c));
 }
 
+/// A plan's program with its ratios re-solved for other numbers of the same cluster shape.
+struct resolved_plan {
+  plan p;                     ///< the program, new ratios, predictions at them
+  lp::basis basis;            ///< the LP's final basis (the next re-solve's warm start)
+  std::size_t iterations = 0; ///< simplex iterations
+  bool warm = false;          ///< started from the given basis
+};
+
+/// Re-solves the ratio LP of `p`'s program for cluster `c` (priced by `m`, built for `c`),
+/// from `warm` where given; the plan is re-evaluated at the new ratios and names `c`. Nothing
+/// when the LP is not optimal. Deterministic: ranks that call it with the same inputs agree.
+[[nodiscard]] inline std::optional<resolved_plan>
+resolve_ratios(plan p, const cost_model& m, const cluster& c, const lp::basis* warm = nullptr) {
+  const ratio_problem q = ratio_problem_of(p, m, p.ratios);
+  ratio_solution sol = solve_ratios(q, {}, warm);
+  if (sol.status != lp::status::optimal)
+    return std::nullopt;
+  p.cluster_name = c.name;
+  p.cluster_fingerprint = fingerprint(c);
+  p.device_names.clear();
+  for (const device_spec& d : c.devices)
+    p.device_names.push_back(d.name);
+  evaluate(p, m, sol.ratios);
+  p.binding.clear();
+  for (const auto& b : sol.bottlenecks)
+    if (p.binding.size() < 6)
+      p.binding.push_back(b.text);
+  return resolved_plan{std::move(p), std::move(sol.basis), sol.iterations, warm != nullptr};
+}
+
 /// Synthesizes a plan for `g` on `c` through the cache in `dir` (empty: no cache); see the
 /// file comment. Deterministic for given cache contents: call it on one rank and share the
 /// plan, since ranks may see different caches.
@@ -187,25 +217,13 @@ inline void write_atomically(const std::filesystem::path& file, const std::strin
         return out;
       }
       const lp::basis warm = detail::basis_from_json(entry->at("basis"));
-      const ratio_problem q = ratio_problem_of(p, m, p.ratios);
-      ratio_solution sol = solve_ratios(q, {}, warm.variables.empty() ? nullptr : &warm);
-      if (sol.status == lp::status::optimal) {
-        out.warm = !warm.variables.empty();
-        out.lp_iterations = sol.iterations;
-        p.cluster_name = c.name;
-        p.cluster_fingerprint = numbers;
-        p.device_names.clear();
-        for (const device_spec& d : c.devices)
-          p.device_names.push_back(d.name);
-        evaluate(p, m, sol.ratios);
-        p.binding.clear();
-        for (const auto& b : sol.bottlenecks)
-          if (p.binding.size() < 6)
-            p.binding.push_back(b.text);
-        out.p = std::move(p);
+      if (auto r = resolve_ratios(std::move(p), m, c, warm.variables.empty() ? nullptr : &warm)) {
+        out.warm = r->warm;
+        out.lp_iterations = r->iterations;
+        out.p = std::move(r->p);
         out.outcome = cache_outcome::resolved;
         out.seconds = since();
-        store(out.p, sol.basis);
+        store(out.p, r->basis);
         return out;
       }
     } catch (const error&) { // a plan that no longer fits this graph or cluster: synthesize
