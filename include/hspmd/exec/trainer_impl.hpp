@@ -504,10 +504,7 @@ private:
     rep.solve_seconds = facts[0];
     rep.lp_iterations = static_cast<std::size_t>(facts[1]);
     rep.warm = facts[2] != 0.0;
-    auto size = static_cast<std::uint64_t>(text.size());
-    comm.broadcast(std::span<std::uint64_t>(&size, 1), 0);
-    text.resize(static_cast<std::size_t>(size));
-    comm.broadcast(std::span<char>(text), 0);
+    broadcast_text(comm, text);
     std::ostream* out = comm.rank() == 0 ? o_.out : nullptr;
     if (text.empty()) { // not optimal: keep the plan, measure again
       if (out != nullptr)
@@ -640,11 +637,16 @@ private:
       if (!c.file.empty())
         note += " (" + c.file.string() + ")";
     }
+    broadcast_text(comm, text);
+    return synth::plan_from_json(nlohmann::json::parse(text), g_, "the plan from rank 0");
+  }
+
+  // Rank 0's `text` on every rank. Collective.
+  static void broadcast_text(mpi_communicator& comm, std::string& text) {
     auto size = static_cast<std::uint64_t>(text.size());
     comm.broadcast(std::span<std::uint64_t>(&size, 1), 0);
     text.resize(static_cast<std::size_t>(size));
     comm.broadcast(std::span<char>(text), 0);
-    return synth::plan_from_json(nlohmann::json::parse(text), g_, "the plan from rank 0");
   }
 
   // Every option that must match across ranks, compared before anything else collective: a
