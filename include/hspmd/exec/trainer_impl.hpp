@@ -416,9 +416,7 @@ private:
       if (o_.print_graph)
         graph::print(out, g_);
       if (o_.explain)
-        out << synth::explain(*plan_, synth::cost_model(g_, cluster_,
-                                                        synth::segment_map(g_, plan_->segments),
-                                                        so.profile, so.gemm_type));
+        out << synth::explain(*plan_, cost_model_for(cluster_));
     }
     std::unique_ptr<rank_engine<T, Optimizer>> e;
     if (device_entry == nullptr)
@@ -447,7 +445,7 @@ private:
   // the first warm re-solve.
   void start_monitor(mpi_communicator& comm) {
     monitor_.emplace(rebalance_options{o_.rebalance, o_.rebalance_window},
-                     predicted_compute(*plan_, cluster_));
+                     evaluated(*plan_, cluster_).device_compute);
     if (comm.rank() == 0)
       if (auto r = synth::resolve_ratios(*plan_, cost_model_for(cluster_), cluster_))
         basis_ = std::move(r->basis);
@@ -457,12 +455,10 @@ private:
     return synth::cost_model(g_, c, synth::segment_map(g_, plan_->segments), so_.profile,
                              so_.gemm_type);
   }
-  // Compute seconds per device of plan `p`'s program at its ratios on cluster `c`.
-  [[nodiscard]] std::vector<double> predicted_compute(const synth::plan& p,
-                                                      const cluster& c) const {
-    synth::plan q = p;
-    synth::evaluate(q, cost_model_for(c), q.ratios);
-    return q.device_compute;
+  // Plan `p` (its program at its ratios) with its predictions for cluster `c`.
+  [[nodiscard]] synth::plan evaluated(synth::plan p, const cluster& c) const {
+    synth::evaluate(p, cost_model_for(c), p.ratios);
+    return p;
   }
 
   // After step `s`: the ranks share their compute seconds; when the monitor sees a device off
@@ -512,15 +508,11 @@ private:
               "re-balancing after step %zu: the ratio LP at the measured speeds is not "
               "optimal; the plan stays\n",
               s + 1);
-      monitor_->restart(predicted_compute(*plan_, cluster_));
+      monitor_->restart(evaluated(*plan_, cluster_).device_compute);
       return;
     }
     synth::plan next = synth::plan_from_json(nlohmann::json::parse(text), g_, "re-balanced plan");
-    rep.predicted_before = [&] {
-      synth::plan q = *plan_;
-      synth::evaluate(q, cost_model_for(measured), q.ratios);
-      return q.step_time;
-    }();
+    rep.predicted_before = evaluated(*plan_, measured).step_time;
     rep.predicted_after = next.step_time;
     rep.shares_after = next.ratios.at(0);
     // Moved only when some share changes (the same ratios lower to the same pieces).
