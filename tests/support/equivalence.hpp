@@ -64,11 +64,12 @@ struct result {
   std::map<std::string, std::vector<T>> params;
 };
 
-inline constexpr std::size_t steps = 10;
+// Training steps per run unless a caller asks for fewer (a slow backend).
+inline constexpr std::size_t default_steps = 10;
 inline constexpr double clip = 0.5;
 
 template <class T>
-result<T> single(const graph::graph& g, std::size_t id_limit) {
+result<T> single(const graph::graph& g, std::size_t id_limit, std::size_t steps) {
   exec::executor<T> ex(g, 7);
   exec::sgd opt(0.05, 0.9);
   result<T> r;
@@ -92,8 +93,8 @@ result<T> single(const graph::graph& g, std::size_t id_limit) {
 // `B`: the backend the rank's tensors live in (a device-like one stages its collectives over
 // MPI, or moves them directly with a device communicator `Comm`).
 template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
-result<T> distributed(const graph::graph& g, const synth::plan& p, Comm& comm,
-                      std::size_t id_limit) {
+result<T> distributed(const graph::graph& g, const synth::plan& p, Comm& comm, std::size_t id_limit,
+                      std::size_t steps) {
   exec::distributed_executor<T, Comm, B> dx(g, p, comm, 7);
   // Buckets of a few gradients each: many all-reduces in flight during the backward, started
   // and completed at different points (the default size puts these small models in one).
@@ -148,10 +149,11 @@ inline const std::vector<std::string> default_must = {
 
 template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
 void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
-                 double bandwidth, const std::vector<std::string>& must_use = default_must) {
+                 double bandwidth, const std::vector<std::string>& must_use = default_must,
+                 std::size_t steps = default_steps) {
   Comm comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  const auto want = single<T>(g, id_limit);
+  const auto want = single<T>(g, id_limit, steps);
   const cluster c = make_cluster(n, bandwidth);
   std::vector<synth::plan> plans;
   plans.push_back(synth::synthesize(g, c, {}, model));
@@ -210,7 +212,7 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
       std::string what = model + " " + p.strategy + " at";
       for (double x : r)
         what += " " + std::to_string(x);
-      check_same(distributed<T, B, Comm>(g, p, comm, id_limit), want, tol, what);
+      check_same(distributed<T, B, Comm>(g, p, comm, id_limit, steps), want, tol, what);
     }
 }
 

@@ -129,10 +129,11 @@ TEST_CASE("MoE-small: distributed training equals the single process (f32)") {
   const auto n = static_cast<std::size_t>(comm.size());
   c.capacity_factor = 1.25;
   const auto g = models::trace_bert_lm<float>(c, 4);
-  const auto want = single<float>(g, 40);
+  const auto want = single<float>(g, 40, default_steps);
   const cluster cl = make_cluster(n, 1e6);
   const synth::plan tp = synth::make_baseline(g, cl, synth::baseline::tp, {}, "moe");
-  check_same(distributed<float>(g, tp, comm, 40), want, 1e-5, "bert-moe tp, tokens dropped");
+  check_same(distributed<float>(g, tp, comm, 40, default_steps), want, 1e-5,
+             "bert-moe tp, tokens dropped");
   synth::synth_options so;
   so.search.allow_rule = [&g](graph::node_id id, const graph::rule& r) {
     if (g[id].kind == graph::op::moe_combine)
@@ -146,7 +147,8 @@ TEST_CASE("MoE-small: distributed training equals the single process (f32)") {
   for (const auto& r : ratios) {
     for (auto& seg : ep.ratios)
       seg = r;
-    check_same(distributed<float>(g, ep, comm, 40), want, 1e-5, "bert-moe expert parallel");
+    check_same(distributed<float>(g, ep, comm, 40, default_steps), want, 1e-5,
+               "bert-moe expert parallel");
   }
 }
 
@@ -219,5 +221,6 @@ TEST_CASE("a plan priced by measurement (rank 0's compute profile, calibrated co
   CHECK(comm.all_reduce(h, reduce_op::min) == h);
   CHECK(comm.all_reduce(h, reduce_op::max) == h);
   const synth::plan p = synth::synthesize(g, c, so, "mlp");
-  check_same(distributed<float>(g, p, comm, 10), single<float>(g, 10), 1e-5, "mlp calibrated");
+  check_same(distributed<float>(g, p, comm, 10, default_steps), single<float>(g, 10, default_steps),
+             1e-5, "mlp calibrated");
 }
