@@ -122,8 +122,11 @@ int main(int argc, char** argv) {
     std::printf("model %s, batch %zu: %zu graph nodes, %.1f GFLOP per step; traced in %.3f s\n",
                 model.c_str(), batch, g.size(), (total.forward_flops + total.backward_flops) / 1e9,
                 std::chrono::duration<double>(t1 - t0).count());
-    std::printf("cluster %s: %zu devices on %zu node(s)\n", c.name.c_str(), c.size(),
-                c.nodes().size());
+    std::printf("cluster %s: %zu devices on %zu node(s); compute priced %s\n", c.name.c_str(),
+                c.size(), c.nodes().size(),
+                c.devices.front().has_rates()
+                    ? "per op class (gemm, elementwise, softmax, optimizer rates)"
+                    : "at each device's speed");
     std::printf("synthesis: %.3f s (search %.3f s in %zu round(s), %zu states expanded; LP "
                 "%.3f s)%s\n",
                 std::chrono::duration<double>(t2 - t1).count(), plan.stats.search_seconds,

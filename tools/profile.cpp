@@ -86,13 +86,18 @@ int main(int argc, char** argv) {
       if (!f)
         throw hspmd::config_error(out, "cannot be written",
                                   "give a path in an existing, writable directory");
-      std::printf("%-10s %-6s %5s %14s %14s %14s %10s\n", "device", "kind", "node", "speed (GF/s)",
-                  "GEMM f32", "GEMM f64", "memory");
+      // Rates in GF/s: the probe step's (speed) and its op classes' (what the cost model
+      // uses), then 512^3 GEMMs alone, as measured (before any emulated slowdown).
+      std::printf("%-10s %-6s %4s %8s %8s %8s %8s %8s %9s %9s %10s\n", "device", "kind", "node",
+                  "speed", "gemm", "elemwise", "softmax", "optim", "GEMM f32", "GEMM f64",
+                  "memory");
       for (std::size_t r = 0; r < c.size(); ++r) {
         const auto& d = c.devices[r];
-        std::printf("%-10s %-6s %5lld %14.2f %14.2f %14.2f %7.1f GiB\n", d.name.c_str(),
-                    d.kind.c_str(), static_cast<long long>(d.node), d.speed / 1e9,
-                    measured[r].gemm_f32 / 1e9, measured[r].gemm_f64 / 1e9,
+        const auto& m = measured[r];
+        std::printf("%-10s %-6s %4lld %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %6.1f GiB\n",
+                    d.name.c_str(), d.kind.c_str(), static_cast<long long>(d.node),
+                    m.training_speed / 1e9, m.rates[0] / 1e9, m.rates[1] / 1e9, m.rates[2] / 1e9,
+                    m.rates[3] / 1e9, m.gemm_f32 / 1e9, m.gemm_f64 / 1e9,
                     static_cast<double>(d.memory) / 1073741824.0);
       }
       std::printf("intra-node link: %.2f GB/s, latency %.2f us", c.intra_node.bandwidth / 1e9,

@@ -7,13 +7,25 @@
 #include <hspmd/core/error.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hspmd {
+
+/// Classes of work a device runs at different rates (synth/cost.hpp maps each graph op to one):
+/// GEMM-like products (matmul, linear, batched matmul, convolution); elementwise and
+/// normalization ops and everything else that streams memory; softmax and cross-entropy (row
+/// reductions with exponentials); the optimizer's update with clipping.
+enum class op_class : std::uint8_t { gemm, elementwise, softmax, optimizer };
+inline constexpr std::size_t op_class_count = 4;
+/// The classes' names in cluster files and reports, in enum order.
+inline constexpr std::array<std::string_view, op_class_count> op_class_names = {
+    "gemm", "elementwise", "softmax", "optimizer"};
 
 /// One rank's device.
 struct device_spec {
@@ -26,10 +38,35 @@ struct device_spec {
   /// Sustained flop/s of GEMMs with 16-bit operands and float accumulation (tensor cores), what
   /// a bf16 or f16 run's matrix products get; 0: none faster than `speed` (a CPU).
   double bf16_speed = 0.0;
+  /// Measured flop/s per op class (index: `op_class`), FLOPs counted as graph/ops.hpp counts
+  /// them (so a memory-bound class has a low rate), after any slowdown; all 0: none measured,
+  /// every class runs at `speed`. hspmd-profile writes them; a cluster file gives all four for
+  /// every device or for none.
+  std::array<double, op_class_count> rates{};
+
+  /// Whether the device has measured per-class rates.
+  [[nodiscard]] bool has_rates() const noexcept { return rates[0] > 0.0; }
+
+  /// The rate of work of class `c`: the measured class rate, else `speed`; GEMMs of a 16-bit
+  /// run at `bf16_speed` where the device has one.
+  [[nodiscard]] double rate(op_class c, bool sixteen_bit = false) const noexcept {
+    if (c == op_class::gemm && sixteen_bit && bf16_speed > 0.0)
+      return bf16_speed;
+    const double r = rates[static_cast<std::size_t>(c)];
+    return r > 0.0 ? r : speed;
+  }
 
   /// The rate of GEMM-class work: `bf16_speed` in a 16-bit run where the device has one.
   [[nodiscard]] double gemm_speed(bool sixteen_bit) const noexcept {
-    return sixteen_bit && bf16_speed > 0.0 ? bf16_speed : speed;
+    return rate(op_class::gemm, sixteen_bit);
+  }
+
+  /// Stretches the device's compute by `factor` (> 1: slower): every rate is divided by it.
+  void slow_by(double factor) noexcept {
+    speed /= factor;
+    bf16_speed /= factor;
+    for (double& r : rates)
+      r /= factor;
   }
 
   friend bool operator==(const device_spec&, const device_spec&) = default;

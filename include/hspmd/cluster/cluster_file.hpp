@@ -223,8 +223,8 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
 
   // Devices. An entry with "count": N stands for N identical devices named NAME.0 .. NAME.N-1.
   constexpr std::string_view devices_expected =
-      "an array of device objects {name, kind, speed, bf16_speed, memory, node, slowdown, "
-      "count}";
+      "an array of device objects {name, kind, speed, bf16_speed, rates, memory, node, "
+      "slowdown, count}";
   const auto& devs = io::expect_array(
       src, io::require_key(src, doc, "", "devices", devices_expected), "devices", devices_expected);
   if (devs.empty())
@@ -235,7 +235,7 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
     const auto& d = io::expect_object(src, devs[i], path, devices_expected);
     io::reject_unknown_keys(
         src, d, path,
-        {"name", "kind", "speed", "bf16_speed", "memory", "node", "slowdown", "count"});
+        {"name", "kind", "speed", "bf16_speed", "rates", "memory", "node", "slowdown", "count"});
     device_spec dev;
     constexpr std::string_view name_expected =
         "a unique name of letters, digits, '.', '_' or '-', at most 64 characters";
@@ -265,6 +265,28 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
            "for a device without a faster 16-bit path",
            {},
            cluster_limits::min_speed});
+    if (d.contains("rates")) {
+      constexpr std::string_view rates_expected =
+          "{\"gemm\", \"elementwise\", \"softmax\", \"optimizer\"}: measured flop/s of each "
+          "class, all four (hspmd-profile writes them)";
+      const std::string rpath = json_child(path, "rates");
+      const auto& r = io::expect_object(src, d["rates"], rpath, rates_expected);
+      static_assert(op_class_count == 4);
+      io::reject_unknown_keys(src, r, rpath, {"gemm", "elementwise", "softmax", "optimizer"});
+      for (std::size_t k = 0; k < op_class_count; ++k) {
+        const std::string key(op_class_names[k]);
+        dev.rates[k] =
+            io::read_number(src, io::require_key(src, r, rpath, key.c_str(), rates_expected),
+                            json_child(rpath, key),
+                            {0.0,
+                             true,
+                             cluster_limits::max_speed,
+                             false,
+                             "flop/s > 0 of this class of ops, FLOPs as the cost model counts them",
+                             {},
+                             cluster_limits::min_speed});
+      }
+    }
     dev.memory = detail::read_memory(
         src, io::require_key(src, d, path, "memory", "bytes, or a string such as \"16 GiB\""),
         json_child(path, "memory"));
@@ -308,6 +330,17 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
       c.devices.push_back(std::move(copy));
     }
   }
+
+  // Class rates price every device's ops or none: a device without them would be compared at
+  // its whole-step speed with the others' per-class rates.
+  for (std::size_t i = 1; i < c.devices.size(); ++i)
+    if (c.devices[i].has_rates() != c.devices[0].has_rates())
+      src.fail("devices",
+               "device " + c.devices[i].name + (c.devices[i].has_rates() ? " has" : " has no") +
+                   " class rates and device " + c.devices[0].name +
+                   (c.devices[0].has_rates() ? " has" : " has none"),
+               "give \"rates\" for every device (hspmd-profile --merge measures them) or for "
+               "none");
 
   // Links. The inter-node link is required only when devices span several nodes.
   constexpr std::string_view links_expected =
@@ -362,6 +395,9 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
                             {"slowdown", d.slowdown}});
     if (d.bf16_speed > 0.0)
       j["devices"].back()["bf16_speed"] = d.bf16_speed;
+    if (d.has_rates())
+      for (std::size_t k = 0; k < op_class_count; ++k)
+        j["devices"].back()["rates"][std::string(op_class_names[k])] = d.rates[k];
   }
   if (c.overlap != 0.0)
     j["overlap"] = c.overlap;

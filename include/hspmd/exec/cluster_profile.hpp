@@ -8,6 +8,9 @@
 //     cost model divides FLOPs by. GEMM rates in f32 and f64 (n = 512) are measured too and
 //     reported beside it (a GEMM runs faster than a whole step, which also normalizes, adds and
 //     moves memory).
+//   - rates per op class (device_spec::rates): the same probe step's GEMM, elementwise and
+//     softmax nodes' FLOPs over their measured seconds, and the optimizer's (exec::class_rates),
+//     so the cost model prices each op at what its class really runs at on this device.
 //   - node: ranks with the same host name (given by the caller) share a node id, in order of
 //     first appearance.
 //   - memory: what the caller says this rank may use (its node's available memory over its
@@ -39,15 +42,17 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hspmd::exec {
 
 /// What one rank measured of its own device.
 struct device_measurement {
-  double training_speed = 0.0; ///< flop/s of the probe step
-  double gemm_f32 = 0.0;       ///< flop/s of a 512^3 float GEMM
-  double gemm_f64 = 0.0;       ///< flop/s of a 512^3 double GEMM
+  double training_speed = 0.0;                ///< flop/s of the probe step
+  double gemm_f32 = 0.0;                      ///< flop/s of a 512^3 float GEMM
+  double gemm_f64 = 0.0;                      ///< flop/s of a 512^3 double GEMM
+  std::array<double, op_class_count> rates{}; ///< flop/s per op class in the probe step
 };
 
 /// The probe model whose step rate becomes a device's speed: BERT with 2 layers, hidden 256,
@@ -106,6 +111,7 @@ template <std::floating_point T>
     seconds += s;
   const auto cost = graph::total_cost(g);
   m.training_speed = seconds > 0.0 ? (cost.forward_flops + cost.backward_flops) / seconds : 0.0;
+  m.rates = class_rates(g, p);
   m.gemm_f32 = detail::gemm_rate<float>(512, repetitions);
   m.gemm_f64 = detail::gemm_rate<double>(512, repetitions);
   return m;
@@ -145,17 +151,26 @@ measure_cluster(Comm& comm, const std::string& host, std::uint64_t memory_bytes,
       names.push_back(h);
   }
   // One device at a time, the others waiting: ranks sharing cores do not disturb each other.
-  std::vector<double> values(3 * n, 0.0);
+  constexpr std::size_t per = 3 + op_class_count;
+  std::vector<double> values(per * n, 0.0);
   for (std::size_t r = 0; r < n; ++r) {
     comm.barrier();
     if (r == me) {
       const device_measurement d = measure_device(repetitions);
-      values[3 * r] = d.training_speed;
-      values[3 * r + 1] = d.gemm_f32;
-      values[3 * r + 2] = d.gemm_f64;
+      values[per * r] = d.training_speed;
+      values[per * r + 1] = d.gemm_f32;
+      values[per * r + 2] = d.gemm_f64;
+      std::copy(d.rates.begin(), d.rates.end(),
+                values.begin() + static_cast<std::ptrdiff_t>(per * r + 3));
     }
   }
   comm.all_reduce(std::span<double>(values), reduce_op::sum);
+  std::vector<device_measurement> got(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    got[r] = {values[per * r], values[per * r + 1], values[per * r + 2], {}};
+    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(per * r + 3), op_class_count,
+                got[r].rates.begin());
+  }
   std::vector<double> mem(n, 0.0);
   mem[me] = static_cast<double>(memory_bytes);
   comm.all_reduce(std::span<double>(mem), reduce_op::sum);
@@ -219,24 +234,35 @@ measure_cluster(Comm& comm, const std::string& host, std::uint64_t memory_bytes,
   std::string text = "measured by hspmd-profile:";
   for (std::size_t r = 0; r < n; ++r) {
     device_spec& d = c.devices[r];
-    d.speed = values[3 * r] / std::max(1.0, d.slowdown);
+    const double slow = std::max(1.0, d.slowdown);
+    d.speed = got[r].training_speed / slow;
+    // A class the probe could not time (none is expected) leaves the device without rates.
+    const bool all = std::ranges::all_of(got[r].rates, [](double x) { return x > 0.0; });
+    for (std::size_t k = 0; k < op_class_count; ++k)
+      d.rates[k] = all ? got[r].rates[k] / slow : 0.0;
     d.memory = static_cast<std::uint64_t>(mem[r]);
-    char line[160];
-    std::snprintf(line, sizeof line, " %s step %.3g GF/s, GEMM f32 %.3g GF/s, f64 %.3g GF/s;",
-                  d.name.c_str(), values[3 * r] / 1e9, values[3 * r + 1] / 1e9,
-                  values[3 * r + 2] / 1e9);
-    text += line;
+    // The GEMM 512 rates are reported, not used: the description says them while it stays
+    // within the format's 1000 characters.
+    char line[120];
+    std::snprintf(line, sizeof line, " %s GEMM 512 f32 %.3g GF/s, f64 %.3g GF/s;", d.name.c_str(),
+                  got[r].gemm_f32 / 1e9, got[r].gemm_f64 / 1e9);
+    if (text.size() + std::string_view(line).size() < 850)
+      text += line;
+    else if (text.back() != '.')
+      text += " (more in hspmd-profile's output).";
   }
-  c.description = merge && !merge->description.empty() ? merge->description + " " + text : text;
+  // The merged file's own description first; the measured summary where the format's 1000
+  // characters leave room for it.
+  c.description = !merge || merge->description.empty() ? text
+                  : merge->description.size() + 1 + text.size() <= 1000
+                      ? merge->description + " " + text
+                      : merge->description;
   calibration_options co;
   co.repetitions = std::max(1, repetitions);
   c.set_collective_costs(calibrate_collectives(comm, co));
   c.overlap = measure_overlap(comm);
-  if (measured != nullptr) {
-    measured->resize(n);
-    for (std::size_t r = 0; r < n; ++r)
-      (*measured)[r] = {values[3 * r], values[3 * r + 1], values[3 * r + 2]};
-  }
+  if (measured != nullptr)
+    *measured = got;
   return c;
 }
 

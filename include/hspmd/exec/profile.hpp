@@ -16,6 +16,7 @@
 // the backend's `timed` (events on its stream) and the step's ends wait for the device, so the
 // profile is the device's; `opt.precision` measures a mixed-precision run's kernels.
 
+#include <hspmd/cluster/cluster.hpp>
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/executor.hpp>
@@ -25,6 +26,7 @@
 #include <hspmd/synth/cost.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -115,6 +117,29 @@ template <std::floating_point T, backend B = host_backend>
   return p;
 }
 
+/// The rates per op class (flop/s, index `op_class`) that profile `p` of `g` shows: each class's
+/// FLOPs (graph/ops.hpp's count, forward + backward) over its nodes' measured seconds, and the
+/// optimizer's FLOPs per element over its seconds per element. A class without FLOPs or time in
+/// `g` gets 0 (unmeasured).
+[[nodiscard]] inline std::array<double, op_class_count>
+class_rates(const graph::graph& g, const synth::compute_profile& p) {
+  std::array<double, op_class_count> flops{};
+  std::array<double, op_class_count> seconds{};
+  for (graph::node_id i = 0; i < g.size() && i < p.seconds.size(); ++i) {
+    const auto k = static_cast<std::size_t>(synth::op_class_of(g[i].kind));
+    const graph::node_cost c = graph::cost_of(g, i);
+    flops[k] += c.forward_flops + c.backward_flops;
+    seconds[k] += p.seconds[i];
+  }
+  const auto opt = static_cast<std::size_t>(op_class::optimizer);
+  flops[opt] = synth::optimizer_flops_per_element;
+  seconds[opt] = p.optimizer_seconds_per_element;
+  std::array<double, op_class_count> rates{};
+  for (std::size_t k = 0; k < op_class_count; ++k)
+    rates[k] = flops[k] > 0.0 && seconds[k] > 0.0 ? flops[k] / seconds[k] : 0.0;
+  return rates;
+}
+
 /// Collective: rank 0 measures `g` (on its device, rated `speed` flop/s, with its emulated
 /// `slowdown`) while the others wait; every rank returns rank 0's profile.
 /// `measure`: how rank 0 measures (a device engine's `measure`, exec/engine.hpp); the host
@@ -125,19 +150,25 @@ requires communicator<Comm, double>
     const graph::graph& g, double speed, Comm& comm, profile_options opt = {},
     const std::function<synth::compute_profile(const graph::graph&, double,
                                                const profile_options&)>& measure = {}) {
-  std::vector<double> buf(g.size() + 2, 0.0);
+  std::vector<double> buf(g.size() + 3 + op_class_count, 0.0);
   if (comm.rank() == 0) {
     const synth::compute_profile p =
         measure ? measure(g, speed, opt) : measure_compute<T>(g, speed, opt);
     std::copy(p.seconds.begin(), p.seconds.end(), buf.begin());
     buf[g.size()] = p.optimizer_seconds_per_element;
     buf[g.size() + 1] = p.speed;
+    buf[g.size() + 2] = p.gemm_speed;
+    std::copy(p.rates.begin(), p.rates.end(),
+              buf.begin() + static_cast<std::ptrdiff_t>(g.size() + 3));
   }
   comm.broadcast(std::span<double>(buf), 0);
   synth::compute_profile p;
   p.seconds.assign(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(g.size()));
   p.optimizer_seconds_per_element = buf[g.size()];
   p.speed = buf[g.size() + 1];
+  p.gemm_speed = buf[g.size() + 2];
+  std::copy_n(buf.begin() + static_cast<std::ptrdiff_t>(g.size() + 3), op_class_count,
+              p.rates.begin());
   return p;
 }
 

@@ -106,10 +106,8 @@ private:
 /// slower than modelled computes at speed / f).
 [[nodiscard]] inline cluster measured_cluster(cluster c, std::span<const double> factors) {
   for (std::size_t d = 0; d < c.devices.size() && d < factors.size(); ++d)
-    if (factors[d] > 0.0) {
-      c.devices[d].speed /= factors[d];
-      c.devices[d].bf16_speed /= factors[d];
-    }
+    if (factors[d] > 0.0)
+      c.devices[d].slow_by(factors[d]);
   return c;
 }
 

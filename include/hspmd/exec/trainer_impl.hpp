@@ -365,6 +365,8 @@ private:
       // Measured in the run's precision: GEMM times already hold device 0's 16-bit rate.
       so.profile->gemm_speed =
           cluster_.devices.at(0).gemm_speed(o_.precision != exec::precision::f32);
+      // Its node times convert to work at device 0's class rates where the file has them.
+      so.profile->rates = cluster_.devices.at(0).rates;
       cluster_.set_collective_costs(calibrate_collectives(comm));
       cluster_.overlap = measure_overlap(comm);
       if (is_root && o_.out != nullptr) {

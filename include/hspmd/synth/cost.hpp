@@ -25,8 +25,13 @@
 // are bucketed (as every data-parallel trainer does): a gradient of b bytes pays alpha * b / bucket
 // of the latency (at most one alpha), so many small gradients (biases, norms) do not each pay a
 // full round of latencies.
-// Measured compute (`compute_profile`, optional): node i costs seconds_i * speed_ref / speed_d
-// in place of its FLOPs / speed_d, so memory-bound ops cost what they take, not their FLOPs at
+// Rates per op class: where the cluster file gives every device measured class rates
+// (device_spec::rates, hspmd-profile), an op's FLOPs are divided by its class's rate on the
+// device (op_class_of: GEMM, elementwise, softmax; the optimizer its own) instead of the single
+// `speed`, so that a device fast at GEMMs but slow at memory-bound ops is priced as such.
+// Measured compute (`compute_profile`, optional): node i costs seconds_i * rate_ref / rate_d
+// in place of its FLOPs / rate_d (rate_ref: the measured device's rate of the node's class, or
+// its speed without class rates), so memory-bound ops cost what they take, not their FLOPs at
 // the GEMM rate.
 // Optimizer: Adam's update, 12 FLOPs per parameter element, on each device's share.
 // Memory per device: parameters, gradients and two Adam moments (4 copies) and every
@@ -47,6 +52,7 @@
 #include <hspmd/synth/transfer.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -193,7 +199,28 @@ struct compute_profile {
   /// a 16-bit run was measured): GEMM nodes' seconds convert to work at this rate, so the 16-bit
   /// speedup the measurement already holds is not applied twice. 0: `speed`.
   double gemm_speed = 0.0;
+  /// The measured device's class rates in the cluster file (device_spec::rates), all 0 when it
+  /// has none: a node's seconds convert to work at its class's rate. Used only when every
+  /// device of the cluster has class rates too (else every class converts at `speed`).
+  std::array<double, op_class_count> rates{};
 };
+
+/// The class of work of op `k` (which of a device's rates prices it).
+[[nodiscard]] constexpr op_class op_class_of(graph::op k) noexcept {
+  switch (k) {
+  case graph::op::matmul:
+  case graph::op::linear:
+  case graph::op::batched_matmul:
+  case graph::op::conv2d:
+    return op_class::gemm;
+  case graph::op::softmax:
+  case graph::op::log_softmax:
+  case graph::op::cross_entropy:
+    return op_class::softmax;
+  default:
+    return op_class::elementwise;
+  }
+}
 
 /// Prices instructions for one graph on one cluster.
 class cost_model {
@@ -208,10 +235,12 @@ public:
         sixteen_bit_(gemm_type == dtype::bf16 || gemm_type == dtype::f16) {
     if (profile_ && (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
                      !(profile_->optimizer_seconds_per_element >= 0.0) ||
-                     !std::ranges::all_of(profile_->seconds, [](double x) { return x >= 0.0; })))
+                     !std::ranges::all_of(profile_->seconds, [](double x) { return x >= 0.0; }) ||
+                     !std::ranges::all_of(profile_->rates, [](double x) { return x >= 0.0; })))
       throw plan_error("compute profile",
                        "has " + std::to_string(profile_->seconds.size()) + " node times for " +
-                           std::to_string(g.size()) + " nodes, or a non-positive speed or time",
+                           std::to_string(g.size()) +
+                           " nodes, or a non-positive speed or a negative time or rate",
                        "measure the profile on the graph being planned (exec::measure_compute)");
     if (c.nodes().size() > 1)
       for (std::int64_t node : c.nodes())
@@ -221,10 +250,21 @@ public:
                                [node](const device_spec& d) { return d.node == node; })));
     if (c.size() == 0)
       throw config_error(c.source + ": field devices", "no devices", "at least one device");
-    for (const device_spec& d : c.devices)
+    for (const device_spec& d : c.devices) {
       if (!(d.speed > 0.0))
         throw config_error(c.source + ": device " + d.name, "speed must be positive",
                            "give the device's sustained flop/s");
+      if (d.has_rates() != c.devices.front().has_rates() ||
+          !std::ranges::all_of(d.rates,
+                               [&](double r) { return d.has_rates() ? r > 0.0 : r == 0.0; }))
+        throw config_error(c.source + ": device " + d.name + " rates",
+                           "are given for some devices or classes and not for others",
+                           "give all four class rates for every device (hspmd-profile measures "
+                           "them) or for none");
+    }
+    use_rates_ =
+        c.devices.front().has_rates() &&
+        (!profile_ || std::ranges::all_of(profile_->rates, [](double r) { return r > 0.0; }));
   }
 
   [[nodiscard]] const graph::graph& graph() const noexcept { return *g_; }
@@ -254,13 +294,12 @@ public:
     if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
       flops += 4.0 * static_cast<double>((*g_)[(*g_)[id].inputs[0]].out.dims[0]);
     return work(flops, r.split_work ? split_segment(id, r) : std::nullopt,
-                sixteen_bit_ && is_gemm((*g_)[id].kind));
+                op_class_of((*g_)[id].kind));
   }
 
   /// Ops whose work is a GEMM (a 16-bit run's tensor-core rate applies).
   [[nodiscard]] static constexpr bool is_gemm(graph::op k) noexcept {
-    return k == graph::op::matmul || k == graph::op::linear || k == graph::op::batched_matmul ||
-           k == graph::op::conv2d;
+    return op_class_of(k) == op_class::gemm;
   }
 
   /// Communication of the rule itself (a vocabulary-parallel cross-entropy all-reduces the
@@ -355,11 +394,12 @@ public:
       return {};
     const double elems = static_cast<double>((*g_)[t.tensor].out.size());
     device_costs c =
-        work((profile_ ? profile_->optimizer_seconds_per_element * profile_->speed
+        work((profile_ ? profile_->optimizer_seconds_per_element * profile_rate(op_class::optimizer)
                        : optimizer_flops_per_element) *
                  elems,
              t.to.is_split() ? std::optional<std::size_t>(segments_.of(t.tensor, t.to.dim()))
-                             : std::nullopt);
+                             : std::nullopt,
+             op_class::optimizer);
     if (t.sfb) {
       const auto [x, dy, seg] = sfb_factors(t.tensor);
       (void)x;
@@ -372,7 +412,7 @@ public:
                               : 1.0;
       const double full = 2.0 * elems * sfb_rows(t.tensor) * rate;
       for (std::size_t d = 0; d < devices(); ++d) {
-        const double inv = 1.0 / cluster_->devices[d].speed;
+        const double inv = 1.0 / device_rate(d, op_class::gemm);
         add(c[d], full * inv, seg, -full * inv);
       }
     }
@@ -408,22 +448,31 @@ public:
   /// measured seconds times the measured device's speed.
   [[nodiscard]] double node_flops(graph::node_id id) const {
     if (profile_)
-      return profile_->seconds.at(id) *
-             (sixteen_bit_ && is_gemm((*g_)[id].kind) && profile_->gemm_speed > 0.0
-                  ? profile_->gemm_speed
-                  : profile_->speed);
+      return profile_->seconds.at(id) * profile_rate(op_class_of((*g_)[id].kind));
     const graph::node_cost nc = graph::cost_of(*g_, id);
     return nc.forward_flops + nc.backward_flops;
   }
   [[nodiscard]] const std::optional<compute_profile>& profile() const noexcept { return profile_; }
 
-  /// The per-device linear cost of `flops` of work, split by segment `seg` or not at all;
-  /// `gemm16`: GEMM work of a 16-bit run (at the devices' bf16 rates).
+  /// Whether ops are priced at the devices' per-class rates (every device has them, and a
+  /// profile, if any, holds its measured device's).
+  [[nodiscard]] bool class_rates() const noexcept { return use_rates_; }
+
+  /// Device d's rate (flop/s) for work of class `c` in this model's precision.
+  [[nodiscard]] double device_rate(std::size_t d, op_class c) const {
+    const device_spec& dv = cluster_->devices.at(d);
+    if (c == op_class::gemm && sixteen_bit_ && dv.bf16_speed > 0.0)
+      return dv.bf16_speed;
+    return use_rates_ ? dv.rates[static_cast<std::size_t>(c)] : dv.speed;
+  }
+
+  /// The per-device linear cost of `flops` of work of class `cls`, split by segment `seg` or
+  /// not at all.
   [[nodiscard]] device_costs work(double flops, std::optional<std::size_t> seg,
-                                  bool gemm16 = false) const {
+                                  op_class cls) const {
     device_costs c(devices());
     for (std::size_t d = 0; d < devices(); ++d) {
-      const double t = flops / cluster_->devices[d].gemm_speed(gemm16);
+      const double t = flops / device_rate(d, cls);
       c[d] = seg ? linear_cost{0.0, {{*seg, t}}} : linear_cost{t, {}};
     }
     return c;
@@ -442,6 +491,13 @@ public:
   }
 
 private:
+  // The rate the profile's seconds of class `c` convert to work at (the measured device's).
+  [[nodiscard]] double profile_rate(op_class c) const {
+    if (c == op_class::gemm && sixteen_bit_ && profile_->gemm_speed > 0.0)
+      return profile_->gemm_speed;
+    return use_rates_ ? profile_->rates[static_cast<std::size_t>(c)] : profile_->speed;
+  }
+
   // The cost piece that applies at byte term x. A measured curve's later pieces may start
   // below zero (a steeper line); the linear functions handed to the ratio LP must stay
   // non-negative at every ratio, so the latency is taken as at least 0 (an error of |alpha|).
@@ -505,6 +561,7 @@ private:
   collective_cost_model collectives_;
   std::optional<compute_profile> profile_;
   bool sixteen_bit_ = false;     // GEMMs at the devices' bf16 rates
+  bool use_rates_ = false;       // ops at the devices' class rates
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
 };
 

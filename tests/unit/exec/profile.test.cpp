@@ -65,3 +65,36 @@ TEST_CASE("measure_compute on an asynchronous backend times the device's work, i
         CHECK(p.seconds[i] > 0.0);
   }
 }
+
+TEST_CASE("class rates from a profile reproduce its measured step in the cost model") {
+  // What hspmd-profile writes per device: each class's FLOPs over its measured seconds. A cost
+  // model given those rates (and no profile) prices the measured graph's nodes at what they took.
+  models::mlp_config cfg;
+  cfg.inputs = 64;
+  cfg.hidden = {128, 128};
+  const graph::graph g = models::trace_mlp<float>(cfg, 32);
+  exec::profile_options opt;
+  opt.repetitions = 2;
+  const synth::compute_profile p = exec::measure_compute<float>(g, 1e9, opt);
+  const auto rates = exec::class_rates(g, p);
+  for (std::size_t k = 0; k < op_class_count; ++k) {
+    INFO(op_class_names[k]);
+    CHECK(rates[k] > 0.0);
+  }
+  cluster c = test::make_cluster({1e9});
+  c.devices[0].rates = rates;
+  const synth::cost_model m(g, c, synth::segment_map(g, synth::segment_policy::one));
+  REQUIRE(m.class_rates());
+  double predicted = 0.0;
+  double measured = 0.0;
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    predicted += m.compute(i, graph::replicated_rule(g[i].inputs.size()))[0].constant;
+    measured += p.seconds[i];
+  }
+  CHECK(predicted == Approx(measured).epsilon(1e-9));
+  // A profile of nothing measures no class.
+  synth::compute_profile empty;
+  empty.seconds.assign(g.size(), 0.0);
+  for (double r : exec::class_rates(g, empty))
+    CHECK(r == 0.0);
+}

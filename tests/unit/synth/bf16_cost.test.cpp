@@ -1,7 +1,11 @@
-// The cluster file's bf16_speed and the cost model of a mixed-precision run: a device with a
-// faster 16-bit GEMM rate gets its GEMM-class ops priced at that rate (matmul, linear, batched
-// matmul, conv2d), everything else at `speed`; so a bf16 plan gives such a device a larger share
-// than the float plan does. A bad rate is named with its field.
+// A device's rates beyond `speed` in the cluster file and the cost model.
+// bf16_speed, a mixed-precision run: a device with a faster 16-bit GEMM rate gets its GEMM-class
+// ops priced at that rate (matmul, linear, batched matmul, conv2d), everything else at `speed`;
+// so a bf16 plan gives such a device a larger share than the float plan does.
+// Class rates (hspmd-profile measures them): every op is priced at its class's rate on each
+// device (GEMM, elementwise, softmax, optimizer), with or without a measured profile, and the LP
+// gives a device the share its rates for this model's mix of ops earn it.
+// A bad rate is named with its field.
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
@@ -136,4 +140,166 @@ TEST_CASE("a profile measured in bf16 is not sped up twice") {
     }
   }
   CHECK(gemms >= 4);
+}
+
+namespace {
+
+// Two devices of equal `speed`: d0 fast at GEMMs and slow at everything else, d1 the reverse.
+std::string two_rated_devices(const std::string& d0_rates, const std::string& d1_rates) {
+  return R"({"version": 1, "name": "t", "links": {"intra_node": {"bandwidth": 1e12, "latency": 1e-6}},
+             "devices": [{"name": "d0", "kind": "a", "speed": 1e11, "memory": "16 GiB")" +
+         d0_rates + R"(},
+                         {"name": "d1", "kind": "b", "speed": 1e11, "memory": "16 GiB")" +
+         d1_rates + "}]}";
+}
+const std::string fast_gemm =
+    R"(, "rates": {"gemm": 4e11, "elementwise": 1e9, "softmax": 2e9, "optimizer": 3e9})";
+const std::string fast_memory =
+    R"(, "rates": {"gemm": 1e11, "elementwise": 8e9, "softmax": 6e9, "optimizer": 5e9})";
+
+graph::graph small_bert(std::size_t batch) {
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 64;
+  o.heads = 2;
+  o.seq = 16;
+  o.vocab = 200;
+  return models::trace_model<float>("bert", o, batch);
+}
+
+} // namespace
+
+TEST_CASE("class rates are read, written back, and all or nothing") {
+  const cluster c = parse_cluster(two_rated_devices(fast_gemm, fast_memory), "t.json");
+  CHECK(c.devices[0].has_rates());
+  CHECK(c.devices[0].rate(op_class::gemm) == 4e11);
+  CHECK(c.devices[0].rate(op_class::elementwise) == 1e9);
+  CHECK(c.devices[1].rate(op_class::softmax) == 6e9);
+  CHECK(c.devices[1].rate(op_class::optimizer) == 5e9);
+  const cluster again = parse_cluster(to_json(c).dump(), "again.json");
+  CHECK(again == c);
+  CHECK(fingerprint(again) == fingerprint(c));
+  // A changed rate changes the fingerprint (a cached plan's ratios are re-solved).
+  cluster slower = c;
+  slower.devices[1].rates[1] /= 2.0;
+  CHECK(fingerprint(slower) != fingerprint(c));
+  // Without rates every class runs at `speed`, and the canonical form has no "rates".
+  const cluster plain = parse_cluster(two_rated_devices("", ""), "t.json");
+  CHECK_FALSE(plain.devices[0].has_rates());
+  CHECK(plain.devices[0].rate(op_class::softmax) == 1e11);
+  CHECK(to_json(plain).dump().find("rates") == std::string::npos);
+
+  const std::pair<std::string, std::string> bad[] = {
+      {R"(, "rates": {"gemm": 4e11, "elementwise": 1e9, "softmax": 2e9})",
+       "t.json: field devices[0].rates.optimizer: missing"},
+      {R"(, "rates": {"gemm": 4e11, "elementwise": 1e9, "softmax": 2e9, "optimiser": 3e9})",
+       "t.json: field devices[0].rates.optimiser: unknown key (expected one of gemm, elementwise, "
+       "softmax, optimizer; did you mean \"optimizer\"?)"},
+      {R"(, "rates": {"gemm": -1, "elementwise": 1e9, "softmax": 2e9, "optimizer": 3e9})",
+       "t.json: field devices[0].rates.gemm: must be > 0"},
+      {R"(, "rates": [1, 2, 3, 4])", "t.json: field devices[0].rates: is an array"},
+  };
+  for (const auto& [field, message] : bad) {
+    INFO(field);
+    CHECK_THROWS_WITH(parse_cluster(two_rated_devices(field, fast_memory), "t.json"),
+                      Catch::StartsWith(message));
+  }
+  CHECK_THROWS_WITH(parse_cluster(two_rated_devices(fast_gemm, ""), "t.json"),
+                    "t.json: field devices: device d1 has no class rates and device d0 has "
+                    "(expected give \"rates\" for every device (hspmd-profile --merge measures "
+                    "them) or for none)");
+}
+
+TEST_CASE("class rates price each op at its class's rate on each device") {
+  const graph::graph g = small_bert(8);
+  const cluster c = parse_cluster(two_rated_devices(fast_gemm, fast_memory), "t.json");
+  const synth::cost_model m(g, c, synth::segment_map(g, synth::segment_policy::one));
+  REQUIRE(m.class_rates());
+  std::array<std::size_t, op_class_count> seen{};
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const graph::node& n = g[i];
+    if (n.kind == graph::op::input || n.kind == graph::op::parameter)
+      continue;
+    const graph::node_cost nc = graph::cost_of(g, i);
+    const double flops = nc.forward_flops + nc.backward_flops;
+    if (flops == 0.0)
+      continue;
+    const op_class k = synth::op_class_of(n.kind);
+    ++seen[static_cast<std::size_t>(k)];
+    const auto t = m.compute(i, graph::replicated_rule(n.inputs.size()));
+    INFO(n.name << " (" << graph::name(n.kind) << ")");
+    CHECK(t[0].constant == Approx(flops / c.devices[0].rate(k)));
+    CHECK(t[1].constant == Approx(flops / c.devices[1].rate(k)));
+  }
+  CHECK(seen[static_cast<std::size_t>(op_class::gemm)] >= 8);
+  CHECK(seen[static_cast<std::size_t>(op_class::elementwise)] >= 8);
+  CHECK(seen[static_cast<std::size_t>(op_class::softmax)] >= 2);
+  // The optimizer's update of a replicated parameter, at the optimizer rate.
+  const graph::node_id w = g.parameters().front();
+  synth::transfer load;
+  load.kind = synth::transfer_kind::load;
+  load.tensor = w;
+  load.to = placement_of<replicated>;
+  const auto u = m.transfer_compute(load);
+  const double elems = static_cast<double>(g[w].out.size());
+  CHECK(u[0].constant == Approx(synth::optimizer_flops_per_element * elems / 3e9));
+  CHECK(u[1].constant == Approx(synth::optimizer_flops_per_element * elems / 5e9));
+}
+
+TEST_CASE("a profile converts its seconds at the measured device's class rates") {
+  // d0 measured every node at 1 ms: on d1 a GEMM takes 4x as long (its GEMM rate is a quarter
+  // of d0's), an elementwise op an eighth (8x d0's rate).
+  const graph::graph g = small_bert(8);
+  const cluster c = parse_cluster(two_rated_devices(fast_gemm, fast_memory), "t.json");
+  synth::compute_profile p;
+  p.seconds.assign(g.size(), 1e-3);
+  p.speed = c.devices[0].speed;
+  p.rates = c.devices[0].rates;
+  p.optimizer_seconds_per_element = 1e-9;
+  const synth::cost_model m(g, c, synth::segment_map(g, synth::segment_policy::one), p);
+  REQUIRE(m.class_rates());
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const graph::node& n = g[i];
+    if (n.kind == graph::op::input || n.kind == graph::op::parameter)
+      continue;
+    INFO(n.name);
+    const auto k = static_cast<std::size_t>(synth::op_class_of(n.kind));
+    const auto t = m.compute(i, graph::replicated_rule(n.inputs.size()));
+    CHECK(t[0].constant == Approx(1e-3));
+    CHECK(t[1].constant == Approx(1e-3 * c.devices[0].rates[k] / c.devices[1].rates[k]));
+  }
+  // A profile without the measured device's rates prices by `speed` alone (equal here).
+  p.rates = {};
+  const synth::cost_model plain(g, c, synth::segment_map(g, synth::segment_policy::one), p);
+  CHECK_FALSE(plain.class_rates());
+  const auto last = static_cast<graph::node_id>(g.size() - 1);
+  const auto t = plain.compute(last, graph::replicated_rule(g[last].inputs.size()));
+  CHECK(t[0].constant == Approx(t[1].constant));
+}
+
+TEST_CASE("the LP gives a device the share its class rates earn for the model's mix of ops") {
+  // Equal speeds: without class rates the devices split the batch evenly. With them, a BERT step
+  // is mostly GEMM at this size, so d0 (4x d1's GEMM rate) takes the larger share.
+  const graph::graph g = small_bert(16);
+  synth::synth_options so;
+  const auto plain =
+      synth::synthesize(g, parse_cluster(two_rated_devices("", ""), "t.json"), so, "bert");
+  const cluster c = parse_cluster(two_rated_devices(fast_gemm, fast_memory), "t.json");
+  const auto rated = synth::synthesize(g, c, so, "bert");
+  CHECK(plain.ratios[0][0] == Approx(0.5).margin(0.02));
+  INFO("ratios " << rated.ratios[0][0] << " " << rated.ratios[0][1]);
+  // Which way it goes depends on the mix; what the LP must do is price it: compare with the
+  // model's own totals per class on each device.
+  double t0 = 0.0;
+  double t1 = 0.0;
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const graph::node_cost nc = graph::cost_of(g, i);
+    const op_class k = synth::op_class_of(g[i].kind);
+    t0 += (nc.forward_flops + nc.backward_flops) / c.devices[0].rate(k);
+    t1 += (nc.forward_flops + nc.backward_flops) / c.devices[1].rate(k);
+  }
+  if (t0 < t1)
+    CHECK(rated.ratios[0][0] > 0.55);
+  else
+    CHECK(rated.ratios[0][1] > 0.55);
 }
