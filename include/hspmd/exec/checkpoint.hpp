@@ -1,0 +1,529 @@
+#pragma once
+// Sharded checkpoints (docs/checkpoint.md has the format, readable without hspmd).
+//
+// A checkpoint is a directory ROOT/step-NNNNNNNN holding one safetensors file per rank
+// (rank-RRRRR.safetensors, that rank's pieces) and manifest.json: for every tensor its global
+// shape and dtype and every stored piece as a box (global offset and length per dimension) in
+// which file at which byte offset, with a CRC-32 per block of the piece's bytes; plus the step
+// and what the caller keeps (optimizer, schedule, hashes, ...). A piece held by several ranks
+// (a replica) is written once, by the first of them.
+//
+// Commit (save_checkpoint, collective): the ranks write into ROOT/step-N.partial and fsync;
+// then rank 0 writes manifest.json under a temporary name, fsyncs and renames it, renames the
+// directory to ROOT/step-N, and replaces ROOT/latest (the name of the newest checkpoint) by
+// rename. A directory without a committed manifest is never loaded; stale .partial directories
+// are removed by the next save. With `keep` > 0 only the newest `keep` checkpoints stay.
+//
+// Load (load_checkpoint, collective): each rank reads only the parts of the pieces that meet the
+// boxes its own layout gives it, verifying every block it reads, so a checkpoint saved under any
+// rank count, ratios or plan loads into any other without a rank holding a tensor it does not
+// hold. Every problem (a missing, truncated or damaged file, a tensor missing or of another
+// shape) ends the load on every rank with one line naming the file and tensor.
+//
+// The ROOT is shared by the ranks (one machine, or a shared file system).
+
+#include <hspmd/core/error.hpp>
+#include <hspmd/exec/reshard.hpp>
+#include <hspmd/io/crc32.hpp>
+#include <hspmd/io/safetensors.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace hspmd::exec {
+
+/// One tensor as this rank holds it, to save.
+template <class T>
+struct checkpoint_piece {
+  std::string name;
+  std::vector<std::size_t> shape; ///< the whole tensor's
+  std::vector<box> boxes;         ///< every rank's box: replicas equal, pieces disjoint
+  std::span<const T> data;        ///< this rank's box, row-major
+};
+
+/// One tensor to load into this rank's box.
+template <class T>
+struct checkpoint_target {
+  std::string name;
+  std::vector<std::size_t> shape; ///< the whole tensor's; must equal the saved one
+  box mine;                       ///< what this rank holds
+  std::span<T> out;               ///< mine.size() elements, row-major
+};
+
+struct checkpoint_options {
+  std::size_t keep = 0;                           ///< newest checkpoints kept (0: all)
+  std::size_t block_bytes = std::size_t{1} << 20; ///< bytes per checksum block
+};
+
+/// A committed checkpoint.
+struct checkpoint_info {
+  std::filesystem::path dir;
+  std::size_t step = 0;
+  nlohmann::json meta; ///< what the saver passed
+};
+
+/// "step-00000005".
+[[nodiscard]] inline std::string checkpoint_name(std::size_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step-%08zu", step);
+  return b;
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::string rank_file(std::size_t r) {
+  char b[40];
+  std::snprintf(b, sizeof b, "rank-%05zu.safetensors", r);
+  return b;
+}
+
+template <class T>
+[[nodiscard]] constexpr dtype checkpoint_dtype() noexcept {
+  return sizeof(T) == 8 ? dtype::f64 : dtype::f32;
+}
+
+inline void fsync_dir(const std::filesystem::path& dir) {
+  const int f = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (f >= 0) {
+    (void)::fsync(f);
+    ::close(f);
+  }
+}
+
+// Writes `text` to `path` through a temporary file and a rename, flushed before and after.
+inline void write_atomically(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    const io::detail::fd f(tmp, O_WRONLY | O_CREAT | O_TRUNC, "written");
+    f.write_all(std::as_bytes(std::span<const char>(text)), 0);
+    f.sync();
+  }
+  std::filesystem::rename(tmp, path);
+  fsync_dir(path.parent_path());
+}
+
+[[nodiscard]] inline std::optional<std::size_t> step_of(const std::filesystem::path& dir) {
+  const std::string s = dir.filename().string();
+  if (s.size() != 13 || s.rfind("step-", 0) != 0 ||
+      !std::all_of(s.begin() + 5, s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return static_cast<std::size_t>(std::stoull(s.substr(5)));
+}
+
+// The committed checkpoints under `root` (a manifest present), oldest first.
+[[nodiscard]] inline std::vector<std::pair<std::size_t, std::filesystem::path>>
+committed(const std::filesystem::path& root) {
+  std::vector<std::pair<std::size_t, std::filesystem::path>> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec))
+    if (const auto s = step_of(e.path());
+        s && e.is_directory() && std::filesystem::exists(e.path() / "manifest.json"))
+      out.emplace_back(*s, e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every rank learns every rank's `text`. Collective.
+template <class Comm>
+[[nodiscard]] std::vector<std::string> all_gather_text(Comm& comm, const std::string& text) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<std::uint64_t> sizes(n, 0);
+  std::vector<std::uint64_t> mine{static_cast<std::uint64_t>(text.size())};
+  comm.all_gather_v(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(sizes),
+                    std::vector<std::size_t>(n, 1));
+  std::vector<std::size_t> counts(sizes.begin(), sizes.end());
+  std::string all(std::accumulate(counts.begin(), counts.end(), std::size_t{0}), '\0');
+  comm.all_gather_v(std::span<const char>(text), std::span<char>(all), counts);
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (std::size_t c : counts) {
+    out.push_back(all.substr(at, c));
+    at += c;
+  }
+  return out;
+}
+
+// Every rank throws the first failing rank's error, or none does. Collective.
+template <class Comm>
+void agree_on_error(Comm& comm, const std::string& error) {
+  const auto all = all_gather_text(comm, error);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty())
+      throw config_error("rank " + std::to_string(r), all[r]);
+}
+
+[[nodiscard]] inline std::string crc_hex(std::uint32_t c) {
+  char b[9];
+  std::snprintf(b, sizeof b, "%08x", c);
+  return b;
+}
+
+[[nodiscard]] inline std::vector<std::size_t> json_sizes(const nlohmann::json& j) {
+  std::vector<std::size_t> v;
+  for (const auto& x : j)
+    v.push_back(x.get<std::size_t>());
+  return v;
+}
+
+} // namespace detail
+
+/// The local version of each parameter of a lowered program that a checkpoint stores (the
+/// first, where a plan holds several), as indices into `prog.local.parameters()` (the order of
+/// the executor's parameters and an optimizer's slots).
+[[nodiscard]] inline std::vector<std::size_t> stored_parameters(const local_program& prog) {
+  const auto params = prog.local.parameters();
+  std::vector<std::size_t> out;
+  std::vector<graph::node_id> seen;
+  for (std::size_t j = 0; j < params.size(); ++j)
+    if (std::ranges::find(seen, prog.global[params[j]]) == seen.end()) {
+      seen.push_back(prog.global[params[j]]);
+      out.push_back(j);
+    }
+  return out;
+}
+
+/// The pieces of every parameter of `prog` (a rank's lowering of graph `g`), named
+/// `prefix` + the parameter's name; `values(j)`: this rank's elements of parameter j of
+/// `prog.local.parameters()` (its value, or an optimizer slot of it).
+template <class T, class Values>
+[[nodiscard]] std::vector<checkpoint_piece<T>>
+program_pieces(const graph::graph& g, const local_program& prog, Values&& values,
+               const std::string& prefix = "") {
+  const auto params = prog.local.parameters();
+  std::vector<checkpoint_piece<T>> out;
+  for (std::size_t j : stored_parameters(prog)) {
+    const graph::node_id id = params[j];
+    out.push_back({prefix + g[prog.global[id]].name, prog.layouts.at(id).global, boxes_of(prog, id),
+                   std::span<const T>(values(j))});
+  }
+  return out;
+}
+
+/// The targets to load every version of every parameter of `prog` into (all of a plan's
+/// versions of a tensor take the same values); `values(j)` as for `program_pieces`, writable.
+template <class T, class Values>
+[[nodiscard]] std::vector<checkpoint_target<T>>
+program_targets(const graph::graph& g, const local_program& prog, Values&& values,
+                const std::string& prefix = "") {
+  const auto params = prog.local.parameters();
+  std::vector<checkpoint_target<T>> out;
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    const graph::node_id id = params[j];
+    out.push_back({prefix + g[prog.global[id]].name, prog.layouts.at(id).global,
+                   boxes_of(prog, id).at(prog.rank), std::span<T>(values(j))});
+  }
+  return out;
+}
+
+/// The checkpoint `path` names: a checkpoint directory itself (it has manifest.json), or a root
+/// whose `latest` names one, or else the root's newest committed checkpoint; nothing when there
+/// is none. Not collective.
+[[nodiscard]] inline std::optional<std::filesystem::path>
+find_checkpoint(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(path / "manifest.json"))
+    return path;
+  if (std::ifstream latest(path / "latest"); latest) {
+    std::string name;
+    std::getline(latest, name);
+    if (detail::step_of(fs::path(name)) && fs::exists(path / name / "manifest.json"))
+      return path / name;
+  }
+  const auto all = detail::committed(path);
+  if (all.empty())
+    return std::nullopt;
+  return all.back().second;
+}
+
+/// Saves this rank's pieces as checkpoint `step` under `root` (see the file comment); `meta` is
+/// kept in the manifest. Collective; returns the committed directory on every rank.
+template <std::floating_point T, class Comm>
+std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& root,
+                                      std::size_t step, std::span<const checkpoint_piece<T>> pieces,
+                                      const nlohmann::json& meta = nlohmann::json::object(),
+                                      const checkpoint_options& opt = {}) {
+  namespace fs = std::filesystem;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const std::string name = checkpoint_name(step);
+  const fs::path partial = root / (name + ".partial");
+  const fs::path final_dir = root / name;
+  std::string error;
+  if (me == 0) {
+    try {
+      fs::create_directories(root);
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(root)) // earlier saves that never committed
+        if (e.path().extension() == ".partial")
+          fs::remove_all(e.path(), ec);
+      fs::create_directory(partial);
+    } catch (const std::exception& e) {
+      error = root.string() + ": cannot prepare the checkpoint directory: " + e.what();
+    }
+  }
+  detail::agree_on_error(comm, error);
+
+  // This rank's file: the pieces it is the first holder of.
+  nlohmann::json records = nlohmann::json::array();
+  try {
+    std::vector<io::safetensors_tensor> tensors;
+    std::vector<const checkpoint_piece<T>*> written;
+    for (const checkpoint_piece<T>& p : pieces) {
+      if (p.boxes.size() != n || p.data.size() != p.boxes.at(me).size())
+        throw config_error("checkpoint tensor " + p.name,
+                           "boxes for " + std::to_string(p.boxes.size()) + " ranks and " +
+                               std::to_string(p.data.size()) + " elements here",
+                           "one box per rank, and this rank's elements of its box");
+      std::size_t first = me;
+      for (std::size_t r = 0; r < n; ++r)
+        if (p.boxes[r] == p.boxes[me]) {
+          first = r;
+          break;
+        }
+      if (first != me || p.boxes[me].empty())
+        continue;
+      tensors.push_back(
+          {p.name, detail::checkpoint_dtype<T>(), p.boxes[me].length, std::as_bytes(p.data)});
+      written.push_back(&p);
+    }
+    const std::string file = detail::rank_file(me);
+    const auto offsets = io::write_safetensors(
+        partial / file, tensors, {{"format", "hspmd-checkpoint"}, {"rank", std::to_string(me)}});
+    for (std::size_t i = 0; i < written.size(); ++i) {
+      const checkpoint_piece<T>& p = *written[i];
+      const auto bytes = std::as_bytes(p.data);
+      nlohmann::json crcs = nlohmann::json::array();
+      for (std::size_t at = 0; at < bytes.size(); at += opt.block_bytes)
+        crcs.push_back(detail::crc_hex(
+            io::crc32(bytes.subspan(at, std::min(opt.block_bytes, bytes.size() - at)))));
+      records.push_back({{"tensor", p.name},
+                         {"shape", p.shape},
+                         {"file", file},
+                         {"offset", p.boxes[me].offset},
+                         {"length", p.boxes[me].length},
+                         {"data_offset", offsets[i]},
+                         {"bytes", bytes.size()},
+                         {"crc32", std::move(crcs)}});
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  detail::agree_on_error(comm, error);
+  const auto all = detail::all_gather_text(comm, records.dump());
+
+  if (me == 0) {
+    try {
+      nlohmann::ordered_json m;
+      m["format"] = "hspmd-checkpoint";
+      m["version"] = 1;
+      m["step"] = step;
+      m["ranks"] = n;
+      m["block_bytes"] = opt.block_bytes;
+      m["dtype"] = io::safetensors_dtype(detail::checkpoint_dtype<T>());
+      m["meta"] = meta;
+      nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+      for (const checkpoint_piece<T>& p : pieces)
+        tensors[p.name] = {{"shape", p.shape}, {"pieces", nlohmann::json::array()}};
+      for (const std::string& text : all)
+        for (auto& rec : nlohmann::ordered_json::parse(text)) {
+          const std::string t = rec["tensor"].get<std::string>();
+          rec.erase("tensor");
+          rec.erase("shape");
+          tensors[t]["pieces"].push_back(std::move(rec));
+        }
+      m["tensors"] = std::move(tensors);
+      detail::write_atomically(partial / "manifest.json", m.dump(1));
+      std::error_code ec;
+      fs::remove_all(final_dir, ec); // a checkpoint of the same step saved before
+      fs::rename(partial, final_dir);
+      detail::fsync_dir(root);
+      detail::write_atomically(root / "latest", name + "\n");
+      if (opt.keep > 0) {
+        const auto have = detail::committed(root);
+        for (std::size_t i = 0; i + opt.keep < have.size(); ++i)
+          if (have[i].second != final_dir)
+            fs::remove_all(have[i].second, ec);
+      }
+    } catch (const std::exception& e) {
+      error = final_dir.string() + ": cannot commit the checkpoint: " + e.what();
+    }
+  }
+  detail::agree_on_error(comm, error);
+  return final_dir;
+}
+
+/// Loads every target from the checkpoint `path` names (find_checkpoint: a checkpoint directory,
+/// or a root's latest), converting float and double as needed. Collective; every rank returns
+/// the same info, or every rank throws.
+template <std::floating_point T, class Comm>
+checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
+                                std::span<const checkpoint_target<T>> targets) {
+  namespace fs = std::filesystem;
+  const auto me = static_cast<std::size_t>(comm.rank());
+  // Rank 0 picks the checkpoint, so every rank loads the same one.
+  std::string chosen;
+  std::string error;
+  if (me == 0) {
+    if (const auto dir = find_checkpoint(path))
+      chosen = dir->string();
+    else
+      error = path.string() + ": no committed checkpoint (no manifest.json, no latest, no "
+                              "step-N directory with a manifest): give a checkpoint directory "
+                              "or the root a run saved into";
+  }
+  detail::agree_on_error(comm, error);
+  chosen = detail::all_gather_text(comm, chosen).front();
+
+  checkpoint_info info;
+  info.dir = chosen;
+  try {
+    const fs::path manifest_path = info.dir / "manifest.json";
+    nlohmann::json m;
+    try {
+      std::ifstream f(manifest_path);
+      m = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      throw config_error(manifest_path.string(), std::string("is not valid JSON: ") + e.what(),
+                         "restore it, or load an earlier checkpoint");
+    }
+    if (m.value("format", "") != "hspmd-checkpoint" || m.value("version", 0) != 1)
+      throw config_error(manifest_path.string(), "is not an hspmd checkpoint manifest of version 1",
+                         "give a directory hspmd saved");
+    info.step = m.at("step").get<std::size_t>();
+    info.meta = m.value("meta", nlohmann::json::object());
+    const auto stored = io::parse_safetensors_dtype(m.value("dtype", "F32"));
+    if (stored != dtype::f32 && stored != dtype::f64)
+      throw config_error(manifest_path.string() + ": field dtype", "is not F32 or F64",
+                         "give a checkpoint of float or double tensors");
+    const std::size_t block = m.at("block_bytes").get<std::size_t>();
+    const auto& tensors = m.at("tensors");
+    std::map<std::string, io::safetensors_header> headers;
+    for (const checkpoint_target<T>& t : targets) {
+      const nlohmann::json::const_iterator it = tensors.find(t.name);
+      if (it == tensors.end())
+        throw config_error(manifest_path.string() + ": tensor " + t.name,
+                           "missing: the model has it, the checkpoint does not",
+                           "load a checkpoint of this model");
+      const auto shape = detail::json_sizes(it->at("shape"));
+      if (shape != t.shape) {
+        const auto text = [](const std::vector<std::size_t>& v) {
+          std::string s = "[";
+          for (std::size_t i = 0; i < v.size(); ++i)
+            s += (i > 0 ? ", " : "") + std::to_string(v[i]);
+          return s + "]";
+        };
+        throw config_error(manifest_path.string() + ": tensor " + t.name,
+                           "has shape " + text(shape) + " in the checkpoint but " + text(t.shape) +
+                               " in the model",
+                           "load a checkpoint of this model's configuration");
+      }
+      if (t.out.size() != t.mine.size())
+        throw config_error("checkpoint tensor " + t.name, "the target's span and box differ",
+                           "pass mine.size() elements");
+      std::size_t covered = 0;
+      for (const nlohmann::json& piece : it->at("pieces")) {
+        const box pb{detail::json_sizes(piece.at("offset")),
+                     detail::json_sizes(piece.at("length"))};
+        const box part = intersect(pb, t.mine);
+        if (part.empty())
+          continue;
+        covered += part.size();
+        const fs::path file = info.dir / piece.at("file").get<std::string>();
+        if (!fs::exists(file))
+          throw config_error(file.string(),
+                             "missing: it holds part of tensor " + t.name +
+                                 " and the manifest lists it",
+                             "restore it, or load an earlier checkpoint");
+        auto h = headers.find(file.string());
+        if (h == headers.end())
+          h = headers.emplace(file.string(), io::read_safetensors_header(file)).first;
+        const std::uint64_t at = piece.at("data_offset").get<std::uint64_t>();
+        const std::uint64_t bytes = piece.at("bytes").get<std::uint64_t>();
+        const auto e = h->second.tensors.find(t.name);
+        if (e == h->second.tensors.end() || e->second.begin != at || e->second.bytes != bytes ||
+            e->second.shape != pb.length || e->second.type != *stored)
+          throw config_error(file.string() + ": tensor " + t.name,
+                             "does not match the manifest's piece " + pb.to_string(),
+                             "restore the file, or load an earlier checkpoint");
+        // The rows along the first dimension that hold the part, widened to whole blocks.
+        const std::size_t es = size_of(*stored);
+        box rows = pb;
+        std::uint64_t first = 0;
+        std::uint64_t count = bytes;
+        if (!pb.length.empty()) {
+          const std::uint64_t row = bytes / std::max<std::size_t>(pb.length[0], 1);
+          rows.offset[0] = part.offset[0];
+          rows.length[0] = part.length[0];
+          first = (part.offset[0] - pb.offset[0]) * row;
+          count = part.length[0] * row;
+        }
+        const std::uint64_t b0 = first / block * block;
+        const std::uint64_t b1 =
+            std::min<std::uint64_t>(bytes, (first + count + block - 1) / block * block);
+        std::vector<std::byte> raw(static_cast<std::size_t>(b1 - b0));
+        io::read_file_range(file, at + b0, raw);
+        const nlohmann::json& crcs = piece.at("crc32");
+        for (std::uint64_t k = b0; k < b1; k += block) {
+          const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block, b1 - k));
+          const std::string want = crcs.at(static_cast<std::size_t>(k / block)).get<std::string>();
+          const std::string got = detail::crc_hex(io::crc32(
+              std::span<const std::byte>(raw).subspan(static_cast<std::size_t>(k - b0), len)));
+          if (got != want)
+            throw config_error(file.string() + ": tensor " + t.name,
+                               "bytes " + std::to_string(k) + ".." + std::to_string(k + len) +
+                                   " of its piece fail their checksum (crc32 " + got +
+                                   ", the manifest says " + want + ")",
+                               "the file is damaged: restore it, or load an earlier checkpoint");
+        }
+        // To T, then the part into this rank's box.
+        std::vector<T> values(static_cast<std::size_t>(count / es));
+        const std::byte* src = raw.data() + (first - b0);
+        if (*stored == dtype::f64) {
+          for (std::size_t i = 0; i < values.size(); ++i) {
+            double v = 0.0;
+            std::memcpy(&v, src + i * 8, 8);
+            values[i] = static_cast<T>(v);
+          }
+        } else {
+          for (std::size_t i = 0; i < values.size(); ++i) {
+            float v = 0.0F;
+            std::memcpy(&v, src + i * 4, 4);
+            values[i] = static_cast<T>(v);
+          }
+        }
+        copy_box(values.data(), rows, t.out.data(), t.mine, part);
+      }
+      if (covered != t.mine.size())
+        throw config_error(manifest_path.string() + ": tensor " + t.name,
+                           "its pieces hold " + std::to_string(covered) + " of the " +
+                               std::to_string(t.mine.size()) + " elements of " +
+                               t.mine.to_string() + " that rank " + std::to_string(me) + " needs",
+                           "restore the checkpoint: pieces are missing from its manifest");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  detail::agree_on_error(comm, error);
+  return info;
+}
+
+} // namespace hspmd::exec

@@ -1,0 +1,345 @@
+// Sharded checkpoints of a distributed run (exec/checkpoint.hpp): parameters and SGD momentum
+// saved under one layout (plan kind, ratios, zero-length shards) load into every other, the
+// gathered parameters bitwise equal, and training goes on equal to the run that never stopped
+// (bitwise under the same layout, within the equivalence tolerance under another).
+//
+// Across rank counts: the [save] runs (np 1, 2, 3) each leave their checkpoints and the whole
+// parameters they gathered (before and after 2 more steps) under HSPMD_CHECKPOINT_DIR; the [load]
+// runs, after all of them, load every other rank count's checkpoints into each of their layouts.
+#include <hspmd/exec/checkpoint.hpp>
+#include <hspmd/models/zoo.hpp>
+
+#include "../../support/equivalence.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace hspmd;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t id_limit = 10;
+using dx_t = exec::distributed_executor<float, mpi_communicator, exec::host_backend>;
+
+graph::graph model() {
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 24;
+  return models::trace_model<float>("mlp", o, 12);
+}
+
+struct layout {
+  std::string name;
+  synth::plan plan;
+};
+
+// Every layout of this rank count: DP-EV, DP-CP, TP and synth at even ratios; DP-EV and TP at
+// 3:1 (2 ranks) or 1:2:5 and with a zero-length shard (3 ranks).
+std::vector<layout> layouts(const graph::graph& g, std::size_t n) {
+  const cluster c = test::make_cluster(n, 1e6);
+  std::vector<layout> out;
+  const std::string np = "np" + std::to_string(n);
+  out.push_back({np + "-synth", synth::synthesize(g, c, {}, "mlp")});
+  for (auto b : {synth::baseline::dp_ev, synth::baseline::dp_cp, synth::baseline::tp})
+    out.push_back(
+        {np + "-" + std::string(synth::name(b)), synth::make_baseline(g, c, b, {}, "mlp")});
+  if (n == 1)
+    return {out.front()};
+  std::vector<std::pair<std::string, std::vector<double>>> uneven;
+  if (n == 2)
+    uneven = {{"3:1", {0.75, 0.25}}};
+  else
+    uneven = {{"1:2:5", {1.0 / 8, 2.0 / 8, 5.0 / 8}}, {"1:0:1", {0.5, 0.0, 0.5}}};
+  for (const auto& [tag, r] : uneven)
+    for (std::size_t k : {std::size_t{1}, std::size_t{3}}) { // DP-EV and TP
+      layout l = out[k];
+      l.name += "-" + tag;
+      for (auto& seg : l.plan.ratios)
+        seg = r;
+      out.push_back(l);
+    }
+  return out;
+}
+
+struct run {
+  std::unique_ptr<dx_t> dx;
+  exec::sgd opt{0.05, 0.9};
+  std::size_t step = 0;
+
+  run(const graph::graph& g, const synth::plan& p, mpi_communicator& comm, std::uint64_t seed)
+      : dx(std::make_unique<dx_t>(g, p, comm, seed)) {}
+
+  void train(const graph::graph& g, std::size_t steps) {
+    for (std::size_t k = 0; k < steps; ++k, ++step) {
+      const auto b = test::data_for<float>(g, step, id_limit);
+      for (const auto& [name, v] : b.values)
+        dx->set_input(name, std::span<const float>(v));
+      for (const auto& [name, v] : b.ids)
+        dx->set_input(name, std::span<const std::int64_t>(v));
+      dx->set_step(step);
+      (void)dx->forward();
+      dx->backward();
+      dx->clip_grad_norm(0.5);
+      opt.step(dx->local());
+    }
+  }
+  std::span<float> value(std::size_t j) {
+    return dx->local().value(dx->program().local.parameters()[j]);
+  }
+  std::span<float> momentum(std::size_t j) {
+    auto& slots = opt.state().of<float, exec::host_backend>();
+    return {slots.a[j].data(), slots.a[j].size()};
+  }
+  // Parameters and momentum as checkpoint pieces, and as load targets.
+  std::vector<exec::checkpoint_piece<float>> pieces(const graph::graph& g) {
+    auto p = exec::program_pieces<float>(g, dx->program(), [&](std::size_t j) { return value(j); });
+    auto m = exec::program_pieces<float>(
+        g, dx->program(), [&](std::size_t j) { return momentum(j); }, "optimizer.momentum.");
+    p.insert(p.end(), m.begin(), m.end());
+    return p;
+  }
+  std::vector<exec::checkpoint_target<float>> targets(const graph::graph& g) {
+    // Momentum slots exist once the optimizer has stepped: a fresh run steps with lr 0 first.
+    if (opt.state().of<float, exec::host_backend>().a.empty()) {
+      const double lr = opt.lr;
+      opt.lr = 0.0;
+      train(g, 1);
+      opt.lr = lr;
+    }
+    auto t =
+        exec::program_targets<float>(g, dx->program(), [&](std::size_t j) { return value(j); });
+    auto m = exec::program_targets<float>(
+        g, dx->program(), [&](std::size_t j) { return momentum(j); }, "optimizer.momentum.");
+    t.insert(t.end(), m.begin(), m.end());
+    return t;
+  }
+  std::map<std::string, std::vector<float>> gathered(const graph::graph& g) {
+    std::map<std::string, std::vector<float>> out;
+    for (graph::node_id p : g.parameters())
+      out[g[p].name] = dx->gather(g[p].name);
+    return out;
+  }
+};
+
+void check_bitwise(const std::map<std::string, std::vector<float>>& got,
+                   const std::map<std::string, std::vector<float>>& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, w] : want) {
+    INFO(name);
+    CHECK(got.at(name) == w);
+  }
+}
+
+void check_close(const std::map<std::string, std::vector<float>>& got,
+                 const std::map<std::string, std::vector<float>>& want, const std::string& what) {
+  INFO(what);
+  for (const auto& [name, w] : want) {
+    const auto& v = got.at(name);
+    REQUIRE(v.size() == w.size());
+    double scale = 1e-3;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      scale = std::max(scale, std::abs(double(w[i])));
+      worst = std::max(worst, std::abs(double(v[i]) - double(w[i])));
+    }
+    INFO(name << ": max difference " << worst << " at scale " << scale);
+    CHECK(worst <= 1e-5 * scale);
+  }
+}
+
+// Loads checkpoint `dir` into a fresh run of layout `l` (its own initial values differ), checks
+// its gathered parameters bitwise against `saved`, trains 2 steps and compares with `after`.
+void load_and_continue(const graph::graph& g, const layout& l, mpi_communicator& comm,
+                       const fs::path& dir, const std::map<std::string, std::vector<float>>& saved,
+                       const std::map<std::string, std::vector<float>>& after, bool same_layout) {
+  run r(g, l.plan, comm, 99);
+  const auto targets = r.targets(g);
+  const exec::checkpoint_info info = exec::load_checkpoint<float>(
+      comm, dir, std::span<const exec::checkpoint_target<float>>(targets));
+  CHECK(info.step == 2);
+  r.step = info.step;
+  const std::string what = dir.filename().string() + " into " + l.name;
+  check_bitwise(r.gathered(g), saved, what);
+  r.train(g, 2);
+  if (same_layout)
+    check_bitwise(r.gathered(g), after, what + ", 2 more steps");
+  else
+    check_close(r.gathered(g), after, what + ", 2 more steps");
+}
+
+fs::path test_dir() {
+  const char* d = std::getenv("HSPMD_CHECKPOINT_DIR");
+  return d != nullptr ? fs::path(d) : fs::temp_directory_path() / "hspmd-checkpoint-test";
+}
+
+// Whole tensors in a safetensors file (rank 0), and back.
+void write_whole(const fs::path& file, const std::map<std::string, std::vector<float>>& t) {
+  std::vector<io::safetensors_tensor> ts;
+  for (const auto& [name, v] : t)
+    ts.push_back({name, dtype::f32, {v.size()}, std::as_bytes(std::span<const float>(v))});
+  (void)io::write_safetensors(file, ts);
+}
+std::map<std::string, std::vector<float>> read_whole(const fs::path& file) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, e] : io::read_safetensors_header(file).tensors) {
+    std::vector<float> v(e.bytes / sizeof(float));
+    io::read_file_range(file, e.begin, std::as_writable_bytes(std::span<float>(v)));
+    out[name] = std::move(v);
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a checkpoint saved under one layout loads into every other of the rank count",
+          "[save]") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const graph::graph g = model();
+  const auto all = layouts(g, n);
+  const fs::path root = test_dir() / ("np" + std::to_string(n));
+  if (comm.rank() == 0)
+    fs::remove_all(root);
+  comm.barrier();
+  for (const layout& a : all) {
+    run r(g, a.plan, comm, 7);
+    r.train(g, 2);
+    const auto pieces = r.pieces(g);
+    const fs::path dir = exec::save_checkpoint<float>(
+        comm, root / a.name, 2, std::span<const exec::checkpoint_piece<float>>(pieces),
+        {{"layout", a.name}});
+    CHECK(dir == root / a.name / "step-00000002");
+    const auto saved = r.gathered(g);
+    r.train(g, 2);
+    const auto after = r.gathered(g);
+    if (comm.rank() == 0) {
+      write_whole(root / (a.name + ".saved.safetensors"), saved);
+      write_whole(root / (a.name + ".after.safetensors"), after);
+    }
+    for (const layout& b : all)
+      load_and_continue(g, b, comm, root / a.name, saved, after, &a == &b);
+  }
+}
+
+TEST_CASE("checkpoints saved under other rank counts load into every layout of this one",
+          "[.][load]") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const graph::graph g = model();
+  const auto all = layouts(g, n);
+  std::size_t loaded = 0;
+  for (std::size_t m = 1; m <= 3; ++m) {
+    if (m == n)
+      continue;
+    const fs::path root = test_dir() / ("np" + std::to_string(m));
+    for (const layout& a : layouts(g, m)) {
+      const fs::path dir = root / a.name;
+      INFO(dir.string() << " (left by the [save] run at np " << m << ")");
+      REQUIRE(fs::exists(dir / "latest"));
+      const auto saved = read_whole(root / (a.name + ".saved.safetensors"));
+      const auto after = read_whole(root / (a.name + ".after.safetensors"));
+      for (const layout& b : all)
+        load_and_continue(g, b, comm, dir, saved, after, false);
+      ++loaded;
+    }
+  }
+  CHECK(loaded > 0);
+}
+
+TEST_CASE("an uncommitted save is never loaded; a damaged, truncated or missing file is named",
+          "[save]") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const graph::graph g = model();
+  const layout l = layouts(g, n).back();
+  const fs::path root = test_dir() / ("errors-np" + std::to_string(n));
+  if (comm.rank() == 0)
+    fs::remove_all(root);
+  comm.barrier();
+  run r(g, l.plan, comm, 7);
+  r.train(g, 2);
+  const auto save = [&](std::size_t step, exec::checkpoint_options o = {}) {
+    const auto pieces = r.pieces(g);
+    return exec::save_checkpoint<float>(
+        comm, root, step, std::span<const exec::checkpoint_piece<float>>(pieces), {}, o);
+  };
+  (void)save(2);
+  const auto at2 = r.gathered(g);
+  r.train(g, 1);
+  // keep 1: the step-2 checkpoint is removed once step 3 is committed.
+  exec::checkpoint_options keep1;
+  keep1.keep = 1;
+  const fs::path dir3 = save(3, keep1);
+  CHECK_FALSE(fs::exists(root / "step-00000002"));
+  const auto at3 = r.gathered(g);
+  const auto load = [&](const fs::path& from) {
+    run fresh(g, l.plan, comm, 99);
+    const auto targets = fresh.targets(g);
+    const auto info = exec::load_checkpoint<float>(
+        comm, from, std::span<const exec::checkpoint_target<float>>(targets));
+    return std::make_pair(info.step, fresh.gathered(g));
+  };
+  if (comm.rank() == 0) {
+    // A save that crashed before its commit: a .partial directory, and a step directory whose
+    // manifest never appeared (named by latest, as if the crash came after a rename).
+    fs::create_directories(root / "step-00000009.partial");
+    std::ofstream(root / "step-00000009.partial" / "rank-00000.safetensors") << "half";
+    fs::create_directories(root / "step-00000010");
+    std::ofstream(root / "latest") << "step-00000010\n";
+  }
+  comm.barrier();
+  {
+    const auto [step, got] = load(root);
+    CHECK(step == 3);
+    check_bitwise(got, at3, "the newest committed checkpoint");
+  }
+  // The next save removes the stale .partial directory.
+  (void)save(4);
+  CHECK_FALSE(fs::exists(root / "step-00000009.partial"));
+  CHECK(fs::exists(root / "step-00000004" / "manifest.json"));
+
+  const fs::path file = dir3 / "rank-00000.safetensors";
+  const auto damage = [&](auto&& how) {
+    comm.barrier();
+    if (comm.rank() == 0)
+      how();
+    comm.barrier();
+  };
+  const auto size = fs::file_size(file);
+  std::vector<char> original(size);
+  std::ifstream(file, std::ios::binary).read(original.data(), static_cast<std::streamsize>(size));
+  const auto restore = [&] {
+    std::ofstream(file, std::ios::binary | std::ios::trunc)
+        .write(original.data(), static_cast<std::streamsize>(size));
+  };
+  damage([&] { // one bit of the last byte of data
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 1));
+    char c = original[size - 1];
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+  });
+  CHECK_THROWS_WITH(load(dir3), Catch::Contains(file.string() + ": tensor ") &&
+                                    Catch::Contains("fail their checksum") &&
+                                    Catch::Contains("restore it, or load an earlier checkpoint"));
+  damage([&] { fs::resize_file(file, size - 8); });
+  CHECK_THROWS_WITH(load(dir3), Catch::Contains(file.string()) && Catch::Contains("restore") &&
+                                    Catch::Contains("truncated"));
+  damage([&] { fs::remove(file); });
+  CHECK_THROWS_WITH(load(dir3), Catch::Contains(file.string() + ": missing"));
+  damage(restore);
+  {
+    const auto [step, got] = load(dir3);
+    CHECK(step == 3);
+    check_bitwise(got, at3, "the restored file");
+  }
+  (void)at2;
+}
