@@ -234,6 +234,96 @@ program_targets(const graph::graph& g, const local_program& prog, Values&& value
   return out;
 }
 
+/// The communicator of a single process (rank 0 of 1), for checkpoints of a run without MPI.
+struct solo_communicator {
+  [[nodiscard]] static int rank() noexcept { return 0; }
+  [[nodiscard]] static int size() noexcept { return 1; }
+  template <class X>
+  void all_gather_v(std::span<const X> in, std::span<X> out, const std::vector<std::size_t>&) {
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+};
+
+/// One tensor of a training run's state as this rank holds it: a parameter or one of an
+/// optimizer's slots of it ("optimizer.<slot>.<parameter>").
+template <class T>
+struct training_tensor {
+  std::string name;
+  std::vector<std::size_t> shape;
+  std::vector<box> boxes; ///< every rank's
+  std::span<T> data;      ///< this rank's box
+  bool stored = true;     ///< false: another version of the same tensor is the one saved
+};
+
+/// The state of a run on this rank: every parameter of `ex` and `opt`'s slots of it (allocated,
+/// zeroed, where the optimizer has not stepped yet). `prog`: the rank's lowering of `g` in a
+/// distributed run (its parameters are `ex`'s), or nullptr for a single process (whole tensors).
+/// Host tensors only.
+template <std::floating_point T, class Optimizer, class Executor>
+[[nodiscard]] std::vector<training_tensor<T>>
+training_tensors(const graph::graph& g, const local_program* prog, Executor& ex, Optimizer& opt) {
+  const auto params = ex.graph().parameters();
+  std::vector<std::size_t> stored;
+  if (prog != nullptr)
+    stored = stored_parameters(*prog);
+  std::vector<training_tensor<T>> out;
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    training_tensor<T> t;
+    if (prog != nullptr) {
+      t.name = g[prog->global[params[j]]].name;
+      t.shape = prog->layouts.at(params[j]).global;
+      t.boxes = boxes_of(*prog, params[j]);
+      t.stored = std::ranges::find(stored, j) != stored.end();
+    } else {
+      t.name = g[params[j]].name;
+      t.shape = g[params[j]].out.dims;
+      t.boxes = {box::whole(t.shape)};
+    }
+    t.data = ex.value(params[j]);
+    out.push_back(std::move(t));
+  }
+  if constexpr (requires { opt.state(); }) {
+    auto& slots = opt.state().template of<T, typename Executor::backend_type>();
+    const std::size_t n = out.size();
+    for (std::size_t j = 0; j < n; ++j)
+      slots.fit(ex.backend(), n, j, out[j].data.size(), Optimizer::state_slots > 1);
+    for (std::size_t k = 0; k < Optimizer::state_slots; ++k)
+      for (std::size_t j = 0; j < n; ++j) {
+        training_tensor<T> t = out[j];
+        t.name = "optimizer." + std::string(Optimizer::state_names[k]) + "." + out[j].name;
+        auto& buf = k == 0 ? slots.a[j] : slots.b[j];
+        t.data = std::span<T>(buf.data(), buf.size());
+        out.push_back(std::move(t));
+      }
+  }
+  return out;
+}
+
+/// Saves `tensors` (training_tensors) as checkpoint `step` under `root`. Collective.
+template <std::floating_point T, class Comm>
+std::filesystem::path save_training(Comm& comm, const std::filesystem::path& root, std::size_t step,
+                                    std::span<const training_tensor<T>> tensors,
+                                    const nlohmann::json& meta, const checkpoint_options& opt) {
+  std::vector<checkpoint_piece<T>> pieces;
+  for (const training_tensor<T>& t : tensors)
+    if (t.stored)
+      pieces.push_back({t.name, t.shape, t.boxes, std::span<const T>(t.data)});
+  return save_checkpoint<T>(comm, root, step, std::span<const checkpoint_piece<T>>(pieces), meta,
+                            opt);
+}
+
+/// Loads every one of `tensors` (every version of every parameter) from the checkpoint `path`
+/// names. Collective.
+template <std::floating_point T, class Comm>
+checkpoint_info load_training(Comm& comm, const std::filesystem::path& path,
+                              std::span<const training_tensor<T>> tensors) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  std::vector<checkpoint_target<T>> targets;
+  for (const training_tensor<T>& t : tensors)
+    targets.push_back({t.name, t.shape, t.boxes.at(me), t.data});
+  return load_checkpoint<T>(comm, path, std::span<const checkpoint_target<T>>(targets));
+}
+
 /// The checkpoint `path` names: a checkpoint directory itself (it has manifest.json), or a root
 /// whose `latest` names one, or else the root's newest committed checkpoint; nothing when there
 /// is none. Not collective.

@@ -35,8 +35,8 @@ struct column_major_gemm {
 /// C keeps its pointer, leading dimension and stride.
 template <class T>
 [[nodiscard]] constexpr column_major_gemm<T>
-as_column_major(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
-                const T* a, std::size_t lda, std::size_t stride_a, const T* b, std::size_t ldb,
+as_column_major(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, const T* a,
+                std::size_t lda, std::size_t stride_a, const T* b, std::size_t ldb,
                 std::size_t stride_b) noexcept {
   return {tb, ta, n, m, k, b, ldb, stride_b, a, lda, stride_a};
 }

@@ -111,6 +111,26 @@ public:
     return dx_->collect_trace(devices);
   }
   [[nodiscard]] distributed_executor<T, Comm, B>& executor_of() noexcept { return *dx_; }
+  std::filesystem::path save_state(const std::filesystem::path& root, std::size_t step,
+                                   const nlohmann::json& meta, Optimizer& opt,
+                                   const checkpoint_options& co) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      const auto t = training_tensors<T>(*g_, &dx_->program(), dx_->local(), opt);
+      return save_training<T>(detail::control_of(*comm_), root, step,
+                              std::span<const training_tensor<T>>(t), meta, co);
+    } else {
+      return rank_engine<T, Optimizer>::save_state(root, step, meta, opt, co);
+    }
+  }
+  checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      const auto t = training_tensors<T>(*g_, &dx_->program(), dx_->local(), opt);
+      return load_training<T>(detail::control_of(*comm_), path,
+                              std::span<const training_tensor<T>>(t));
+    } else {
+      return rank_engine<T, Optimizer>::load_state(path, opt);
+    }
+  }
 
 private:
   using dx_t = distributed_executor<T, Comm, B>;

@@ -13,6 +13,7 @@
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/batch_sink.hpp>
 #include <hspmd/exec/caching_allocator.hpp>
+#include <hspmd/exec/checkpoint.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/kernels/shape.hpp>
 #include <hspmd/exec/op_profile.hpp>
@@ -27,6 +28,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -141,6 +143,27 @@ public:
   virtual void step_span(std::size_t, std::chrono::steady_clock::time_point,
                          std::chrono::steady_clock::time_point,
                          std::chrono::steady_clock::time_point, double) {}
+  /// Saves the parameters and `opt`'s state as checkpoint `step` under `root`, `meta` in its
+  /// manifest (exec/checkpoint.hpp). Collective. Throws `config_error` where the engine cannot.
+  virtual std::filesystem::path save_state(const std::filesystem::path& root, std::size_t step,
+                                           const nlohmann::json& meta, Optimizer& opt,
+                                           const checkpoint_options& co) {
+    (void)root, (void)step, (void)meta, (void)opt, (void)co;
+    throw no_checkpoints();
+  }
+  /// Loads the parameters and `opt`'s state from the checkpoint `path` names, whatever layout
+  /// it was saved under. Collective.
+  virtual checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt) {
+    (void)path, (void)opt;
+    throw no_checkpoints();
+  }
+
+protected:
+  [[nodiscard]] config_error no_checkpoints() const {
+    return config_error("checkpoints on device " + device(),
+                        "are saved and loaded from host memory only, for now",
+                        "train on the host (--device host) to save or resume");
+  }
 };
 
 /// One rank of a distributed run: an engine with the run's own settings and its trace
@@ -198,6 +221,26 @@ public:
   void barrier() override {}
   bool root() const override { return true; }
   [[nodiscard]] executor<T, B>& local() noexcept { return ex_; }
+  std::filesystem::path save_state(const std::filesystem::path& root, std::size_t step,
+                                   const nlohmann::json& meta, Optimizer& opt,
+                                   const checkpoint_options& co) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      solo_communicator solo;
+      const auto t = training_tensors<T>(ex_.graph(), nullptr, ex_, opt);
+      return save_training<T>(solo, root, step, std::span<const training_tensor<T>>(t), meta, co);
+    } else {
+      return engine<T, Optimizer>::save_state(root, step, meta, opt, co);
+    }
+  }
+  checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      solo_communicator solo;
+      const auto t = training_tensors<T>(ex_.graph(), nullptr, ex_, opt);
+      return load_training<T>(solo, path, std::span<const training_tensor<T>>(t));
+    } else {
+      return engine<T, Optimizer>::load_state(path, opt);
+    }
+  }
 
 private:
   executor<T, B> ex_;

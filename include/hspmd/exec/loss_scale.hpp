@@ -63,6 +63,20 @@ public:
   /// Steps skipped so far (non-finite gradients).
   [[nodiscard]] std::size_t skipped() const noexcept { return skipped_; }
 
+  /// What a checkpoint keeps of it: the scale, the clean steps since it last changed, and the
+  /// steps skipped.
+  struct snapshot {
+    double scale = 1.0;
+    std::size_t clean = 0;
+    std::size_t skipped = 0;
+  };
+  [[nodiscard]] snapshot save() const noexcept { return {scale_, clean_, skipped_}; }
+  void restore(const snapshot& s) noexcept {
+    scale_ = std::clamp(s.scale, o_.min_scale, o_.max_scale);
+    clean_ = s.clean;
+    skipped_ = s.skipped;
+  }
+
   /// After the backward: `non_finite` when the (scaled) gradients hold an inf or NaN. Returns
   /// whether to apply this step; adjusts the scale for the next one.
   bool update(bool non_finite) noexcept {

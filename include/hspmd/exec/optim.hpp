@@ -18,11 +18,13 @@
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/executor.hpp>
 
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -251,6 +253,9 @@ public:
   /// moving them to a new layout (exec/reshard.hpp).
   [[nodiscard]] detail::optimizer_state& state() noexcept { return state_; }
   static constexpr std::size_t state_slots = 1; ///< slots in use per parameter (a)
+  /// The slots' names in checkpoints (PyTorch's).
+  static constexpr std::array<std::string_view, 1> state_names = {"momentum_buffer"};
+  static constexpr std::string_view kind = "sgd";
 
 private:
   detail::optimizer_state state_;
@@ -298,6 +303,12 @@ public:
   /// moving them to a new layout (exec/reshard.hpp); the step count stays.
   [[nodiscard]] detail::optimizer_state& state() noexcept { return state_; }
   static constexpr std::size_t state_slots = 2; ///< slots in use per parameter (a, b)
+  /// The slots' names in checkpoints (PyTorch's).
+  static constexpr std::array<std::string_view, 2> state_names = {"exp_avg", "exp_avg_sq"};
+  static constexpr std::string_view kind = "adam";
+  /// Steps taken (bias correction's t), for checkpoints.
+  [[nodiscard]] std::size_t steps() const noexcept { return t_; }
+  void set_steps(std::size_t t) noexcept { t_ = t; }
 
 private:
   detail::optimizer_state state_;

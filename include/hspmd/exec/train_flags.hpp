@@ -110,6 +110,18 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
                  "with --rebalance: steps whose median is compared")
       ->capture_default_str()
       ->check(at_least_one);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "the directory checkpoints are saved into (--save-every) and resumed from "
+                 "(--resume); shared by every rank");
+  app.add_option("--save-every", o.save_every,
+                 "save a checkpoint after every N steps and after the last (0: never)")
+      ->capture_default_str();
+  app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                 "keep only the newest N checkpoints (0: all)")
+      ->capture_default_str();
+  app.add_flag("--resume", o.resume,
+               "continue from the newest checkpoint in --checkpoint-dir (saved under any rank "
+               "count or plan); from step 0 when it has none");
   app.add_option("--save-graph", o.save_graph,
                  "write the traced graph as JSON to this file (hspmd-plan --graph plans it)");
   app.add_option("--eval-every", o.eval_every,

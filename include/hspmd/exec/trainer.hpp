@@ -142,6 +142,16 @@ struct train_options {
   /// the parameters and optimizer state move to the new pieces. 0: off.
   double rebalance = 0.0;
   std::size_t rebalance_window = 3; ///< steps whose median re-balancing compares
+  /// Checkpoints (exec/checkpoint.hpp, docs/checkpoint.md): the directory a run saves into and
+  /// resumes from; every rank must see the same directory (one machine or a shared file system).
+  std::string checkpoint_dir;
+  std::size_t save_every = 0;       ///< save after every N steps and after the last (0: never)
+  std::size_t keep_checkpoints = 0; ///< the newest checkpoints kept (0: all)
+  /// Continue from the newest checkpoint in `checkpoint_dir` (any rank count, ratios or plan):
+  /// its parameters, optimizer state and step; the feeds are asked for the micro-batches after
+  /// it, so a feed that is a function of its index continues the run exactly. Without one, the
+  /// run starts from step 0.
+  bool resume = false;
 
   std::size_t eval_every = 0;   ///< evaluate every N steps (0: only after the last step)
   std::size_t eval_batches = 1; ///< micro-batches per evaluation
@@ -199,6 +209,8 @@ struct train_result {
   std::size_t skipped_steps = 0;            ///< f16: steps whose gradients overflowed (not applied)
   double loss_scale = 1.0;                  ///< f16: the dynamic loss scale after the last step
   std::vector<rebalance_report> rebalances; ///< with `train_options::rebalance`
+  std::size_t resumed_from = 0;             ///< the step a resumed run continued after (0: none)
+  std::vector<std::string> checkpoints;     ///< the checkpoint directories this run committed
 
   /// Median step time without the first (warm-up) step.
   [[nodiscard]] double median_step_seconds() const {

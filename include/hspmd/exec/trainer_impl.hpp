@@ -9,6 +9,7 @@
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/exec/checkpoint.hpp>
 #include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/fault.hpp>
@@ -218,6 +219,15 @@ private:
                            "keeps its state private, so re-balancing cannot move it",
                            "train with exec::adam or exec::sgd, or drop --rebalance");
     }
+    if ((o_.save_every > 0 || o_.resume) && o_.checkpoint_dir.empty())
+      throw config_error(o_.resume ? "resume" : "save every " + std::to_string(o_.save_every),
+                         "needs the directory checkpoints live in",
+                         "give a checkpoint directory (--checkpoint-dir DIR)");
+    if constexpr (!requires(Optimizer & x) { x.state(); })
+      if (o_.save_every > 0 || o_.resume)
+        throw config_error("checkpoints with optimizer " + std::string(typeid(Optimizer).name()),
+                           "keeps its state private, so a checkpoint cannot hold it",
+                           "train with exec::adam or exec::sgd");
     if (!distributed())
       for (const auto& [flag, set] :
            {std::pair<std::string, bool>{"plan " + o_.plan, !o_.plan.empty()},
@@ -681,6 +691,8 @@ private:
         {"save graph", on(!o_.save_graph.empty())},
         {"metrics", on(!o_.metrics.empty())},
         {"profile", on(o_.profile)},
+        {"checkpoints", o_.checkpoint_dir + " every " + std::to_string(o_.save_every) + " keep " +
+                            std::to_string(o_.keep_checkpoints) + (o_.resume ? " resume" : "")},
         {"rebalance", o_.rebalance == 0.0
                           ? std::string("off")
                           : num(o_.rebalance) + " window " + std::to_string(o_.rebalance_window)},
@@ -778,7 +790,8 @@ private:
     std::optional<dynamic_loss_scale> loss_scale;
     if (o_.precision == exec::precision::f16)
       loss_scale.emplace();
-    for (std::size_t s = 0; s < o_.steps; ++s) {
+    const std::size_t first = o_.resume ? resume(e, r, loss_scale, out) : 0;
+    for (std::size_t s = first; s < o_.steps; ++s) {
       set_phase("training step " + std::to_string(s + 1));
       if (fault_ && fault_->step == s + 1 && fault_->rank == rank())
         inject(*fault_);
@@ -843,6 +856,8 @@ private:
       if (monitor_ && s + 1 < o_.steps)
         maybe_rebalance(s, r, metrics);
 #endif
+      if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == o_.steps))
+        save(e, s + 1, r, loss_scale, out);
       if (eval && ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == o_.steps)) {
         r.evals.push_back(run_eval(eval, o_.eval_batches, s + 1));
         if (metrics.is_open()) {
@@ -876,6 +891,110 @@ private:
       write_profile(*out, std::span<const profile_entry>(e.profile()),
                     r.losses.size() * o_.accumulate);
     return r;
+  }
+
+  // What a checkpoint's manifest says of the run besides its tensors (docs/checkpoint.md).
+  nlohmann::json checkpoint_meta(std::size_t step,
+                                 const std::optional<dynamic_loss_scale>& loss_scale) const {
+    nlohmann::json m;
+    m["model"] = {{"name", o_.name}, {"hash", to_hex(synth::graph_hash(g_))}};
+    if (plan_)
+      m["plan"] = {{"strategy", plan_->strategy},
+                   {"ratios", plan_->ratios},
+                   {"cluster_fingerprint", to_hex(plan_->cluster_fingerprint)}};
+    m["ranks"] = plan_ && !plan_->ratios.empty() ? plan_->ratios.front().size() : std::size_t{1};
+    m["optimizer"] = {{"kind", std::string(Optimizer::kind)},
+                      {"lr", o_.lr.peak},
+                      {"weight_decay", o_.weight_decay},
+                      {"clip", o_.clip}};
+    if constexpr (requires { opt_.steps(); })
+      m["optimizer"]["steps"] = opt_.steps();
+    if constexpr (requires { opt_.beta1; })
+      m["optimizer"].update({{"beta1", opt_.beta1}, {"beta2", opt_.beta2}, {"eps", opt_.eps}});
+    m["schedule"] = {{"shape", o_.lr.shape == lr_schedule::kind::constant ? "constant" : "cosine"},
+                     {"peak", o_.lr.peak},
+                     {"warmup", o_.lr.warmup},
+                     {"floor", o_.lr.floor},
+                     {"steps", o_.steps},
+                     {"next_step", step}};
+    m["data"] = {{"next_micro_batch", step * o_.accumulate},
+                 {"batch", o_.batch},
+                 {"accumulate", o_.accumulate}};
+    m["rng"] = {{"seed", o_.seed},
+                {"kind", "counter-based: initial values by seed, dropout by seed and micro-batch "
+                         "index; nothing else to restore"}};
+    m["precision"] = std::string(name(o_.precision));
+    if (loss_scale) {
+      const auto ls = loss_scale->save();
+      m["loss_scale"] = {{"scale", ls.scale}, {"clean_steps", ls.clean}, {"skipped", ls.skipped}};
+    }
+    return m;
+  }
+
+  void save(engine<T, Optimizer>& e, std::size_t step, train_result& r,
+            const std::optional<dynamic_loss_scale>& loss_scale, std::ostream* out) {
+    set_phase("saving the checkpoint after step " + std::to_string(step));
+    const auto t0 = std::chrono::steady_clock::now();
+    checkpoint_options co;
+    co.keep = o_.keep_checkpoints;
+    const auto dir =
+        e.save_state(o_.checkpoint_dir, step, checkpoint_meta(step, loss_scale), opt_, co);
+    const double seconds = e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    r.checkpoints.push_back(dir.string());
+    if (out != nullptr)
+      print(*out, "checkpoint after step %zu: %s (%.0f ms)\n", step, dir.string().c_str(),
+            1e3 * seconds);
+  }
+
+  // Loads the newest checkpoint of checkpoint_dir, if any; returns the step to continue from.
+  std::size_t resume(engine<T, Optimizer>& e, train_result& r,
+                     std::optional<dynamic_loss_scale>& loss_scale, std::ostream* out) {
+    set_phase("resuming from " + o_.checkpoint_dir);
+    bool any = find_checkpoint(o_.checkpoint_dir).has_value();
+#if defined(HSPMD_HAS_MPI)
+    if (distributed()) { // rank 0's view decides (the load agrees on the directory again)
+      std::string v = any ? "1" : "";
+      broadcast_text(*comm_, v);
+      any = !v.empty();
+    }
+#endif
+    if (!any) {
+      if (out != nullptr)
+        print(*out, "resume: no checkpoint in %s yet; starting from step 0\n",
+              o_.checkpoint_dir.c_str());
+      return 0;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const checkpoint_info info = e.load_state(o_.checkpoint_dir, opt_);
+    const auto& m = info.meta;
+    const std::string file = (info.dir / "manifest.json").string();
+    const std::string hash = to_hex(synth::graph_hash(g_));
+    if (m.contains("model") && m["model"].value("hash", hash) != hash)
+      throw config_error(file,
+                         "was saved from another model (graph hash " +
+                             m["model"].value("hash", std::string("?")) + ", this one " + hash +
+                             ")",
+                         "resume with the model and batch the checkpoint was saved with");
+    if (m.contains("optimizer") &&
+        m["optimizer"].value("kind", std::string(Optimizer::kind)) != Optimizer::kind)
+      throw config_error(file,
+                         "holds the state of optimizer " +
+                             m["optimizer"].value("kind", std::string()) + ", this run uses " +
+                             std::string(Optimizer::kind),
+                         "resume with the optimizer the checkpoint was saved with");
+    if constexpr (requires { opt_.set_steps(std::size_t{}); })
+      if (m.contains("optimizer") && m["optimizer"].contains("steps"))
+        opt_.set_steps(m["optimizer"]["steps"].template get<std::size_t>());
+    if (loss_scale && m.contains("loss_scale"))
+      loss_scale->restore({m["loss_scale"].value("scale", 1.0),
+                           m["loss_scale"].value("clean_steps", std::size_t{0}),
+                           m["loss_scale"].value("skipped", std::size_t{0})});
+    r.resumed_from = info.step;
+    const double seconds = e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (out != nullptr)
+      print(*out, "resumed from %s: step %zu of %zu (loaded in %.0f ms)\n",
+            info.dir.string().c_str(), info.step, o_.steps, 1e3 * seconds);
+    return std::min(info.step, o_.steps);
   }
 
   eval_report run_eval(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {

@@ -7,6 +7,7 @@
 // parameters they gathered (before and after 2 more steps) under HSPMD_CHECKPOINT_DIR; the [load]
 // runs, after all of them, load every other rank count's checkpoints into each of their layouts.
 #include <hspmd/exec/checkpoint.hpp>
+#include <hspmd/exec/trainer.hpp>
 #include <hspmd/models/zoo.hpp>
 
 #include "../../support/equivalence.hpp"
@@ -342,4 +343,165 @@ TEST_CASE("an uncommitted save is never loaded; a damaged, truncated or missing 
     check_bitwise(got, at3, "the restored file");
   }
   (void)at2;
+}
+
+namespace {
+
+// The library trainer on BERT (double, Adam, dropout off, constant rate): `steps` steps under
+// `plan` on n equal devices (one process at np 1 without a cluster when `plan` is empty).
+exec::train_result train_bert(const graph::graph& g, std::size_t steps, const std::string& plan,
+                              const fs::path& dir, std::size_t save_every, bool resume,
+                              std::map<std::string, std::vector<double>>* params = nullptr) {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  exec::train_options o;
+  if (!plan.empty()) {
+    o.cluster_spec = test::make_cluster(n, 1e9);
+    o.plan = plan;
+  }
+  o.steps = steps;
+  o.lr = exec::lr_schedule::constant(3e-3);
+  o.out = nullptr;
+  o.checkpoint_dir = dir.string();
+  o.save_every = save_every;
+  o.resume = resume;
+  const exec::feed_fn<double> feed = [&](exec::batch_sink<double>& b, std::size_t i) {
+    const auto data = test::data_for<double>(g, i, 40);
+    for (const auto& [name, v] : data.values)
+      b.set_input(name, std::span<const double>(v));
+    for (const auto& [name, v] : data.ids)
+      b.set_input(name, std::span<const std::int64_t>(v));
+  };
+  exec::trainer<double> tr(g, o);
+  auto r = tr.fit(feed);
+  if (params != nullptr)
+    for (graph::node_id p : g.parameters())
+      (*params)[g[p].name] = tr.value(g[p].name);
+  return r;
+}
+
+graph::graph small_bert() {
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 16;
+  o.ffn = 32;
+  o.heads = 2;
+  o.seq = 6;
+  o.vocab = 40;
+  return models::trace_model<double>("bert", o, 8);
+}
+
+std::string plan_of(std::size_t n) {
+  return n == 1 ? "" : "synth";
+}
+
+void check_params(const std::map<std::string, std::vector<double>>& got,
+                  const std::map<std::string, std::vector<double>>& want, double tol) {
+  for (const auto& [name, w] : want) {
+    const auto& v = got.at(name);
+    REQUIRE(v.size() == w.size());
+    double worst = 0.0;
+    for (std::size_t i = 0; i < w.size(); ++i)
+      worst = std::max(worst, std::abs(v[i] - w[i]));
+    INFO(name << ": max difference " << worst);
+    CHECK(worst <= tol);
+  }
+}
+
+} // namespace
+
+TEST_CASE("the trainer saves at step 5 of 10 and a resumed run equals the one that never stopped",
+          "[save]") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const graph::graph g = small_bert();
+  const fs::path root = test_dir() / ("trainer-np" + std::to_string(n));
+  if (comm.rank() == 0)
+    fs::remove_all(root);
+  comm.barrier();
+  std::map<std::string, std::vector<double>> want_params;
+  const auto want = train_bert(g, 10, plan_of(n), root / "whole", 0, false, &want_params);
+  // The first half saves at step 5; the second resumes from it (nothing in "whole" to resume).
+  const auto first = train_bert(g, 5, plan_of(n), root / "halves", 5, true);
+  CHECK(first.resumed_from == 0);
+  REQUIRE(first.checkpoints.size() == 1);
+  CHECK(fs::path(first.checkpoints[0]).filename() == "step-00000005");
+  std::map<std::string, std::vector<double>> got_params;
+  const auto second = train_bert(g, 10, plan_of(n), root / "halves", 5, true, &got_params);
+  CHECK(second.resumed_from == 5);
+  REQUIRE(second.losses.size() == 5);
+  for (std::size_t s = 0; s < 5; ++s) {
+    INFO("step " << s + 6);
+    CHECK(second.losses[s] == want.losses[s + 5]);
+  }
+  check_params(got_params, want_params, 0.0);
+  // The same checkpoint resumed under another plan: equal within the equivalence tolerance.
+  if (n > 1) {
+    const fs::path other = root / "other";
+    if (comm.rank() == 0) {
+      fs::create_directories(other / "step-00000005");
+      fs::copy(root / "halves" / "step-00000005", other / "step-00000005",
+               fs::copy_options::recursive);
+    }
+    comm.barrier();
+    std::map<std::string, std::vector<double>> tp_params;
+    const auto tp = train_bert(g, 10, "tp", other, 0, true, &tp_params);
+    CHECK(tp.resumed_from == 5);
+    REQUIRE(tp.losses.size() == 5);
+    for (std::size_t s = 0; s < 5; ++s)
+      CHECK(std::abs(tp.losses[s] - want.losses[s + 5]) <= 1e-10 * std::abs(want.losses[s + 5]));
+    check_params(tp_params, want_params, 1e-10);
+  }
+  // What the [load] runs of other rank counts compare with.
+  if (comm.rank() == 0) {
+    nlohmann::json j{{"losses", want.losses}};
+    std::ofstream(root / "want.json") << j.dump();
+  }
+  // A checkpoint of another model is refused with its manifest named (by one process: a
+  // distributed trainer's failure ends the job, as examples.resume_other_model checks).
+  if (n != 1)
+    return;
+  models::model_options o;
+  o.layers = 1;
+  o.hidden = 16;
+  o.ffn = 32;
+  o.heads = 2;
+  o.seq = 6;
+  o.vocab = 40;
+  const graph::graph other_model = models::trace_model<double>("bert", o, 8);
+  CHECK_THROWS_WITH(train_bert(other_model, 10, plan_of(n), root / "halves", 0, true),
+                    Catch::Contains("manifest.json") && Catch::Contains("was saved from another model"));
+}
+
+TEST_CASE("the trainer resumes a checkpoint saved at another rank count", "[.][load]") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const graph::graph g = small_bert();
+  std::size_t resumed = 0;
+  for (std::size_t m = 1; m <= 3; ++m) {
+    if (m == n)
+      continue;
+    const fs::path saved = test_dir() / ("trainer-np" + std::to_string(m));
+    const fs::path mine =
+        test_dir() / ("trainer-np" + std::to_string(n) + "-from-np" + std::to_string(m));
+    if (comm.rank() == 0) {
+      fs::remove_all(mine);
+      fs::create_directories(mine / "step-00000005");
+      fs::copy(saved / "halves" / "step-00000005", mine / "step-00000005",
+               fs::copy_options::recursive);
+    }
+    comm.barrier();
+    nlohmann::json want;
+    std::ifstream(saved / "want.json") >> want;
+    const auto got = train_bert(g, 10, plan_of(n), mine, 0, true);
+    INFO("saved at np " << m << ", resumed at np " << n);
+    CHECK(got.resumed_from == 5);
+    REQUIRE(got.losses.size() == 5);
+    for (std::size_t s = 0; s < 5; ++s) {
+      const double w = want["losses"][s + 5].get<double>();
+      CHECK(std::abs(got.losses[s] - w) <= 1e-10 * std::abs(w));
+    }
+    ++resumed;
+  }
+  CHECK(resumed == 2);
 }
