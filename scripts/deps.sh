@@ -15,6 +15,7 @@ packages=(
   libglpk-dev                       # test-only reference for the LP solver
   libopenblas-dev                   # host GEMM (cblas) for the kernels
   clang-14 libclang-rt-14-dev       # libFuzzer for the cluster reader's fuzz test
+  python3-numpy                     # an independent reader of exported checkpoints (a test)
 )
 
 missing=()

@@ -41,12 +41,14 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hspmd::exec {
@@ -72,6 +74,9 @@ struct checkpoint_target {
 struct checkpoint_options {
   std::size_t keep = 0;                           ///< newest checkpoints kept (0: all)
   std::size_t block_bytes = std::size_t{1} << 20; ///< bytes per checksum block
+  /// Called at the points of a save where a crash leaves it half done ("shards", "written",
+  /// "manifest", "latest": exec/fault.hpp), for fault injection in tests.
+  std::function<void(std::string_view point)> at_point;
 };
 
 /// A committed checkpoint.
@@ -110,13 +115,17 @@ inline void fsync_dir(const std::filesystem::path& dir) {
 }
 
 // Writes `text` to `path` through a temporary file and a rename, flushed before and after.
-inline void write_atomically(const std::filesystem::path& path, const std::string& text) {
+// `before_rename`: called between the two (fault injection).
+inline void write_atomically(const std::filesystem::path& path, const std::string& text,
+                             const std::function<void()>& before_rename = {}) {
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
     const io::detail::fd f(tmp, O_WRONLY | O_CREAT | O_TRUNC, "written");
     f.write_all(std::as_bytes(std::span<const char>(text)), 0);
     f.sync();
   }
+  if (before_rename)
+    before_rename();
   std::filesystem::rename(tmp, path);
   fsync_dir(path.parent_path());
 }
@@ -396,8 +405,14 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
       written.push_back(&p);
     }
     const std::string file = detail::rank_file(me);
+    std::function<void()> unflushed;
+    if (opt.at_point)
+      unflushed = [&] { opt.at_point("shards"); };
     const auto offsets = io::write_safetensors(
-        partial / file, tensors, {{"format", "hspmd-checkpoint"}, {"rank", std::to_string(me)}});
+        partial / file, tensors, {{"format", "hspmd-checkpoint"}, {"rank", std::to_string(me)}},
+        unflushed);
+    if (opt.at_point)
+      opt.at_point("written");
     for (std::size_t i = 0; i < written.size(); ++i) {
       const checkpoint_piece<T>& p = *written[i];
       const auto bytes = std::as_bytes(p.data);
@@ -441,11 +456,16 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
           tensors[t]["pieces"].push_back(std::move(rec));
         }
       m["tensors"] = std::move(tensors);
-      detail::write_atomically(partial / "manifest.json", m.dump(1));
+      std::function<void()> unrenamed;
+      if (opt.at_point)
+        unrenamed = [&] { opt.at_point("manifest"); };
+      detail::write_atomically(partial / "manifest.json", m.dump(1), unrenamed);
       std::error_code ec;
       fs::remove_all(final_dir, ec); // a checkpoint of the same step saved before
       fs::rename(partial, final_dir);
       detail::fsync_dir(root);
+      if (opt.at_point)
+        opt.at_point("latest");
       detail::write_atomically(root / "latest", name + "\n");
       if (opt.keep > 0) {
         const auto have = detail::committed(root);

@@ -10,6 +10,11 @@
 //   throw   throws, as a failing step would      hang   sleeps forever (peers wait on it)
 //   stop    sends itself SIGSTOP (as `kill -STOP` does: alive, never scheduled again)
 //   slow:F  computes F times slower from then on (F >= 1; the trainer's emulated slowdown)
+// With at:saveN:POINT the fault strikes while the checkpoint of step N is saved
+// (exec/checkpoint.hpp), at POINT: shards (this rank's file written, not yet flushed), written
+// (flushed, before the ranks exchange their pieces), manifest (rank 0: the manifest written
+// under its temporary name, not renamed), latest (rank 0: the directory committed, `latest` not
+// yet updated).
 // The library trainer reads the variable at start (a bad value is refused in one line) and
 // injects it; nothing else does.
 
@@ -35,7 +40,14 @@ struct fault_spec {
   int rank = 0;
   std::size_t step = 1; ///< 1-based
   kind what = kind::abort;
-  double factor = 1.0; ///< slow: the extra slowdown
+  double factor = 1.0;    ///< slow: the extra slowdown
+  std::string save_point; ///< at:saveN:POINT: the point (then `step` is N); empty: a step
+
+  /// "step 5" or "the save of step 4, at its manifest".
+  [[nodiscard]] std::string where() const {
+    return save_point.empty() ? "step " + std::to_string(step)
+                              : "the save of step " + std::to_string(step) + ", at " + save_point;
+  }
 
   /// "abort", ..., "slow:3".
   [[nodiscard]] std::string kind_text() const {
@@ -58,8 +70,8 @@ struct fault_spec {
   const std::string w(where);
   const auto bad = [&](const std::string& why) {
     return config_error(w + "=" + std::string(text), why,
-                        "write rank:R,at:stepN,kind:K with K one of abort, kill, exit0, exit1, "
-                        "throw, hang, stop, slow:F");
+                        "write rank:R,at:stepN,kind:K (or at:saveN:POINT) with K one of abort, "
+                        "kill, exit0, exit1, throw, hang, stop, slow:F");
   };
   const auto number = [&](std::string_view s, const char* field) {
     std::size_t v = 0;
@@ -90,8 +102,18 @@ struct fault_spec {
       f.rank = static_cast<int>(number(value, "rank"));
       has_rank = true;
     } else if (key == "at" && !has_at) {
-      if (value.starts_with("step"))
+      if (value.starts_with("save")) {
         value.remove_prefix(4);
+        const std::size_t c = value.find(':');
+        const std::string_view point =
+            c == std::string_view::npos ? std::string_view{} : value.substr(c + 1);
+        if (point != "shards" && point != "written" && point != "manifest" && point != "latest")
+          throw bad("at:saveN:POINT needs POINT shards, written, manifest or latest");
+        f.save_point = std::string(point);
+        value = value.substr(0, c);
+      } else if (value.starts_with("step")) {
+        value.remove_prefix(4);
+      }
       f.step = number(value, "at");
       if (f.step == 0)
         throw bad("steps count from 1");
@@ -141,7 +163,7 @@ struct fault_spec {
 /// Injects `f` on `rank` at the start of `step` (1-based) and returns; `slow` returns and the
 /// caller applies `f.factor`. The other kinds do not return.
 inline void inject_fault(const fault_spec& f) {
-  const std::string line = "HSPMD_FAULT: " + f.kind_text() + " at step " + std::to_string(f.step);
+  const std::string line = "HSPMD_FAULT: " + f.kind_text() + " at " + f.where();
   if (f.what != fault_spec::kind::thrown) {
     std::fprintf(stderr, "[hspmd rank %d] %s\n", f.rank, line.c_str());
     std::fflush(stderr);

@@ -176,6 +176,14 @@ private:
   // Every option checked before any work: one line naming the option and the fix.
   void check_options() {
     fault_ = fault_from_env();
+    if (fault_ && !fault_->save_point.empty() &&
+        (fault_->what == fault_spec::kind::slow || o_.save_every == 0 ||
+         (fault_->step % o_.save_every != 0 && fault_->step != o_.steps) ||
+         fault_->step > o_.steps))
+      throw config_error("HSPMD_FAULT " + fault_->kind_text() + " at " + fault_->where(),
+                         "strikes during a save this run does not make (or is slow, which "
+                         "applies from a step on)",
+                         "give at:saveN:POINT with N a step --save-every saves at");
     if (fault_ && fault_->what == fault_spec::kind::slow && !distributed())
       throw config_error("HSPMD_FAULT " + fault_->kind_text(),
                          "slows a rank of a distributed run; one process has no peers to wait",
@@ -793,7 +801,7 @@ private:
     const std::size_t first = o_.resume ? resume(e, r, loss_scale, out) : 0;
     for (std::size_t s = first; s < o_.steps; ++s) {
       set_phase("training step " + std::to_string(s + 1));
-      if (fault_ && fault_->step == s + 1 && fault_->rank == rank())
+      if (fault_ && fault_->save_point.empty() && fault_->step == s + 1 && fault_->rank == rank())
         inject(*fault_);
 #if defined(HSPMD_HAS_MPI)
       if (monitor_)
@@ -937,9 +945,15 @@ private:
     const auto t0 = std::chrono::steady_clock::now();
     checkpoint_options co;
     co.keep = o_.keep_checkpoints;
+    if (fault_ && !fault_->save_point.empty() && fault_->step == step && fault_->rank == rank())
+      co.at_point = [f = *fault_](std::string_view point) {
+        if (point == f.save_point)
+          inject_fault(f);
+      };
     const auto dir =
         e.save_state(o_.checkpoint_dir, step, checkpoint_meta(step, loss_scale), opt_, co);
-    const double seconds = e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double seconds =
+        e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     r.checkpoints.push_back(dir.string());
     if (out != nullptr)
       print(*out, "checkpoint after step %zu: %s (%.0f ms)\n", step, dir.string().c_str(),
@@ -990,7 +1004,8 @@ private:
                            m["loss_scale"].value("clean_steps", std::size_t{0}),
                            m["loss_scale"].value("skipped", std::size_t{0})});
     r.resumed_from = info.step;
-    const double seconds = e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double seconds =
+        e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (out != nullptr)
       print(*out, "resumed from %s: step %zu of %zu (loaded in %.0f ms)\n",
             info.dir.string().c_str(), info.step, o_.steps, 1e3 * seconds);

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -157,9 +158,11 @@ struct safetensors_tensor {
 
 /// Writes `tensors` (in this order) and `metadata` to `path` and flushes it to disk (fsync).
 /// Returns each tensor's absolute byte offset in the file.
+/// `before_sync`: called once the bytes are written, before the flush (fault injection).
 inline std::vector<std::uint64_t>
 write_safetensors(const std::filesystem::path& path, std::span<const safetensors_tensor> tensors,
-                  const std::map<std::string, std::string>& metadata = {}) {
+                  const std::map<std::string, std::string>& metadata = {},
+                  const std::function<void()>& before_sync = {}) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty())
     h["__metadata__"] = metadata;
@@ -195,6 +198,8 @@ write_safetensors(const std::filesystem::path& path, std::span<const safetensors
     f.write_all(t.data, pos);
     pos += t.data.size();
   }
+  if (before_sync)
+    before_sync();
   f.sync();
   return offsets;
 }

@@ -26,6 +26,17 @@ std::string two_devices(const std::string& bf16_field) {
          bf16_field + "}]}";
 }
 
+// A small BERT (hidden 64, 2 heads, sequence 16, vocabulary 200).
+graph::graph small_bert(std::size_t batch, std::size_t layers = 2) {
+  models::model_options o;
+  o.layers = layers;
+  o.hidden = 64;
+  o.heads = 2;
+  o.seq = 16;
+  o.vocab = 200;
+  return models::trace_model<float>("bert", o, batch);
+}
+
 } // namespace
 
 TEST_CASE("bf16_speed is read, written back, and optional") {
@@ -50,13 +61,7 @@ TEST_CASE("bf16_speed is read, written back, and optional") {
 }
 
 TEST_CASE("a 16-bit run prices GEMMs at the devices' bf16 rates") {
-  models::model_options o;
-  o.layers = 2;
-  o.hidden = 64;
-  o.heads = 2;
-  o.seq = 16;
-  o.vocab = 200;
-  const graph::graph g = models::trace_model<float>("bert", o, 8);
+  const graph::graph g = small_bert(8);
   const cluster c = parse_cluster(two_devices(R"(, "bf16_speed": 4e12)"), "t.json");
   const synth::segment_map seg(g, synth::segment_policy::one);
   // Replicated rules: each device does all of every op, at its own rate.
@@ -86,13 +91,7 @@ TEST_CASE("a 16-bit run prices GEMMs at the devices' bf16 rates") {
 
 TEST_CASE("a bf16 plan gives the device with fast 16-bit GEMMs a larger share") {
   // (DP-CP's ratios follow `speed` by definition; the synthesizer's LP follows the prices.)
-  models::model_options o;
-  o.layers = 2;
-  o.hidden = 64;
-  o.heads = 2;
-  o.seq = 16;
-  o.vocab = 200;
-  const graph::graph g = models::trace_model<float>("bert", o, 16);
+  const graph::graph g = small_bert(16);
   const cluster c = parse_cluster(two_devices(R"(, "bf16_speed": 4e12)"), "t.json");
   synth::synth_options so;
   const auto f32 = synth::synthesize(g, c, so, "bert");
@@ -106,13 +105,7 @@ TEST_CASE("a bf16 plan gives the device with fast 16-bit GEMMs a larger share") 
 TEST_CASE("a profile measured in bf16 is not sped up twice") {
   // d0 (bf16 4x) was measured in a bf16 run: its GEMMs took the measured time, not a quarter of
   // it; d1 (no 16-bit rate) takes 4x as long for them; other ops as measured on both.
-  models::model_options o;
-  o.layers = 1;
-  o.hidden = 64;
-  o.heads = 2;
-  o.seq = 16;
-  o.vocab = 200;
-  const graph::graph g = models::trace_model<float>("bert", o, 8);
+  const graph::graph g = small_bert(8, 1);
   const cluster c = parse_cluster(
       R"({"version": 1, "name": "t", "links": {"intra_node": {"bandwidth": 1e12, "latency": 1e-6}},
           "devices": [{"name": "d0", "kind": "a", "speed": 1e12, "bf16_speed": 4e12, "memory": "16 GiB"},
@@ -156,16 +149,6 @@ const std::string fast_gemm =
     R"(, "rates": {"gemm": 4e11, "elementwise": 1e9, "softmax": 2e9, "optimizer": 3e9})";
 const std::string fast_memory =
     R"(, "rates": {"gemm": 1e11, "elementwise": 8e9, "softmax": 6e9, "optimizer": 5e9})";
-
-graph::graph small_bert(std::size_t batch) {
-  models::model_options o;
-  o.layers = 2;
-  o.hidden = 64;
-  o.heads = 2;
-  o.seq = 16;
-  o.vocab = 200;
-  return models::trace_model<float>("bert", o, batch);
-}
 
 } // namespace
 
