@@ -4,8 +4,17 @@
 #   HSPMD_SANITIZE            AddressSanitizer + UndefinedBehaviorSanitizer, no recovery
 #   HSPMD_SANITIZE_ALL_UB     UBSan's null and alignment checks too (off: see below)
 #   HSPMD_NATIVE_ARCH         -march=native (the release preset: benchmarks and the demo)
+# hspmd_warning_flags: the warnings (and -Werror) alone, for code that is only compiled, never
+# run (the header self-containment check): sanitizers would only slow its compile.
 add_library(hspmd_dev_flags INTERFACE)
+add_library(hspmd_warning_flags INTERFACE)
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(hspmd_warning_flags INTERFACE
+    -Wall -Wextra -Wpedantic -Wconversion -Wsign-conversion -Wshadow -Wnon-virtual-dtor
+    -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wnull-dereference -Wdouble-promotion
+    -Wformat=2 -Wimplicit-fallthrough -Wunused
+    $<$<AND:$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-restrict>
+    $<$<BOOL:${HSPMD_WARNINGS_AS_ERRORS}>:-Werror>)
   target_compile_options(hspmd_dev_flags INTERFACE
     -Wall -Wextra -Wpedantic -Wconversion -Wsign-conversion -Wshadow -Wnon-virtual-dtor
     -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wnull-dereference -Wdouble-promotion

@@ -26,8 +26,7 @@ step("configure hspmd (tests, examples, benchmarks off)"
      # One GPU architecture: this test checks the package, and the suite's own build compiles
      # hspmd::cuda for every default architecture (each one costs a minute of nvcc here).
      -DHSPMD_CUDA_ARCHITECTURES=80)
-# One compile at a time: the suite runs another test beside this one on the other core.
-step("build hspmd (its tools)" ${CMAKE_COMMAND} --build ${hspmd_build} --parallel 1)
+step("build hspmd (its tools)" ${CMAKE_COMMAND} --build ${hspmd_build})
 step("install hspmd into ${prefix}" ${CMAKE_COMMAND} --install ${hspmd_build} --prefix ${prefix})
 file(GLOB_RECURSE exported ${prefix}/share/cmake/hspmd/*.cmake)
 foreach(f IN LISTS exported)
@@ -39,5 +38,5 @@ endforeach()
 step("configure the consumer" ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} -G ${GENERATOR}
      -DCMAKE_BUILD_TYPE= -DCMAKE_PREFIX_PATH=${prefix} -DHSPMD_PLAN=${prefix}/bin/hspmd-plan
      "-DMPIEXEC_PREFLAGS=${MPIEXEC_PREFLAGS}")
-step("build the consumer" ${CMAKE_COMMAND} --build ${build} --parallel 1)
+step("build the consumer" ${CMAKE_COMMAND} --build ${build})
 step("run the consumer's tests" ${CMAKE_CTEST_COMMAND} --test-dir ${build} --output-on-failure -V)

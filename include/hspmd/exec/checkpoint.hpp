@@ -6,7 +6,7 @@
 // shape and dtype and every stored piece as a box (global offset and length per dimension) in
 // which file at which byte offset, with a CRC-32 per block of the piece's bytes; plus the step
 // and what the caller keeps (optimizer, schedule, hashes, ...). A piece held by several ranks
-// (a replica) is written once, by the first of them.
+// (a replica) is written once, by the holder with the fewest bytes assigned so far.
 //
 // Commit (save_checkpoint, collective): the ranks write into ROOT/step-N.partial and fsync;
 // then rank 0 writes manifest.json under a temporary name, fsyncs and renames it, renames the
@@ -381,24 +381,37 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
   }
   detail::agree_on_error(comm, error);
 
-  // This rank's file: the pieces it is the first holder of.
+  // This rank's file: the pieces it writes. Every rank assigns every piece the same way: each
+  // group of ranks holding the same box (a replica) writes it once, by the member with the
+  // fewest bytes assigned so far, so replicated state is spread over the ranks' files.
   nlohmann::json records = nlohmann::json::array();
   try {
     std::vector<io::safetensors_tensor> tensors;
     std::vector<const checkpoint_piece<T>*> written;
+    std::vector<std::size_t> assigned(n, 0);
     for (const checkpoint_piece<T>& p : pieces) {
       if (p.boxes.size() != n || p.data.size() != p.boxes.at(me).size())
         throw config_error("checkpoint tensor " + p.name,
                            "boxes for " + std::to_string(p.boxes.size()) + " ranks and " +
                                std::to_string(p.data.size()) + " elements here",
                            "one box per rank, and this rank's elements of its box");
-      std::size_t first = me;
-      for (std::size_t r = 0; r < n; ++r)
-        if (p.boxes[r] == p.boxes[me]) {
-          first = r;
-          break;
-        }
-      if (first != me || p.boxes[me].empty())
+      std::optional<std::size_t> mine;
+      std::vector<bool> done(n, false);
+      for (std::size_t r = 0; r < n; ++r) {
+        if (done[r] || p.boxes[r].empty())
+          continue;
+        std::size_t writer = r;
+        for (std::size_t q = r; q < n; ++q)
+          if (p.boxes[q] == p.boxes[r]) {
+            done[q] = true;
+            if (assigned[q] < assigned[writer])
+              writer = q;
+          }
+        assigned[writer] += p.boxes[r].size();
+        if (p.boxes[r] == p.boxes[me])
+          mine = writer;
+      }
+      if (mine != me)
         continue;
       tensors.push_back(
           {p.name, detail::checkpoint_dtype<T>(), p.boxes[me].length, std::as_bytes(p.data)});
