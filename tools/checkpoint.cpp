@@ -1,8 +1,10 @@
-// hspmd-checkpoint: look into a checkpoint and export it as Hugging Face-style safetensors files
-// (docs/checkpoint.md).
+// hspmd-checkpoint: look into a checkpoint, export it as Hugging Face-style safetensors files, or
+// import such files (docs/checkpoint.md).
 //   hspmd-checkpoint inspect ckpt [--verify]
 //   hspmd-checkpoint export ckpt --out model-dir [--shards N] [--optimizer]
+//   hspmd-checkpoint import hf-files --names gpt2|llama|vit --out ckpt [--seq N] [--heads N]
 #include <hspmd/exec/checkpoint.hpp>
+#include <hspmd/exec/import.hpp>
 #include <hspmd/io/cli.hpp>
 #include <hspmd/io/safetensors.hpp>
 
@@ -172,11 +174,37 @@ int export_files(const std::string& path, const std::string& out, std::size_t sh
   return 0;
 }
 
+std::string listed(const std::vector<std::string>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size() && i < 8; ++i)
+    s += (i > 0 ? ", " : "") + v[i];
+  if (v.size() > 8)
+    s += ", ... (" + std::to_string(v.size() - 8) + " more)";
+  return s;
+}
+
+int import_files(const std::string& path, const std::string& names, const std::string& out,
+                 const hspmd::exec::import_options& o) {
+  const auto& family = hspmd::exec::import_family_named(names);
+  const auto rep = hspmd::exec::import_checkpoint(path, out, family, o);
+  std::printf("imported %zu tensors (%zu layers) from %s as %s parameters: %s\n", rep.map.size(),
+              rep.layers, path.c_str(), std::string(family.model).c_str(),
+              rep.dir.string().c_str());
+  if (!rep.ignored.empty())
+    std::printf("left out (nothing %s keeps): %s\n", std::string(family.model).c_str(),
+                listed(rep.ignored).c_str());
+  if (!rep.unmatched.empty())
+    std::printf("warning: no rule of the %s table names %zu tensor(s), left out: %s\n",
+                names.c_str(), rep.unmatched.size(), listed(rep.unmatched).c_str());
+  std::printf("start a run from it with --init-from %s\n", out.c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"hspmd-checkpoint: inspect a checkpoint, or export it as safetensors files "
-               "(docs/checkpoint.md)"};
+  CLI::App app{"hspmd-checkpoint: inspect a checkpoint, export it as safetensors files, or "
+               "import such files (docs/checkpoint.md)"};
   app.require_subcommand(1);
   std::string path;
   bool verify = false;
@@ -197,11 +225,27 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{99999}));
   exp->add_flag("--optimizer", optimizer, "export the optimizer's state too");
+  std::string names;
+  hspmd::exec::import_options io;
+  auto* imp = app.add_subcommand(
+      "import", "Hugging Face safetensors files as a checkpoint to start a run from (--init-from)");
+  imp->add_option("source", path,
+                  "a .safetensors file, a model.safetensors.index.json, or their directory")
+      ->required();
+  imp->add_option("--names", names, "the name table: gpt2 (for bert), llama, vit")->required();
+  imp->add_option("--out", out, "the checkpoint directory to write")->required();
+  imp->add_option("--seq", io.seq, "keep the first N rows of a position table (0: all)")
+      ->capture_default_str();
+  imp->add_option("--heads", io.heads,
+                  "attention heads, for llama's rotary rows (0: from config.json)")
+      ->capture_default_str();
   if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
     return *rc;
   try {
     if (*ins)
       return inspect(path, verify);
+    if (*imp)
+      return import_files(path, names, out, io);
     return export_files(path, out, shards, optimizer);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hspmd-checkpoint: %s\n", e.what());

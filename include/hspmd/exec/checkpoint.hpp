@@ -262,6 +262,7 @@ struct training_tensor {
   std::vector<box> boxes; ///< every rank's
   std::span<T> data;      ///< this rank's box
   bool stored = true;     ///< false: another version of the same tensor is the one saved
+  bool optimizer = false; ///< an optimizer's slot, not a parameter
 };
 
 /// The state of a run on this rank: every parameter of `ex` and `opt`'s slots of it (allocated,
@@ -300,6 +301,7 @@ training_tensors(const graph::graph& g, const local_program* prog, Executor& ex,
       for (std::size_t j = 0; j < n; ++j) {
         training_tensor<T> t = out[j];
         t.name = "optimizer." + std::string(Optimizer::state_names[k]) + "." + out[j].name;
+        t.optimizer = true;
         auto& buf = k == 0 ? slots.a[j] : slots.b[j];
         t.data = std::span<T>(buf.data(), buf.size());
         out.push_back(std::move(t));
@@ -322,14 +324,16 @@ std::filesystem::path save_training(Comm& comm, const std::filesystem::path& roo
 }
 
 /// Loads every one of `tensors` (every version of every parameter) from the checkpoint `path`
-/// names. Collective.
+/// names; with `parameters_only` the optimizer's slots are left as they are. Collective.
 template <std::floating_point T, class Comm>
 checkpoint_info load_training(Comm& comm, const std::filesystem::path& path,
-                              std::span<const training_tensor<T>> tensors) {
+                              std::span<const training_tensor<T>> tensors,
+                              bool parameters_only = false) {
   const auto me = static_cast<std::size_t>(comm.rank());
   std::vector<checkpoint_target<T>> targets;
   for (const training_tensor<T>& t : tensors)
-    targets.push_back({t.name, t.shape, t.boxes.at(me), t.data});
+    if (!parameters_only || !t.optimizer)
+      targets.push_back({t.name, t.shape, t.boxes.at(me), t.data});
   return load_checkpoint<T>(comm, path, std::span<const checkpoint_target<T>>(targets));
 }
 

@@ -122,13 +122,14 @@ public:
       return rank_engine<T, Optimizer>::save_state(root, step, meta, opt, co);
     }
   }
-  checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt) override {
+  checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt,
+                             bool parameters_only) override {
     if constexpr (std::same_as<B, host_backend>) {
       const auto t = training_tensors<T>(*g_, &dx_->program(), dx_->local(), opt);
       return load_training<T>(detail::control_of(*comm_), path,
-                              std::span<const training_tensor<T>>(t));
+                              std::span<const training_tensor<T>>(t), parameters_only);
     } else {
-      return rank_engine<T, Optimizer>::load_state(path, opt);
+      return rank_engine<T, Optimizer>::load_state(path, opt, parameters_only);
     }
   }
 

@@ -151,10 +151,11 @@ public:
     (void)root, (void)step, (void)meta, (void)opt, (void)co;
     throw no_checkpoints();
   }
-  /// Loads the parameters and `opt`'s state from the checkpoint `path` names, whatever layout
-  /// it was saved under. Collective.
-  virtual checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt) {
-    (void)path, (void)opt;
+  /// Loads the parameters and `opt`'s state (with `parameters_only`, the parameters alone) from
+  /// the checkpoint `path` names, whatever layout it was saved under. Collective.
+  virtual checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt,
+                                     bool parameters_only) {
+    (void)path, (void)opt, (void)parameters_only;
     throw no_checkpoints();
   }
 
@@ -232,13 +233,14 @@ public:
       return engine<T, Optimizer>::save_state(root, step, meta, opt, co);
     }
   }
-  checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt) override {
+  checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt,
+                             bool parameters_only) override {
     if constexpr (std::same_as<B, host_backend>) {
       solo_communicator solo;
       const auto t = training_tensors<T>(ex_.graph(), nullptr, ex_, opt);
-      return load_training<T>(solo, path, std::span<const training_tensor<T>>(t));
+      return load_training<T>(solo, path, std::span<const training_tensor<T>>(t), parameters_only);
     } else {
-      return engine<T, Optimizer>::load_state(path, opt);
+      return engine<T, Optimizer>::load_state(path, opt, parameters_only);
     }
   }
 

@@ -122,6 +122,9 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
   app.add_flag("--resume", o.resume,
                "continue from the newest checkpoint in --checkpoint-dir (saved under any rank "
                "count or plan); from step 0 when it has none");
+  app.add_option("--init-from", o.init_from,
+                 "start from the parameters of this checkpoint (any layout, or what "
+                 "hspmd-checkpoint import wrote); optimizer and data start fresh");
   app.add_option("--save-graph", o.save_graph,
                  "write the traced graph as JSON to this file (hspmd-plan --graph plans it)");
   app.add_option("--eval-every", o.eval_every,

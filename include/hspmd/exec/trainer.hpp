@@ -152,6 +152,10 @@ struct train_options {
   /// it, so a feed that is a function of its index continues the run exactly. Without one, the
   /// run starts from step 0.
   bool resume = false;
+  /// Start from the parameters of this checkpoint (a directory hspmd saved, under any layout, or
+  /// one `hspmd-checkpoint import` wrote): the optimizer, schedule and data start at step 0. A
+  /// run that resumes from `checkpoint_dir` ignores it.
+  std::string init_from;
 
   std::size_t eval_every = 0;   ///< evaluate every N steps (0: only after the last step)
   std::size_t eval_batches = 1; ///< micro-batches per evaluation
@@ -210,7 +214,8 @@ struct train_result {
   double loss_scale = 1.0;                  ///< f16: the dynamic loss scale after the last step
   std::vector<rebalance_report> rebalances; ///< with `train_options::rebalance`
   std::size_t resumed_from = 0;             ///< the step a resumed run continued after (0: none)
-  std::vector<std::string> checkpoints;     ///< the checkpoint directories this run committed
+  std::string initialized_from; ///< the checkpoint whose parameters the run started from, if any
+  std::vector<std::string> checkpoints; ///< the checkpoint directories this run committed
 
   /// Median step time without the first (warm-up) step.
   [[nodiscard]] double median_step_seconds() const {

@@ -700,7 +700,8 @@ private:
         {"metrics", on(!o_.metrics.empty())},
         {"profile", on(o_.profile)},
         {"checkpoints", o_.checkpoint_dir + " every " + std::to_string(o_.save_every) + " keep " +
-                            std::to_string(o_.keep_checkpoints) + (o_.resume ? " resume" : "")},
+                            std::to_string(o_.keep_checkpoints) + (o_.resume ? " resume" : "") +
+                            (o_.init_from.empty() ? "" : " init from " + o_.init_from)},
         {"rebalance", o_.rebalance == 0.0
                           ? std::string("off")
                           : num(o_.rebalance) + " window " + std::to_string(o_.rebalance_window)},
@@ -798,7 +799,12 @@ private:
     std::optional<dynamic_loss_scale> loss_scale;
     if (o_.precision == exec::precision::f16)
       loss_scale.emplace();
-    const std::size_t first = o_.resume ? resume(e, r, loss_scale, out) : 0;
+    std::optional<std::size_t> resumed;
+    if (o_.resume)
+      resumed = resume(e, r, loss_scale, out);
+    if (!resumed && !o_.init_from.empty())
+      initialize_from(e, r, out);
+    const std::size_t first = resumed.value_or(0);
     for (std::size_t s = first; s < o_.steps; ++s) {
       set_phase("training step " + std::to_string(s + 1));
       if (fault_ && fault_->save_point.empty() && fault_->step == s + 1 && fault_->rank == rank())
@@ -960,9 +966,25 @@ private:
             1e3 * seconds);
   }
 
-  // Loads the newest checkpoint of checkpoint_dir, if any; returns the step to continue from.
-  std::size_t resume(engine<T, Optimizer>& e, train_result& r,
-                     std::optional<dynamic_loss_scale>& loss_scale, std::ostream* out) {
+  // The parameters of the checkpoint init_from names (any layout, or an import): the optimizer,
+  // the schedule and the data start fresh.
+  void initialize_from(engine<T, Optimizer>& e, train_result& r, std::ostream* out) {
+    set_phase("initializing from " + o_.init_from);
+    const auto t0 = std::chrono::steady_clock::now();
+    const checkpoint_info info = e.load_state(o_.init_from, opt_, true);
+    r.initialized_from = info.dir.string();
+    const double seconds =
+        e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (out != nullptr)
+      print(*out, "parameters from %s (step %zu%s; loaded in %.0f ms)\n", info.dir.string().c_str(),
+            info.step, info.meta.contains("imported") ? ", imported" : "", 1e3 * seconds);
+  }
+
+  // Loads the newest checkpoint of checkpoint_dir, if any; returns the step to continue from,
+  // nothing when there is none.
+  std::optional<std::size_t> resume(engine<T, Optimizer>& e, train_result& r,
+                                    std::optional<dynamic_loss_scale>& loss_scale,
+                                    std::ostream* out) {
     set_phase("resuming from " + o_.checkpoint_dir);
     bool any = find_checkpoint(o_.checkpoint_dir).has_value();
 #if defined(HSPMD_HAS_MPI)
@@ -976,10 +998,10 @@ private:
       if (out != nullptr)
         print(*out, "resume: no checkpoint in %s yet; starting from step 0\n",
               o_.checkpoint_dir.c_str());
-      return 0;
+      return std::nullopt;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const checkpoint_info info = e.load_state(o_.checkpoint_dir, opt_);
+    const checkpoint_info info = e.load_state(o_.checkpoint_dir, opt_, false);
     const auto& m = info.meta;
     const std::string file = (info.dir / "manifest.json").string();
     const std::string hash = to_hex(synth::graph_hash(g_));

@@ -351,7 +351,8 @@ namespace {
 // `plan` on n equal devices (one process at np 1 without a cluster when `plan` is empty).
 exec::train_result train_bert(const graph::graph& g, std::size_t steps, const std::string& plan,
                               const fs::path& dir, std::size_t save_every, bool resume,
-                              std::map<std::string, std::vector<double>>* params = nullptr) {
+                              std::map<std::string, std::vector<double>>* params = nullptr,
+                              const fs::path& init_from = {}) {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
   exec::train_options o;
@@ -365,6 +366,7 @@ exec::train_result train_bert(const graph::graph& g, std::size_t steps, const st
   o.checkpoint_dir = dir.string();
   o.save_every = save_every;
   o.resume = resume;
+  o.init_from = init_from.string();
   const exec::feed_fn<double> feed = [&](exec::batch_sink<double>& b, std::size_t i) {
     const auto data = test::data_for<double>(g, i, 40);
     for (const auto& [name, v] : data.values)
@@ -422,7 +424,8 @@ TEST_CASE("the trainer saves at step 5 of 10 and a resumed run equals the one th
   std::map<std::string, std::vector<double>> want_params;
   const auto want = train_bert(g, 10, plan_of(n), root / "whole", 0, false, &want_params);
   // The first half saves at step 5; the second resumes from it (nothing in "whole" to resume).
-  const auto first = train_bert(g, 5, plan_of(n), root / "halves", 5, true);
+  std::map<std::string, std::vector<double>> at5;
+  const auto first = train_bert(g, 5, plan_of(n), root / "halves", 5, true, &at5);
   CHECK(first.resumed_from == 0);
   REQUIRE(first.checkpoints.size() == 1);
   CHECK(fs::path(first.checkpoints[0]).filename() == "step-00000005");
@@ -435,6 +438,24 @@ TEST_CASE("the trainer saves at step 5 of 10 and a resumed run equals the one th
     CHECK(second.losses[s] == want.losses[s + 5]);
   }
   check_params(got_params, want_params, 0.0);
+  // --init-from: the parameters of step 5 (under another plan too), the optimizer fresh: no
+  // steps leave them exactly as saved; a run that resumes ignores it.
+  for (const std::string& plan :
+       n > 1 ? std::vector<std::string>{plan_of(n), "tp"} : std::vector<std::string>{""}) {
+    INFO("init from step 5 under plan " << plan);
+    std::map<std::string, std::vector<double>> init;
+    const auto r = train_bert(g, 0, plan, root / ("init-" + plan), 0, false, &init,
+                              root / "halves" / "step-00000005");
+    CHECK(fs::path(r.initialized_from).filename() == "step-00000005");
+    CHECK(r.resumed_from == 0);
+    check_params(init, at5, 0.0);
+  }
+  {
+    const auto r = train_bert(g, 10, plan_of(n), root / "halves", 0, true, nullptr,
+                              root / "no-such-checkpoint");
+    CHECK(r.resumed_from == 10); // the second half's last save
+    CHECK(r.initialized_from.empty());
+  }
   // The same checkpoint resumed under another plan: equal within the equivalence tolerance.
   if (n > 1) {
     const fs::path other = root / "other";
@@ -470,7 +491,8 @@ TEST_CASE("the trainer saves at step 5 of 10 and a resumed run equals the one th
   o.vocab = 40;
   const graph::graph other_model = models::trace_model<double>("bert", o, 8);
   CHECK_THROWS_WITH(train_bert(other_model, 10, plan_of(n), root / "halves", 0, true),
-                    Catch::Contains("manifest.json") && Catch::Contains("was saved from another model"));
+                    Catch::Contains("manifest.json") &&
+                        Catch::Contains("was saved from another model"));
 }
 
 TEST_CASE("the trainer resumes a checkpoint saved at another rank count", "[.][load]") {
