@@ -25,6 +25,7 @@ add_custom_target(unit-tests)
 function(hspmd_add_unit_test)
   cmake_parse_arguments(arg "" "NAME" "SOURCES;LIBS" ${ARGN})
   add_executable(${arg_NAME} ${arg_SOURCES})
+  set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 6)
   add_dependencies(unit-tests ${arg_NAME})
   target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_main hspmd::core hspmd_dev_flags ${arg_LIBS})
   target_compile_definitions(${arg_NAME} PRIVATE

@@ -45,9 +45,9 @@ std::vector<float> random_values(std::size_t n, std::mt19937& rng, dtype type) {
   for (float& x : v) {
     x = u(rng);
     if (type == dtype::bf16)
-      x = static_cast<float>(bfloat16{x});
+      x = static_cast<float>(::hspmd::bfloat16{x});
     else if (type == dtype::f16)
-      x = static_cast<float>(float16{x});
+      x = static_cast<float>(::hspmd::float16{x});
   }
   return v;
 }
@@ -64,7 +64,8 @@ void write_source(const fs::path& file, const std::map<std::string, source_tenso
         const auto a = std::bit_cast<std::array<std::byte, 4>>(x);
         b.insert(b.end(), a.begin(), a.end());
       } else {
-        const std::uint16_t h = t.type == dtype::bf16 ? bfloat16{x}.bits : float16{x}.bits;
+        const std::uint16_t h =
+            t.type == dtype::bf16 ? ::hspmd::bfloat16{x}.bits : ::hspmd::float16{x}.bits;
         const auto a = std::bit_cast<std::array<std::byte, 2>>(h);
         b.insert(b.end(), a.begin(), a.end());
       }

@@ -19,7 +19,7 @@
 using namespace hspmd;
 
 namespace {
-models::llama_config tiny() {
+models::llama_config tiny_llama() {
   models::llama_config c;
   c.layers = 2;
   c.hidden = 16;
@@ -32,7 +32,7 @@ models::llama_config tiny() {
 } // namespace
 
 TEST_CASE("Llama traces RMSNorm, rotary queries and keys, SwiGLU and an untied head") {
-  const auto c = tiny();
+  const auto c = tiny_llama();
   const graph::graph g = models::trace_llama_lm<float>(c, 3);
   CHECK(g.find("layers.1.attn.wq.weight").has_value());
   CHECK_FALSE(g.find("layers.1.attn.wq.bias").has_value()); // no biases
@@ -67,7 +67,7 @@ TEST_CASE("Llama traces RMSNorm, rotary queries and keys, SwiGLU and an untied h
 }
 
 TEST_CASE("Llama gradients match finite differences (f64, tiny)") {
-  auto c = tiny();
+  auto c = tiny_llama();
   c.layers = 1;
   c.seq = 4;
   const graph::graph g = models::trace_llama_lm<double>(c, 2);
@@ -85,7 +85,7 @@ TEST_CASE("Llama gradients match finite differences (f64, tiny)") {
 }
 
 TEST_CASE("Llama is causal: changing the last token leaves earlier positions' outputs alone") {
-  const auto c = tiny();
+  const auto c = tiny_llama();
   const graph::graph g = models::trace_llama_lm<double>(c, 1);
   const auto head = *g.find("head.matmul" + std::to_string(g.size() - 3));
   exec::executor<double> ex(g, 3);
@@ -108,7 +108,7 @@ TEST_CASE("Llama is causal: changing the last token leaves earlier positions' ou
 }
 
 TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
-  const auto c = tiny();
+  const auto c = tiny_llama();
   constexpr std::size_t batch = 8;
   const graph::graph g = models::trace_llama_lm<float>(c, batch);
   std::mt19937_64 rng(5);
