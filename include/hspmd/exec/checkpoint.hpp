@@ -422,9 +422,18 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
       written.push_back(&p);
     }
     const std::string file = detail::rank_file(me);
-    std::function<void()> unflushed;
-    if (opt.at_point)
-      unflushed = [&] { opt.at_point("shards"); };
+    // The checksums are computed while the disk flushes the file.
+    std::vector<nlohmann::json> crcs(written.size(), nlohmann::json::array());
+    const auto unflushed = [&] {
+      if (opt.at_point)
+        opt.at_point("shards");
+      for (std::size_t i = 0; i < written.size(); ++i) {
+        const auto bytes = std::as_bytes(written[i]->data);
+        for (std::size_t at = 0; at < bytes.size(); at += opt.block_bytes)
+          crcs[i].push_back(detail::crc_hex(
+              io::crc32(bytes.subspan(at, std::min(opt.block_bytes, bytes.size() - at)))));
+      }
+    };
     const auto offsets = io::write_safetensors(
         partial / file, tensors, {{"format", "hspmd-checkpoint"}, {"rank", std::to_string(me)}},
         unflushed);
@@ -433,10 +442,6 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
     for (std::size_t i = 0; i < written.size(); ++i) {
       const checkpoint_piece<T>& p = *written[i];
       const auto bytes = std::as_bytes(p.data);
-      nlohmann::json crcs = nlohmann::json::array();
-      for (std::size_t at = 0; at < bytes.size(); at += opt.block_bytes)
-        crcs.push_back(detail::crc_hex(
-            io::crc32(bytes.subspan(at, std::min(opt.block_bytes, bytes.size() - at)))));
       records.push_back({{"tensor", p.name},
                          {"shape", p.shape},
                          {"file", file},
@@ -444,7 +449,7 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
                          {"length", p.boxes[me].length},
                          {"data_offset", offsets[i]},
                          {"bytes", bytes.size()},
-                         {"crc32", std::move(crcs)}});
+                         {"crc32", std::move(crcs[i])}});
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -544,6 +549,8 @@ checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
     const std::size_t block = m.at("block_bytes").get<std::size_t>();
     const auto& tensors = m.at("tensors");
     std::map<std::string, io::safetensors_header> headers;
+    std::vector<std::byte> raw; // reused: fresh pages cost as much as the copy
+    std::vector<T> values;
     for (const checkpoint_target<T>& t : targets) {
       const nlohmann::json::const_iterator it = tensors.find(t.name);
       if (it == tensors.end())
@@ -591,8 +598,39 @@ checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
           throw config_error(file.string() + ": tensor " + t.name,
                              "does not match the manifest's piece " + pb.to_string(),
                              "restore the file, or load an earlier checkpoint");
-        // The rows along the first dimension that hold the part, widened to whole blocks.
         const std::size_t es = size_of(*stored);
+        const nlohmann::json& crcs = piece.at("crc32");
+        const auto verify = [&](std::span<const std::byte> got, std::uint64_t from) {
+          for (std::uint64_t k = 0; k < got.size(); k += block) {
+            const std::size_t len =
+                static_cast<std::size_t>(std::min<std::uint64_t>(block, got.size() - k));
+            const std::string want =
+                crcs.at(static_cast<std::size_t>((from + k) / block)).get<std::string>();
+            const std::string crc = detail::crc_hex(io::crc32(got.subspan(k, len)));
+            if (crc != want)
+              throw config_error(file.string() + ": tensor " + t.name,
+                                 "bytes " + std::to_string(from + k) + ".." +
+                                     std::to_string(from + k + len) +
+                                     " of its piece fail their checksum (crc32 " + crc +
+                                     ", the manifest says " + want + ")",
+                                 "the file is damaged: restore it, or load an earlier checkpoint");
+          }
+        };
+        // The whole piece in this rank's box, contiguous there (the same layout, a replica, or
+        // a piece of a finer split along the first dimension), in T: read straight into place.
+        bool contiguous = part == pb && *stored == detail::checkpoint_dtype<T>();
+        for (std::size_t d = 1; contiguous && d < pb.length.size(); ++d)
+          contiguous = pb.offset[d] == t.mine.offset[d] && pb.length[d] == t.mine.length[d];
+        if (contiguous) {
+          std::size_t at_elem = 0;
+          if (!pb.length.empty())
+            at_elem = (pb.offset[0] - t.mine.offset[0]) * (t.mine.size() / t.mine.length[0]);
+          const auto dst = std::as_writable_bytes(t.out.subspan(at_elem, pb.size()));
+          io::read_file_range(file, at, dst);
+          verify(dst, 0);
+          continue;
+        }
+        // The rows along the first dimension that hold the part, widened to whole blocks.
         box rows = pb;
         std::uint64_t first = 0;
         std::uint64_t count = bytes;
@@ -606,23 +644,11 @@ checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
         const std::uint64_t b0 = first / block * block;
         const std::uint64_t b1 =
             std::min<std::uint64_t>(bytes, (first + count + block - 1) / block * block);
-        std::vector<std::byte> raw(static_cast<std::size_t>(b1 - b0));
+        raw.resize(static_cast<std::size_t>(b1 - b0));
         io::read_file_range(file, at + b0, raw);
-        const nlohmann::json& crcs = piece.at("crc32");
-        for (std::uint64_t k = b0; k < b1; k += block) {
-          const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block, b1 - k));
-          const std::string want = crcs.at(static_cast<std::size_t>(k / block)).get<std::string>();
-          const std::string got = detail::crc_hex(io::crc32(
-              std::span<const std::byte>(raw).subspan(static_cast<std::size_t>(k - b0), len)));
-          if (got != want)
-            throw config_error(file.string() + ": tensor " + t.name,
-                               "bytes " + std::to_string(k) + ".." + std::to_string(k + len) +
-                                   " of its piece fail their checksum (crc32 " + got +
-                                   ", the manifest says " + want + ")",
-                               "the file is damaged: restore it, or load an earlier checkpoint");
-        }
+        verify(raw, b0);
         // To T, then the part into this rank's box.
-        std::vector<T> values(static_cast<std::size_t>(count / es));
+        values.resize(static_cast<std::size_t>(count / es));
         const std::byte* src = raw.data() + (first - b0);
         if (*stored == dtype::f64) {
           for (std::size_t i = 0; i < values.size(); ++i) {

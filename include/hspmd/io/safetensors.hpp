@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -31,6 +32,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -98,9 +100,13 @@ public:
   [[nodiscard]] int get() const noexcept { return f_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
 
+  // Calls of at most 8 MiB: one call of a GiB into a new file took 2.2-2.5 s here (ext4), 128
+  // calls of 8 MiB 0.23 s; reads gain less but the same.
+  static constexpr std::size_t chunk = std::size_t{8} << 20U;
+
   void write_all(std::span<const std::byte> b, std::uint64_t at) const {
     while (!b.empty()) {
-      const ssize_t n = ::pwrite(f_, b.data(), b.size(), static_cast<off_t>(at));
+      const ssize_t n = ::pwrite(f_, b.data(), std::min(b.size(), chunk), static_cast<off_t>(at));
       if (n < 0 && errno == EINTR)
         continue;
       if (n <= 0)
@@ -114,7 +120,7 @@ public:
     const std::uint64_t want = b.size();
     const std::uint64_t start = at;
     while (!b.empty()) {
-      const ssize_t n = ::pread(f_, b.data(), b.size(), static_cast<off_t>(at));
+      const ssize_t n = ::pread(f_, b.data(), std::min(b.size(), chunk), static_cast<off_t>(at));
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0)
@@ -158,7 +164,8 @@ struct safetensors_tensor {
 
 /// Writes `tensors` (in this order) and `metadata` to `path` and flushes it to disk (fsync).
 /// Returns each tensor's absolute byte offset in the file.
-/// `before_sync`: called once the bytes are written, before the flush (fault injection).
+/// `before_sync`: called once the bytes are written, while another thread flushes them (work
+/// that overlaps the flush, such as checksums; fault injection); the flush is waited for after.
 inline std::vector<std::uint64_t>
 write_safetensors(const std::filesystem::path& path, std::span<const safetensors_tensor> tensors,
                   const std::map<std::string, std::string>& metadata = {},
@@ -198,9 +205,27 @@ write_safetensors(const std::filesystem::path& path, std::span<const safetensors
     f.write_all(t.data, pos);
     pos += t.data.size();
   }
-  if (before_sync)
+  if (!before_sync) {
+    f.sync();
+    return offsets;
+  }
+  std::exception_ptr flush_failed;
+  std::thread flush([&] {
+    try {
+      f.sync();
+    } catch (...) {
+      flush_failed = std::current_exception();
+    }
+  });
+  try {
     before_sync();
-  f.sync();
+  } catch (...) {
+    flush.join();
+    throw;
+  }
+  flush.join();
+  if (flush_failed)
+    std::rethrow_exception(flush_failed);
   return offsets;
 }
 
