@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Synthesis time and memory against the device count.
+
+    python3 bench/synth_scale.py [--devices 64,256,1024,4096] [--model bert] [--layers 12]
+                                 [--baselines] [--svg out.svg] [-- extra hspmd-plan flags]
+
+Builds nothing: run `cmake --build --preset release --target hspmd-plan` first. For each count n
+it writes a cluster of n/8 nodes of 8 GPUs, a quarter of the nodes each H100, A100, V100 and T4
+(speeds 4e14, 1.5e14, 6e13, 2.5e13 flop/s), 2.4e11 B/s inside a node and 200 Gbit/s between
+nodes, runs hspmd-plan on it and prints the synthesis time hspmd-plan reports (search, LP), the
+whole run's wall time and peak memory, and the synthesized plan's predicted step. With --svg it
+also plots synthesis time against devices on log-log axes.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = [("h100", "H100", 4e14, "80 GiB"), ("a100", "A100", 1.5e14, "80 GiB"),
+         ("v100", "V100", 6e13, "32 GiB"), ("t4", "T4", 2.5e13, "16 GiB")]
+
+
+def cluster(n, path):
+    nodes = n // 8
+    devices = []
+    for node in range(nodes):
+        name, kind, speed, memory = KINDS[node * 4 // nodes]
+        devices.append({"name": f"{name}-{node}", "kind": kind, "speed": speed,
+                        "memory": memory, "node": node, "count": 8})
+    with open(path, "w") as f:
+        json.dump({"version": 1, "name": f"scale-{n}",
+                   "links": {"intra_node": {"bandwidth": 2.4e11, "latency": 2e-6},
+                             "inter_node": {"bandwidth": 2.5e10, "latency": 1e-5}},
+                   "devices": devices}, f)
+
+
+def run(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
+    # ru_maxrss of the children is the largest so far: report it only when it grew.
+    return out.stdout, wall, peak if peak > before else before
+
+
+def svg(rows, path):
+    import math
+    w, h, pad = 480, 320, 50
+    xs = [math.log10(r[0]) for r in rows]
+    ys = [math.log10(max(r[1], 1e-3)) for r in rows]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
+    if y1 == y0:
+        y1 += 1
+
+    def px(x, y):
+        return (pad + (x - x0) / (x1 - x0 or 1) * (w - 2 * pad),
+                h - pad - (y - y0) / (y1 - y0) * (h - 2 * pad))
+    pts = " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(x, y) for x, y in zip(xs, ys)))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-size="11">',
+             f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>',
+             f'<polyline points="{pts}" fill="none" stroke="steelblue" stroke-width="2"/>']
+    for r, x, y in zip(rows, xs, ys):
+        a, b = px(x, y)
+        parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="steelblue"/>')
+        parts.append(f'<text x="{a:.1f}" y="{h - pad + 15}" text-anchor="middle">{r[0]}</text>')
+    for e in range(y0, y1 + 1):
+        a, b = px(x0, e)
+        parts.append(f'<text x="{pad - 5}" y="{b + 4:.1f}" text-anchor="end">{10 ** e:g} s</text>')
+    parts.append(f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">devices</text>')
+    parts.append(f'<text x="{w / 2}" y="20" text-anchor="middle">synthesis time (log-log)</text>')
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--devices", default="64,256,1024,4096")
+    ap.add_argument("--model", default="bert")
+    ap.add_argument("--layers", default="12")
+    ap.add_argument("--baselines", action="store_true", help="also price DP-EV, DP-CP and TP")
+    ap.add_argument("--svg")
+    ap.add_argument("extra", nargs="*")
+    a = ap.parse_args()
+    tool = os.path.join(ROOT, "build/release/tools/hspmd-plan")
+    rows = []
+    print(f"{'devices':>8} {'synthesis':>10} {'search':>8} {'LP':>8} {'run':>8} {'peak MiB':>9}  "
+          f"predicted step")
+    with tempfile.TemporaryDirectory() as d:
+        for n in (int(x) for x in a.devices.split(",")):
+            path = os.path.join(d, f"c{n}.json")
+            cluster(n, path)
+            cmd = [tool, "--model", a.model, "--cluster", path, "--layers", a.layers] + a.extra
+            if not a.baselines:
+                cmd.append("--no-baselines")
+            out, wall, peak = run(cmd)
+            m = re.search(r"synthesis: ([0-9.]+) s \(search ([0-9.]+) s.*LP ([0-9.]+) s\)", out)
+            step = re.search(r"^synth +(\S+ \S+)", out, re.M)
+            rows.append((n, float(m.group(1))))
+            print(f"{n:>8} {m.group(1):>8} s {m.group(2):>6} s {m.group(3):>6} s {wall:>6.2f} s "
+                  f"{peak / 1024:>9.0f}  {step.group(1) if step else '?'}", flush=True)
+    if a.svg:
+        svg(rows, a.svg)
+        print(f"wrote {a.svg}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
