@@ -19,6 +19,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace hspmd;
@@ -50,6 +51,15 @@ std::vector<float> random_values(std::size_t n, std::mt19937& rng, dtype type) {
       x = static_cast<float>(::hspmd::float16{x});
   }
   return v;
+}
+
+// A source tensor of random values, stored as `type`.
+source_tensor random_tensor(std::vector<std::size_t> shape, std::mt19937& rng,
+                            dtype type = dtype::f32) {
+  std::size_t n = 1;
+  for (std::size_t x : shape)
+    n *= x;
+  return {std::move(shape), random_values(n, rng, type), type};
 }
 
 // Writes `tensors` as one safetensors file in their stored types.
@@ -133,10 +143,7 @@ TEST_CASE("Llama's files import: transposed, rotary rows re-ordered, tied head, 
   std::mt19937 rng(7);
   std::map<std::string, source_tensor> src;
   const auto add = [&](const std::string& name, std::vector<std::size_t> shape, dtype type) {
-    std::size_t n = 1;
-    for (std::size_t x : shape)
-      n *= x;
-    src[name] = {shape, random_values(n, rng, type), type};
+    src[name] = random_tensor(std::move(shape), rng, type);
   };
   add("model.embed_tokens.weight", {16, h}, dtype::bf16);
   add("model.norm.weight", {h}, dtype::f32);
@@ -256,10 +263,7 @@ TEST_CASE("GPT-2's files import into bert: fused attention split, positions cut,
   std::mt19937 rng(11);
   std::map<std::string, source_tensor> src;
   const auto add = [&](const std::string& name, std::vector<std::size_t> shape) {
-    std::size_t n = 1;
-    for (std::size_t x : shape)
-      n *= x;
-    src[name] = {shape, random_values(n, rng, dtype::f32), dtype::f32};
+    src[name] = random_tensor(std::move(shape), rng);
   };
   add("wte.weight", {16, h}); // GPT2Model's names: no "transformer." prefix
   add("wpe.weight", {9, h});
@@ -334,10 +338,7 @@ TEST_CASE("ViT's files import: the patch convolution flattened and transposed", 
   std::mt19937 rng(5);
   std::map<std::string, source_tensor> src;
   const auto add = [&](const std::string& name, std::vector<std::size_t> shape) {
-    std::size_t n = 1;
-    for (std::size_t x : shape)
-      n *= x;
-    src[name] = {shape, random_values(n, rng, dtype::f32), dtype::f32};
+    src[name] = random_tensor(std::move(shape), rng);
   };
   add("vit.embeddings.cls_token", {1, 1, h});
   add("vit.embeddings.position_embeddings", {1, patches + 1, h});
