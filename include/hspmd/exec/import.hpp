@@ -470,14 +470,17 @@ inline import_report import_checkpoint(const std::filesystem::path& source,
       }
     }
   }
+  const auto unprefixed = [&](std::string_view stored) {
+    if (stored.starts_with(family.prefix))
+      stored.remove_prefix(family.prefix.size());
+    return stored;
+  };
   import_report rep;
   bool f64 = false;
   std::map<std::string, detail::import_tensor> made;
   std::set<std::string> used;
   for (const auto& [stored, s] : sources) {
-    std::string_view name = stored;
-    if (name.starts_with(family.prefix))
-      name.remove_prefix(family.prefix.size());
+    const std::string_view name = unprefixed(stored);
     bool any = false;
     for (const std::string_view ig : family.ignored)
       any = any || detail::match_pattern(ig, name).has_value();
@@ -497,9 +500,7 @@ inline import_report import_checkpoint(const std::filesystem::path& source,
   // Rules in order: a fallback fills only what nothing before it filled.
   for (const import_rule& r : family.rules)
     for (const auto& [stored, s] : sources) {
-      std::string_view name = stored;
-      if (name.starts_with(family.prefix))
-        name.remove_prefix(family.prefix.size());
+      const std::string_view name = unprefixed(stored);
       const auto layer = detail::match_pattern(r.source, name);
       if (!layer)
         continue;
