@@ -1,11 +1,7 @@
 #pragma once
 // A dense two-phase primal simplex with bounded variables.
 //
-// The problem is brought to the standard form  min c x  s.t.  A x = b (b >= 0), 0 <= x <= u:
-// a variable with a finite lower bound is shifted (x = l + x'), one with only an upper bound is
-// mirrored (x = u - x'), a free one is split (x = x+ - x-); a <= row gets a slack (+1), a >= row a
-// surplus (-1), and rows with a negative right-hand side are negated. Rows and columns are then
-// scaled (geometric means, then equilibration) so that tolerances mean the same on every problem.
+// The standard form and its scaling are in standard_form.hpp.
 //
 // Phase 1 starts from the identity: a row's slack where it has coefficient +1, an artificial
 // variable otherwise, and minimizes the sum of the artificials (no big-M). Artificials still basic
@@ -23,6 +19,8 @@
 // gives bit-identical output on every rank and every run.
 
 #include <hspmd/lp/problem.hpp>
+#include <hspmd/lp/revised.hpp>
+#include <hspmd/lp/standard_form.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -37,74 +35,6 @@
 #include <vector>
 
 namespace hspmd::lp {
-
-/// Outcome of a solve.
-enum class status : unsigned char {
-  optimal,
-  infeasible,
-  unbounded,
-  iteration_limit,
-  numerical_trouble
-};
-
-[[nodiscard]] constexpr std::string_view name(status s) noexcept {
-  switch (s) {
-  case status::optimal:
-    return "optimal";
-  case status::infeasible:
-    return "infeasible";
-  case status::unbounded:
-    return "unbounded";
-  case status::iteration_limit:
-    return "iteration_limit";
-  case status::numerical_trouble:
-    break;
-  }
-  return "numerical_trouble";
-}
-
-/// Where a variable or a row's activity sits in a basis (GLPK's convention for rows: a <= row
-/// that binds is `at_upper`, a >= row that binds `at_lower`, an equality row `fixed`).
-enum class basis_status : unsigned char { basic, at_lower, at_upper, free_zero, fixed };
-
-/// A basis: one status per variable and per row. Feed it back to `solve` to warm-start.
-struct basis {
-  std::vector<basis_status> variables;
-  std::vector<basis_status> rows;
-  friend bool operator==(const basis&, const basis&) = default;
-};
-
-/// Tolerances and limits. Tolerances apply to the scaled problem.
-struct options {
-  double pivot_tolerance = 1e-9;       ///< smallest |entry| accepted as a pivot
-  double feasibility_tolerance = 1e-7; ///< primal infeasibility accepted
-  double optimality_tolerance = 1e-7;  ///< reduced cost accepted as non-improving
-  std::size_t iteration_limit = 0;     ///< pivots + bound flips; 0: 50 * (rows + columns) + 1000
-  std::size_t degenerate_run = 20;     ///< degenerate pivots in a row before Bland's rule
-  bool scale = true;                   ///< scale rows and columns
-  /// Which LP the simplex runs on. `automatic` solves the dual when the problem is tall (rows
-  /// more than twice the columns, and more than 40 of them): the dual of a tall LP is wide and
-  /// short, and the dense tableau's cost grows with the square of its row count.
-  enum class formulation : unsigned char { automatic, primal, dual } form = formulation::automatic;
-};
-
-/// What `solve` found. For statuses other than optimal, `x` holds the last point the simplex
-/// visited (feasible for the original problem only when the status is iteration_limit after
-/// phase 1) and `message` says what happened.
-struct result {
-  lp::status status = lp::status::numerical_trouble;
-  double objective = 0.0;            ///< in the problem's own sense
-  std::vector<double> x;             ///< one value per variable
-  std::vector<double> row_activity;  ///< a . x per row
-  std::vector<double> duals;         ///< per row: d objective / d rhs (shadow price)
-  std::vector<double> reduced_costs; ///< per variable: d objective / d x at the bound it sits on
-  std::size_t iterations = 0;        ///< pivots and bound flips, both phases
-  std::size_t phase1_iterations = 0; ///< of which in phase 1
-  lp::basis final_basis;             ///< feed back to `solve` to warm-start
-  bool warm_started = false;         ///< the given basis was used (it was valid and feasible)
-  bool solved_dual = false;          ///< the simplex ran on the dual LP (see options::form)
-  std::string message;               ///< human-readable account of a non-optimal status
-};
 
 /// Solves `p` (defined at the end of this file).
 [[nodiscard]] result solve(const problem& p, const options& opt = {}, const basis* warm = nullptr);
@@ -123,7 +53,11 @@ public:
     if (w == warm_outcome::rejected)
       cold_start();
     res.warm_started = w != warm_outcome::rejected;
-    phase2_direct = w == warm_outcome::feasible;
+    // A cold start on slacks alone (no artificial basic) is already feasible.
+    phase2_direct = w == warm_outcome::feasible ||
+                    (w == warm_outcome::rejected &&
+                     std::none_of(basic_.begin(), basic_.end(),
+                                  [this](std::size_t c) { return is_artificial(c); }));
     if (!phase2_direct) {
       const lp::status s1 = phase(1);
       res.phase1_iterations = iterations_;
@@ -138,13 +72,13 @@ public:
       drive_out_artificials();
     }
     lp::status s2 = phase(2);
-    // Re-invert from the original data and confirm; a drifted tableau gets a few more tries.
+    // Confirm from the original data (an LU factorization of the basis: values, duals, reduced
+    // costs); a drifted tableau is re-inverted and gets a few more tries.
     for (int attempt = 0; s2 == status::optimal && attempt < 3; ++attempt) {
+      if (confirm())
+        break;
       if (!refactor())
         return finish(res, status::numerical_trouble, "the optimal basis is singular");
-      compute_reduced_costs(costs_);
-      if (primal_feasible() && dual_feasible())
-        break;
       s2 = phase(2);
     }
     if (s2 == status::unbounded)
@@ -157,161 +91,28 @@ public:
   }
 
 private:
-  enum class kind : unsigned char { shifted, mirrored, split };
-  struct var_map {
-    kind k = kind::shifted;
-    std::size_t col = 0;  // std column (x' or x+)
-    std::size_t col2 = 0; // x- for split
-    double offset = 0.0;  // l for shifted, u for mirrored
-  };
-
-  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  using kind = var_kind;
 
   // ---- standard form ----------------------------------------------------------------------------
+  // The shared sparse standard form, expanded: structural and slack columns, then one artificial
+  // per row (the identity) and one for warm starts.
   void build() {
-    const auto& vars = p_.variables();
-    const auto& rows = p_.rows();
-    m_ = rows.size();
-    // Columns: structural (split free variables count twice), then one slack per inequality row,
-    // then one artificial per row.
-    std::size_t cols = 0;
-    vars_.resize(vars.size());
-    for (std::size_t j = 0; j < vars.size(); ++j) {
-      const auto& v = vars[j];
-      var_map& vm = vars_[j];
-      vm.col = cols++;
-      if (std::isfinite(v.lower)) {
-        vm.k = kind::shifted;
-        vm.offset = v.lower;
-      } else if (std::isfinite(v.upper)) {
-        vm.k = kind::mirrored;
-        vm.offset = v.upper;
-      } else {
-        vm.k = kind::split;
-        vm.col2 = cols++;
-      }
-    }
-    slack_.assign(m_, none);
-    for (std::size_t i = 0; i < m_; ++i)
-      if (rows[i].rel != relation::equal)
-        slack_[i] = cols++;
-    n_ = cols; // without artificials
+    m_ = sf_.m;
+    n_ = sf_.n;
     warm_col_ = n_ + m_;
-    width_ = n_ + m_ + 1; // one artificial per row, and one for warm starts
+    width_ = n_ + m_ + 1;
     a_.assign(m_ * width_, 0.0);
-    b_.assign(m_, 0.0);
-    cost_.assign(width_, 0.0);
-    upper_.assign(width_, inf);
-    flip_.assign(m_, 1.0);
-    const double obj_sign = p_.sense() == sense::maximize ? -1.0 : 1.0;
-    for (std::size_t j = 0; j < vars.size(); ++j) {
-      const auto& v = vars[j];
-      const var_map& vm = vars_[j];
-      switch (vm.k) {
-      case kind::shifted:
-        cost_[vm.col] = obj_sign * v.cost;
-        upper_[vm.col] = v.upper - v.lower;
-        break;
-      case kind::mirrored:
-        cost_[vm.col] = -obj_sign * v.cost;
-        break;
-      case kind::split:
-        cost_[vm.col] = obj_sign * v.cost;
-        cost_[vm.col2] = -obj_sign * v.cost;
-        break;
-      }
-    }
-    for (std::size_t i = 0; i < m_; ++i) {
-      double rhs = rows[i].rhs;
-      for (const term& t : rows[i].terms) {
-        const var_map& vm = vars_[t.variable];
-        switch (vm.k) {
-        case kind::shifted:
-          at(i, vm.col) += t.coefficient;
-          rhs -= t.coefficient * vm.offset;
-          break;
-        case kind::mirrored:
-          at(i, vm.col) -= t.coefficient;
-          rhs -= t.coefficient * vm.offset;
-          break;
-        case kind::split:
-          at(i, vm.col) += t.coefficient;
-          at(i, vm.col2) -= t.coefficient;
-          break;
-        }
-      }
-      if (slack_[i] != none)
-        at(i, slack_[i]) = rows[i].rel == relation::less_equal ? 1.0 : -1.0;
-      if (rhs < 0.0) {
-        flip_[i] = -1.0;
-        rhs = -rhs;
-        for (std::size_t j = 0; j < n_; ++j)
-          at(i, j) = -at(i, j);
-      }
-      b_[i] = rhs;
-    }
-    scale();
+    for (std::size_t j = 0; j < n_; ++j)
+      for (std::size_t e = sf_.start[j]; e < sf_.start[j + 1]; ++e)
+        at(sf_.index[e], j) = sf_.value[e];
     for (std::size_t i = 0; i < m_; ++i)
-      at(i, n_ + i) = 1.0; // artificials, added after scaling: exactly the identity
+      at(i, n_ + i) = 1.0;
+    b_ = sf_.b;
+    cost_ = sf_.cost;
+    cost_.resize(width_, 0.0);
+    upper_ = sf_.upper;
+    upper_.resize(width_, inf);
     upper_[warm_col_] = 0.0;
-  }
-
-  // Geometric-mean scaling of rows and columns (a few passes), then each column's largest
-  // entry to 1; the objective is scaled so that its largest coefficient is 1.
-  void scale() {
-    row_scale_.assign(m_, 1.0);
-    col_scale_.assign(n_, 1.0);
-    cost_scale_ = 1.0;
-    if (!opt_.scale)
-      return;
-    // Smallest and largest nonzero magnitude of row i (by_row) or column i.
-    const auto range = [this](std::size_t i, bool by_row) {
-      double lo = inf;
-      double hi = 0.0;
-      for (std::size_t k = 0; k < (by_row ? n_ : m_); ++k)
-        if (const double v = std::abs(by_row ? at(i, k) : at(k, i)); v > 0.0) {
-          lo = std::min(lo, v);
-          hi = std::max(hi, v);
-        }
-      return std::pair{lo, hi};
-    };
-    for (int pass = 0; pass < 4; ++pass) {
-      for (std::size_t i = 0; i < m_; ++i)
-        if (const auto [lo, hi] = range(i, true); hi > 0.0)
-          scale_row(i, 1.0 / std::sqrt(lo * hi));
-      for (std::size_t j = 0; j < n_; ++j)
-        if (const auto [lo, hi] = range(j, false); hi > 0.0)
-          scale_col(j, 1.0 / std::sqrt(lo * hi));
-    }
-    for (std::size_t j = 0; j < n_; ++j) {
-      const double hi = range(j, false).second;
-      if (hi > 0.0)
-        scale_col(j, 1.0 / hi);
-    }
-    double cmax = 0.0;
-    for (std::size_t j = 0; j < n_; ++j)
-      cmax = std::max(cmax, std::abs(cost_[j]));
-    if (cmax > 0.0) {
-      cost_scale_ = 1.0 / cmax;
-      for (std::size_t j = 0; j < n_; ++j)
-        cost_[j] *= cost_scale_;
-    }
-  }
-  void scale_row(std::size_t i, double f) {
-    // Powers of two keep the scaled data exactly representable from the original.
-    f = std::exp2(std::round(std::log2(f)));
-    row_scale_[i] *= f;
-    b_[i] *= f;
-    for (std::size_t j = 0; j < n_; ++j)
-      at(i, j) *= f;
-  }
-  void scale_col(std::size_t j, double f) {
-    f = std::exp2(std::round(std::log2(f)));
-    col_scale_[j] *= f;
-    cost_[j] *= f;
-    upper_[j] /= f;
-    for (std::size_t i = 0; i < m_; ++i)
-      at(i, j) *= f;
   }
 
   double& at(std::size_t i, std::size_t j) { return a_[i * width_ + j]; }
@@ -326,9 +127,7 @@ private:
     at_upper_.assign(width_, false);
     for (std::size_t i = 0; i < m_; ++i) {
       // A slack with coefficient +1 after scaling and negation is a unit column: use it.
-      const std::size_t s = slack_[i];
-      const bool unit = s != none && at(i, s) > 0.0 && std::abs(at(i, s) - 1.0) < 1e-12;
-      basic_[i] = unit ? s : n_ + i;
+      basic_[i] = sf_.unit_slack(i) ? sf_.slack[i] : n_ + i;
       is_basic_[basic_[i]] = true;
     }
     for (std::size_t i = 0; i < m_; ++i)
@@ -355,7 +154,7 @@ private:
     is_basic_.assign(width_, false);
     at_upper_.assign(width_, false);
     for (std::size_t j = 0; j < vars.size(); ++j) {
-      const var_map& vm = vars_[j];
+      const var_map& vm = sf_.vars[j];
       const basis_status s = w.variables[j];
       if (s == basis_status::basic) {
         basic_.push_back(vm.col);
@@ -372,7 +171,7 @@ private:
     }
     for (std::size_t i = 0; i < m_; ++i) {
       if (w.rows[i] == basis_status::basic)
-        basic_.push_back(slack_[i] != none ? slack_[i] : n_ + i);
+        basic_.push_back(sf_.slack[i] != none ? sf_.slack[i] : n_ + i);
     }
     if (basic_.size() != m_)
       return warm_outcome::rejected;
@@ -472,9 +271,11 @@ private:
     return true;
   }
 
+  // Reduced costs of the structural and slack columns (artificials never enter, and the duals
+  // come from an LU solve: their tableau columns are not kept up to date after the start).
   void compute_reduced_costs(const std::vector<double>& c) {
     d_.assign(width_, 0.0);
-    for (std::size_t j = 0; j < width_; ++j) {
+    for (std::size_t j = 0; j < n_; ++j) {
       double v = c[j];
       for (std::size_t i = 0; i < m_; ++i)
         v -= c[basic_[i]] * t_[i * width_ + j];
@@ -482,12 +283,7 @@ private:
     }
   }
 
-  [[nodiscard]] double feasibility_scale() const {
-    double bmax = 1.0;
-    for (double v : b_)
-      bmax = std::max(bmax, std::abs(v));
-    return opt_.feasibility_tolerance * bmax;
-  }
+  [[nodiscard]] double feasibility_scale() const { return sf_.feasibility_scale(opt_); }
 
   [[nodiscard]] bool primal_feasible() const {
     const double tol = feasibility_scale();
@@ -500,8 +296,8 @@ private:
   }
 
   [[nodiscard]] bool dual_feasible() const {
-    for (std::size_t j = 0; j < width_; ++j)
-      if (!is_basic_[j] && !is_artificial(j) && improving(j))
+    for (std::size_t j = 0; j < n_; ++j)
+      if (!is_basic_[j] && improving(j))
         return false;
     return true;
   }
@@ -533,8 +329,8 @@ private:
       // Pricing: Dantzig (largest |d|) or Bland (lowest index).
       std::size_t enter = none;
       double best = 0.0;
-      for (std::size_t j = 0; j < width_; ++j) {
-        if (is_basic_[j] || is_artificial(j) || !improving(j))
+      for (std::size_t j = 0; j < n_; ++j) {
+        if (is_basic_[j] || !improving(j))
           continue;
         if (bland) {
           enter = j;
@@ -600,23 +396,27 @@ private:
   void pivot(std::size_t r, std::size_t enter, bool leaves_at_upper) {
     const std::size_t leaving = basic_[r];
     const double p = tab(r, enter);
+    // Only the structural and slack columns are updated (see compute_reduced_costs); the
+    // entering column may be the warm-start artificial, read here before the update.
     double* row_r = &t_[r * width_];
-    for (std::size_t j = 0; j < width_; ++j)
+    std::vector<double>& f = pivot_column_;
+    f.resize(m_);
+    for (std::size_t i = 0; i < m_; ++i)
+      f[i] = i == r ? 0.0 : tab(i, enter);
+    for (std::size_t j = 0; j < n_; ++j)
       row_r[j] /= p;
     for (std::size_t i = 0; i < m_; ++i) {
-      if (i == r)
-        continue;
-      const double f = tab(i, enter);
-      if (f == 0.0)
+      if (f[i] == 0.0)
         continue;
       double* row_i = &t_[i * width_];
-      for (std::size_t j = 0; j < width_; ++j)
-        row_i[j] -= f * row_r[j];
-      row_i[enter] = 0.0;
+      for (std::size_t j = 0; j < n_; ++j)
+        row_i[j] -= f[i] * row_r[j];
+      if (enter < n_)
+        row_i[enter] = 0.0;
     }
     const double fd = d_[enter];
     if (fd != 0.0)
-      for (std::size_t j = 0; j < width_; ++j)
+      for (std::size_t j = 0; j < n_; ++j)
         d_[j] -= fd * row_r[j];
     d_[enter] = 0.0;
     is_basic_[leaving] = false;
@@ -627,6 +427,7 @@ private:
   }
 
   void drive_out_artificials() {
+    bool pivoted = false;
     for (std::size_t r = 0; r < m_; ++r) {
       if (!is_artificial(basic_[r]))
         continue;
@@ -643,11 +444,13 @@ private:
       if (best == none)
         continue;            // a redundant row: its artificial stays basic, fixed at zero
       pivot(r, best, false); // degenerate: the artificial leaves at zero
+      pivoted = true;
     }
     for (std::size_t i = 0; i < m_; ++i)
       upper_[n_ + i] = 0.0;
     upper_[warm_col_] = 0.0;
-    refactor(); // the entering columns kept their bound values: recompute the basic ones
+    if (pivoted)
+      refactor(); // the entering columns kept their bound values: recompute the basic ones
   }
 
   // ---- answer ----------------------------------------------------------------------------------
@@ -662,111 +465,70 @@ private:
   }
 
   result& finish(result& res, lp::status s, std::string message) {
-    const auto& vars = p_.variables();
-    const auto& rows = p_.rows();
-    const double obj_sign = p_.sense() == sense::maximize ? -1.0 : 1.0;
+    const std::vector<double>& c = costs_.empty() ? cost_ : costs_;
     if (d_.size() != width_)
-      compute_reduced_costs(costs_.empty() ? cost_ : costs_);
-    const std::vector<double> v = std_values();
-    const auto unscaled = [&](std::size_t col) { return v[col] * col_scale_[col]; };
-    res.x.assign(vars.size(), 0.0);
-    res.reduced_costs.assign(vars.size(), 0.0);
-    res.final_basis.variables.assign(vars.size(), basis_status::at_lower);
-    for (std::size_t j = 0; j < vars.size(); ++j) {
-      const var_map& vm = vars_[j];
-      const auto rc = [&](std::size_t col) {
-        return d_[col] / (col_scale_[col] * cost_scale_) * obj_sign;
-      };
-      basis_status& bs = res.final_basis.variables[j];
-      switch (vm.k) {
-      case kind::shifted:
-        res.x[j] = vm.offset + unscaled(vm.col);
-        res.reduced_costs[j] = rc(vm.col);
-        bs = is_basic_[vm.col]                ? basis_status::basic
-             : vars[j].lower == vars[j].upper ? basis_status::fixed
-             : at_upper_[vm.col]              ? basis_status::at_upper
-                                              : basis_status::at_lower;
-        break;
-      case kind::mirrored:
-        res.x[j] = vm.offset - unscaled(vm.col);
-        res.reduced_costs[j] = -rc(vm.col);
-        bs = is_basic_[vm.col] ? basis_status::basic : basis_status::at_upper;
-        break;
-      case kind::split:
-        res.x[j] = unscaled(vm.col) - unscaled(vm.col2);
-        res.reduced_costs[j] = rc(vm.col);
-        bs =
-            is_basic_[vm.col] || is_basic_[vm.col2] ? basis_status::basic : basis_status::free_zero;
-        break;
+      compute_reduced_costs(c);
+    if (!confirmed_) { // the duals y = c_B B^-1 (zero if the basis will not factorize)
+      y_.assign(m_, 0.0);
+      if (factor_basis()) {
+        work_.resize(m_);
+        for (std::size_t k = 0; k < m_; ++k)
+          work_[k] = c[basic_[k]];
+        lu_.btran(work_, y_);
       }
     }
-    res.row_activity.assign(m_, 0.0);
-    res.duals.assign(m_, 0.0);
-    res.final_basis.rows.assign(m_, basis_status::basic);
-    for (std::size_t i = 0; i < m_; ++i) {
-      double act = 0.0;
-      for (const term& t : rows[i].terms)
-        act += t.coefficient * res.x[t.variable];
-      res.row_activity[i] = act;
-      // The row's starting column is a unit column e_i with zero cost: y_i = -d of that column.
-      const std::size_t unit =
-          slack_[i] != none && at(i, slack_[i]) > 0.0 && std::abs(at(i, slack_[i]) - 1.0) < 1e-12
-              ? slack_[i]
-              : n_ + i;
-      const double y_scaled = is_basic_[unit] ? 0.0 : -d_[unit];
-      res.duals[i] = y_scaled * row_scale_[i] * flip_[i] / cost_scale_ * obj_sign;
-      if (rows[i].rel == relation::equal)
-        res.final_basis.rows[i] = is_basic_[n_ + i] ? basis_status::basic : basis_status::fixed;
-      else if (!is_basic_[slack_[i]])
-        res.final_basis.rows[i] =
-            rows[i].rel == relation::less_equal ? basis_status::at_upper : basis_status::at_lower;
-    }
-    double obj = 0.0;
-    for (std::size_t j = 0; j < vars.size(); ++j)
-      obj += vars[j].cost * res.x[j];
-    res.objective = obj + 0.0;
-    for (auto* answer : {&res.x, &res.duals, &res.reduced_costs, &res.row_activity})
-      for (double& e : *answer)
-        e += 0.0; // no negative zeros in answers
+    const std::vector<double> v = std_values();
     res.iterations = iterations_;
-    res.status = s;
-    res.message = std::move(message);
-    if (s == status::optimal)
-      verify(res);
-    return res;
+    return answer(res, p_, opt_, sf_, {v, d_, is_basic_, at_upper_, y_}, s, std::move(message));
   }
 
-  // The answer must satisfy the original rows and bounds, not just the scaled tableau.
-  void verify(result& res) const {
-    const auto& vars = p_.variables();
-    const auto& rows = p_.rows();
-    const double tol = opt_.feasibility_tolerance;
-    for (std::size_t j = 0; j < vars.size(); ++j) {
-      const double x = res.x[j];
-      if (x < vars[j].lower - tol * std::max(1.0, std::abs(vars[j].lower)) ||
-          x > vars[j].upper + tol * std::max(1.0, std::abs(vars[j].upper))) {
-        res.status = status::numerical_trouble;
-        res.message = "variable \"" + vars[j].name + "\" = " + std::to_string(x) +
-                      " is outside its bounds after re-checking";
-        return;
+  // LU factors of the basis from the original (scaled) data.
+  bool factor_basis() {
+    return lu_.factor(m_, [&](std::size_t k, auto&& add) {
+      for (std::size_t i = 0; i < m_; ++i)
+        if (const double v = at(i, basic_[k]); v != 0.0)
+          add(i, v);
+    });
+  }
+
+  // Recomputes the basic values, the duals and the reduced costs of the phase-2 objective from
+  // the original data through an LU factorization of the basis (about m^3 / 3 work against the
+  // m^2 x columns of re-inverting the tableau) and says whether they are still optimal. When
+  // they are, they replace the tableau's.
+  bool confirm() {
+    confirmed_ = false;
+    if (!factor_basis())
+      return false;
+    work_ = b_;
+    for (std::size_t j = 0; j < width_; ++j)
+      if (!is_basic_[j] && at_upper_[j])
+        for (std::size_t i = 0; i < m_; ++i)
+          work_[i] -= at(i, j) * upper_[j];
+    std::vector<double> beta;
+    lu_.ftran(work_, beta);
+    work_.resize(m_);
+    for (std::size_t k = 0; k < m_; ++k)
+      work_[k] = cost_[basic_[k]];
+    std::vector<double> y;
+    lu_.btran(work_, y);
+    std::vector<double> d(width_, 0.0);
+    for (std::size_t j = 0; j < n_; ++j)
+      if (!is_basic_[j]) {
+        double v = cost_[j];
+        for (std::size_t i = 0; i < m_; ++i)
+          v -= y[i] * at(i, j);
+        d[j] = v;
       }
+    std::swap(beta, beta_);
+    std::swap(d, d_);
+    if (!primal_feasible() || !dual_feasible()) {
+      std::swap(beta, beta_);
+      std::swap(d, d_);
+      return false;
     }
-    for (std::size_t i = 0; i < m_; ++i) {
-      double size = std::abs(rows[i].rhs);
-      for (const term& t : rows[i].terms)
-        size = std::max(size, std::abs(t.coefficient * res.x[t.variable]));
-      const double slack = rows[i].rhs - res.row_activity[i];
-      const double allowed = tol * std::max(1.0, size);
-      const bool ok = rows[i].rel == relation::less_equal      ? slack >= -allowed
-                      : rows[i].rel == relation::greater_equal ? slack <= allowed
-                                                               : std::abs(slack) <= allowed;
-      if (!ok) {
-        res.status = status::numerical_trouble;
-        res.message = "row \"" + rows[i].name + "\" is violated by " +
-                      std::to_string(std::abs(slack)) + " after re-checking";
-        return;
-      }
-    }
+    y_ = std::move(y);
+    confirmed_ = true;
+    return true;
   }
 
   const problem& p_;
@@ -775,13 +537,14 @@ private:
   std::size_t n_ = 0;     // structural + slack columns
   std::size_t width_ = 0; // n_ + m_ row artificials + 1 warm-start artificial
   std::size_t warm_col_ = 0;
-  std::vector<var_map> vars_;
-  std::vector<std::size_t> slack_;
-  std::vector<double> a_, b_, cost_, upper_, flip_, row_scale_, col_scale_;
-  double cost_scale_ = 1.0;
+  standard_form sf_{p_, opt_};
+  std::vector<double> a_, b_, cost_, upper_;
+  sparse_lu lu_;
+  std::vector<double> work_, y_, pivot_column_;
+  bool confirmed_ = false;
   std::vector<double> t_, beta_, d_, costs_, phase1_costs_;
   std::vector<std::size_t> basic_;
-  std::vector<bool> is_basic_, at_upper_;
+  std::vector<char> is_basic_, at_upper_; // flags (not vector<bool>: read in the inner loops)
   std::size_t iterations_ = 0;
   std::size_t limit_ = 0;
   std::size_t since_refactor_ = 0;
@@ -811,6 +574,7 @@ public:
     const result d = solve_dual(inner, dual_warm ? &*dual_warm : nullptr);
     result r;
     r.solved_dual = true;
+    r.revised = d.revised;
     r.iterations = d.iterations;
     r.phase1_iterations = d.phase1_iterations;
     r.warm_started = d.warm_started;
@@ -1023,6 +787,10 @@ private:
                     (opt.form == options::formulation::automatic && detail::is_tall(p));
   if (dual)
     return detail::dual_route(p, opt).run(warm);
+  if (opt.algorithm == options::method::revised ||
+      (opt.algorithm == options::method::automatic &&
+       p.row_count() * (p.row_count() + p.variable_count()) > opt.revised_threshold))
+    return detail::revised_simplex(p, opt).run(warm);
   detail::dense_simplex s(p, opt);
   return s.run(warm);
 }
