@@ -73,6 +73,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-seconds", so.search.max_seconds, "A* time budget per search")
       ->capture_default_str();
+  std::string sharding = "auto";
+  app.add_option("--shard-parameters", sharding,
+                 "keep parameters (with gradients and optimizer state) split and all-gather them "
+                 "before use, FSDP-style: auto (when nothing fits otherwise), never, always")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "never", "always"}));
   std::string precision = "f32";
   app.add_option("--precision", precision,
                  "the run's precision: bf16 or f16 prices GEMMs at each device's bf16_speed "
@@ -89,6 +95,10 @@ int main(int argc, char** argv) {
   try {
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one
                                     : hspmd::synth::segment_policy::batch_and_model;
+    using sharding_mode = hspmd::synth::search_options::parameter_sharding;
+    so.search.shard_parameters = sharding == "never"    ? sharding_mode::never
+                                 : sharding == "always" ? sharding_mode::always
+                                                        : sharding_mode::when_needed;
     so.gemm_type = precision == "bf16"  ? hspmd::dtype::bf16
                    : precision == "f16" ? hspmd::dtype::f16
                                         : hspmd::dtype::f32;

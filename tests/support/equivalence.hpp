@@ -145,7 +145,8 @@ void check_same(const result<T>& got, const result<T>& want, double tol, const s
 // linear layers and a vocabulary).
 inline const std::vector<std::string> default_must = {
     "all_gather", "reduce_scatter", "linear:split->partial",
-    "bias-once",  "vocab-parallel", "load+sfb"};
+    "bias-once",  "vocab-parallel", "load+sfb",
+    "fsdp"};
 
 template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
 void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
@@ -172,6 +173,12 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
           s.rule.in[0].dim() + 1 < g[g[s.node].inputs[0]].out.rank())
         t.sfb = true;
   plans.push_back(sfb);
+  // Every parameter kept split and gathered for use (FSDP), as the search does when memory
+  // demands it.
+  synth::synth_options fsdp;
+  fsdp.search.shard_parameters = synth::search_options::parameter_sharding::always;
+  plans.push_back(synth::synthesize(g, c, fsdp, model));
+  plans.back().strategy = "synth+fsdp";
   std::vector<std::vector<double>> ratios = {std::vector<double>(n, 1.0 / double(n))};
   if (n == 2)
     ratios.push_back({0.75, 0.25});
@@ -193,6 +200,11 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
         used.insert("bias-once");
       for (const synth::transfer& t : s.transfers)
         used.insert(std::string(synth::name(t.kind)) + (t.sfb ? "+sfb" : ""));
+      for (std::size_t k = 0; k + 1 < s.transfers.size(); ++k)
+        if (s.transfers[k].kind == synth::transfer_kind::load &&
+            g[s.transfers[k].tensor].kind == graph::op::parameter && s.transfers[k].to.is_split() &&
+            s.transfers[k + 1].tensor == s.transfers[k].tensor)
+          used.insert("fsdp");
     }
   std::string list;
   for (const auto& u : used)

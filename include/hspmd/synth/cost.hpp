@@ -428,6 +428,21 @@ public:
     return c;
   }
 
+  /// Bytes device d keeps for what transfer `t` makes: a loaded parameter keeps its value,
+  /// gradient and optimizer state (4 copies); a parameter converted to another placement (an
+  /// FSDP-style gather, a tied weight's second use) is a working copy like an activation.
+  [[nodiscard]] device_costs transfer_memory(const transfer& t) const {
+    if (t.kind == transfer_kind::load || !is_parameter(t.tensor))
+      return memory(t.tensor, t.to);
+    device_costs c = memory(t.tensor, t.to);
+    for (auto& x : c) {
+      x.constant /= parameter_copies;
+      for (auto& term : x.terms)
+        term.second /= parameter_copies;
+    }
+    return c;
+  }
+
   /// Bytes device d keeps for the output of op `t` at placement `p`: a reshape's output is a
   /// view of its input (nothing new); every other output is kept for the backward.
   [[nodiscard]] device_costs output_memory(graph::node_id t, placement p) const {

@@ -136,8 +136,7 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   p.compute_time = 0.0;
   p.comm_time = 0.0;
   std::vector<linear_cost> mem(m.devices());
-  const auto add_mem = [&](graph::node_id t, placement pl) {
-    const device_costs c = m.memory(t, pl);
+  const auto add_mem = [&](const device_costs& c) {
     for (std::size_t d = 0; d < c.size(); ++d) {
       mem[d].constant += c[d].constant;
       for (const auto& term : c[d].terms)
@@ -161,10 +160,10 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
       s.comm += max_at(m.comm(t, ratios), ratios).first;
       s.compute += max_at(m.transfer_compute(t), ratios).first;
       if (t.kind != transfer_kind::to_partial || t.tensor != s.node)
-        add_mem(t.tensor, t.to);
+        add_mem(m.transfer_memory(t));
     }
     if (!detail::is_view(m, s.node))
-      add_mem(s.node, s.rule.out);
+      add_mem(m.memory(s.node, s.rule.out));
     p.compute_time += s.compute;
     p.comm_time += s.comm;
   }

@@ -54,6 +54,15 @@ struct search_options {
   bool allow_all_to_all = true;
   std::vector<uneven_algorithm> algorithms = {uneven_algorithm::padded, uneven_algorithm::grouped,
                                               uneven_algorithm::native};
+  /// FSDP-style parameters: each parameter a rule uses unsplit is kept split along its largest
+  /// dimension (the value, its gradient and the optimizer state: a share of the bytes per
+  /// device) and all-gathered before use (its gradient reduce-scattered back in the backward).
+  /// `when_needed`: only when no plan fits in memory without it.
+  enum class parameter_sharding : unsigned char {
+    never,
+    when_needed,
+    always
+  } shard_parameters = parameter_sharding::when_needed;
   bool check_memory = true; ///< prune states that exceed a device's memory
   /// Keep states with equal facts that trade cost for memory (exact under tight memory, but
   /// many more states). `search` retries with it when the fast search finds nothing that fits.
@@ -73,9 +82,10 @@ struct step_choice {
 struct search_result {
   bool found = false;
   std::vector<step_choice> steps;
-  double cost = 0.0;        ///< predicted seconds per training step at the search's ratios
-  double lower_bound = 0.0; ///< no program in the space costs less
-  bool optimal = false;     ///< the search finished: cost == optimum
+  double cost = 0.0;               ///< predicted seconds per training step at the search's ratios
+  double lower_bound = 0.0;        ///< no program in the space costs less
+  bool optimal = false;            ///< the search finished: cost == optimum
+  bool sharded_parameters = false; ///< parameters kept split and gathered for use (FSDP)
   std::size_t expanded = 0;
   std::size_t generated = 0;
   double seconds = 0.0;
@@ -360,8 +370,8 @@ private:
       const graph::node_id t = n.inputs[i];
       if (m_->is_parameter(t) && uses_[t] == 1) {
         double best = std::numeric_limits<double>::infinity();
-        for (const transfer& tr : load_options(k, r, i))
-          best = std::min(best, price(tr));
+        for (const auto& seq : loads(k, r, i))
+          best = std::min(best, price(seq));
         c += best; // infinite: this rule cannot load the parameter it alone uses
       }
     }
@@ -526,6 +536,42 @@ private:
     return out;
   }
 
+  // The ways to bring input or parameter `operand` of rule r at step k to the rule's placement:
+  // one load, or (sharded parameters) a load split along the parameter's largest loadable
+  // dimension followed by a conversion to the rule's placement.
+  [[nodiscard]] std::vector<std::vector<transfer>> loads(std::size_t k, const graph::rule& r,
+                                                         std::size_t operand) const {
+    const graph::node_id t = (*g_)[order_[k]].inputs[operand];
+    const placement p = r.in[operand];
+    std::vector<std::vector<transfer>> out;
+    if (opt_.shard_parameters == search_options::parameter_sharding::always &&
+        m_->is_parameter(t) && !p.is_split() && m_->devices() > 1) {
+      const auto& dims = (*g_)[t].out.dims;
+      std::optional<std::size_t> best;
+      for (std::size_t d = 0; d < dims.size(); ++d)
+        if (dims[d] > 1 && load_allowed(t, placement::split_along(d)) &&
+            (!best || dims[d] > dims[*best]))
+          best = d;
+      if (best) {
+        const placement at = placement::split_along(*best);
+        const transfer load{transfer_kind::load, t, at, at, uneven_algorithm::native, false};
+        for (const transfer& c : conversions(t, detail::bit(at), p))
+          out.push_back({load, c});
+        if (!out.empty())
+          return out;
+      }
+    }
+    for (const transfer& tr : load_options(k, r, operand))
+      out.push_back({tr});
+    return out;
+  }
+  [[nodiscard]] double price(const std::vector<transfer>& seq) const {
+    double c = 0.0;
+    for (const transfer& tr : seq)
+      c += price(tr);
+    return c;
+  }
+
   // Conversions of tensor t from any placement in `mask` to `p`.
   [[nodiscard]] std::vector<transfer> conversions(graph::node_id t, detail::mask_t mask,
                                                   placement p) const {
@@ -575,8 +621,10 @@ private:
     ch.compute = rule_cost_[k][ri].first;
     ch.comm = rule_cost_[k][ri].second;
     std::array<double, 3> mem = states_[id].memory;
-    const auto add_memory = [&](graph::node_id t, placement p) {
-      const double b = m_->bytes(t) * (m_->is_parameter(t) ? parameter_copies : 1.0);
+    // A loaded parameter keeps its value, gradient and optimizer state; a converted copy of it
+    // is a working copy like any activation.
+    const auto add_memory = [&](graph::node_id t, placement p, bool loaded) {
+      const double b = m_->bytes(t) * (loaded && m_->is_parameter(t) ? parameter_copies : 1.0);
       if (p.is_split())
         mem[1 + m_->segments().of(t, p.dim())] += b;
       else
@@ -594,44 +642,49 @@ private:
       detail::fact* f = find(t);
       if (f != nullptr && (f->mask & detail::bit(p)) != 0)
         continue;
-      std::vector<transfer> options;
+      std::vector<std::vector<transfer>> options;
       if (f == nullptr) {
         const auto kind = (*g_)[t].kind;
         if (kind != graph::op::input && kind != graph::op::parameter)
           return; // a computed tensor no longer live: cannot happen in graph order
-        options = load_options(k, r, i);
+        options = loads(k, r, i);
       } else {
-        options = conversions(t, f->mask, p);
+        for (const transfer& tr : conversions(t, f->mask, p))
+          options.push_back({tr});
       }
       if (options.empty())
         return;
-      const transfer* best = nullptr;
+      const std::vector<transfer>* best = nullptr;
       double best_cost = std::numeric_limits<double>::infinity();
-      for (const transfer& tr : options) { // the first when none is finite: priced infinite
-        const double c = price(tr);
+      for (const auto& seq : options) { // the first when none is finite: priced infinite
+        const double c = price(seq);
         if (best == nullptr || c < best_cost) {
           best_cost = c;
-          best = &tr;
+          best = &seq;
         }
       }
-      ch.transfers.push_back(*best);
-      const auto [comm, compute] = priced(*best);
-      ch.comm += comm;
-      ch.compute += compute;
-      add_memory(t, p);
+      detail::mask_t held = 0;
+      for (const transfer& tr : *best) {
+        ch.transfers.push_back(tr);
+        const auto [comm, compute] = priced(tr);
+        ch.comm += comm;
+        ch.compute += compute;
+        add_memory(t, tr.to, tr.kind == transfer_kind::load);
+        held = static_cast<detail::mask_t>(held | detail::bit(tr.to));
+      }
       if (f == nullptr) {
-        const detail::fact nf{t, detail::bit(p)};
+        const detail::fact nf{t, held};
         facts.insert(
             std::lower_bound(facts.begin(), facts.end(), t,
                              [](const detail::fact& x, graph::node_id v) { return x.tensor < v; }),
             nf);
       } else {
-        f->mask = static_cast<detail::mask_t>(f->mask | detail::bit(p));
+        f->mask = static_cast<detail::mask_t>(f->mask | held);
       }
     }
     // The output (a reshape's is a view); the loss becomes partial (free from replicated).
     if (n.kind != graph::op::reshape)
-      add_memory(nid, r.out);
+      add_memory(nid, r.out, false);
     detail::mask_t out_mask = detail::bit(r.out);
     if (g_->loss() == nid && !r.out.is_partial()) {
       ch.transfers.push_back({transfer_kind::to_partial, nid, r.out, partial{}});
@@ -810,17 +863,36 @@ private:
 /// finds nothing within memory, the search runs again keeping the smaller too.
 [[nodiscard]] inline search_result search(const cost_model& m, const ratio_table& ratios,
                                           const search_options& opt = {}) {
-  searcher s(m, ratios, opt);
-  search_result r = s.run();
-  if (r.found || !opt.check_memory || opt.memory_pareto || r.memory_message.empty())
+  using sharding = search_options::parameter_sharding;
+  const auto once = [&](const search_options& o) {
+    searcher s(m, ratios, o);
+    search_result r = s.run();
+    r.sharded_parameters = o.shard_parameters == sharding::always;
+    if (r.found || !o.check_memory || o.memory_pareto || r.memory_message.empty())
+      return r;
+    search_options careful = o;
+    careful.memory_pareto = true;
+    searcher again(m, ratios, careful);
+    search_result r2 = again.run();
+    r2.sharded_parameters = r.sharded_parameters;
+    r2.expanded += r.expanded;
+    r2.generated += r.generated;
+    r2.seconds += r.seconds;
+    return r2;
+  };
+  search_result r = once(opt);
+  if (r.found || opt.shard_parameters != sharding::when_needed || !opt.check_memory ||
+      r.memory_message.empty())
     return r;
-  search_options careful = opt;
-  careful.memory_pareto = true;
-  searcher again(m, ratios, careful);
-  search_result r2 = again.run();
+  // Nothing fits with whole parameters on every device: shard them (FSDP) and search again.
+  search_options sharded = opt;
+  sharded.shard_parameters = sharding::always;
+  search_result r2 = once(sharded);
   r2.expanded += r.expanded;
   r2.generated += r.generated;
   r2.seconds += r.seconds;
+  if (!r2.found && r2.memory_message.empty())
+    r2.memory_message = r.memory_message;
   return r2;
 }
 

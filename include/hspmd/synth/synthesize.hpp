@@ -170,7 +170,7 @@ struct merged_step {
                t.sfb ? "SFB weight gradient of " + m.graph()[t.tensor].name
                      : "optimizer of " + m.graph()[t.tensor].name);
       if (t.kind != transfer_kind::to_partial || t.tensor != s.node) {
-        const device_costs mem = m.memory(t.tensor, t.to);
+        const device_costs mem = m.transfer_memory(t);
         for (std::size_t d = 0; d < n; ++d) {
           q.memory[d].constant += mem[d].constant;
           for (const auto& term : mem[d].terms)
@@ -257,8 +257,11 @@ namespace detail {
   plan best;
   bool have = false;
   plan_stats stats;
+  search_options so = opt.search;
   for (std::size_t round = 0; round < std::max<std::size_t>(opt.max_rounds, 1); ++round) {
-    const search_result res = search(m, r, opt.search);
+    const search_result res = search(m, r, so);
+    if (res.sharded_parameters) // later rounds need not find out again
+      so.shard_parameters = search_options::parameter_sharding::always;
     stats.expanded += res.expanded;
     stats.generated += res.generated;
     stats.search_seconds += res.seconds;

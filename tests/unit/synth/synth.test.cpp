@@ -406,6 +406,55 @@ TEST_CASE("memory: a device too small for any plan is named with bytes; a tight 
   CHECK(capped.step_time > free_plan.step_time);
 }
 
+TEST_CASE("parameters too large to replicate are kept split and gathered for use (FSDP)") {
+  // fc1 and fc2 hold 2 x 1024 x 1024 weights: 33.6 MB with gradient and Adam state. Four
+  // devices of 20 MB: no device holds them whole; rules that split a weight (tensor
+  // parallelism) are left out, so only sharded parameters can fit.
+  const auto g = tiny_mlp(8, 1024, 1024, 1024);
+  const double cap = 20e6;
+  const cluster c = make_cluster({1e12, 1e12, 1e12, 1e12}, 1e10, cap);
+  synth_options o;
+  o.search.allow_rule = [&g](graph::node_id id, const graph::rule& r) {
+    for (std::size_t k = 0; k < r.arity; ++k)
+      if (g[g[id].inputs[k]].kind == graph::op::parameter && r.in[k].is_split())
+        return false;
+    return true;
+  };
+  o.search.shard_parameters = search_options::parameter_sharding::never;
+  CHECK_THROWS_WITH(synthesize(g, c, o), Catch::Contains("no plan fits in memory"));
+  o.search.shard_parameters = search_options::parameter_sharding::when_needed;
+  const plan p = synthesize(g, c, o);
+  std::size_t sharded = 0;
+  for (const plan_step& s : p.steps)
+    for (std::size_t k = 0; k < s.transfers.size(); ++k) {
+      const transfer& t = s.transfers[k];
+      if (t.kind != transfer_kind::load || g[t.tensor].kind != graph::op::parameter)
+        continue;
+      CAPTURE(g[t.tensor].name);
+      CHECK(t.to.is_split()); // every parameter is stored split ...
+      if (s.rule.in[1].is_replicated() && t.tensor == g[s.node].inputs[1]) {
+        REQUIRE(k + 1 < s.transfers.size()); // ... and a replicated use gathers it first
+        CHECK(s.transfers[k + 1].tensor == t.tensor);
+        CHECK(s.transfers[k + 1].kind == transfer_kind::all_gather);
+        ++sharded;
+      }
+    }
+  CHECK(sharded == 2);
+  for (double b : p.memory) {
+    CHECK(b <= cap);
+    CHECK(b > 33.6e6 / 4 + 2 * 4.2e6); // a quarter of the state, plus the gathered copies
+  }
+  // On roomy devices sharding is never needed; forced, it trades time for memory.
+  const cluster roomy = make_cluster({1e12, 1e12, 1e12, 1e12}, 1e10, 1e9);
+  o.search.shard_parameters = search_options::parameter_sharding::when_needed;
+  const plan whole = synthesize(g, roomy, o);
+  o.search.shard_parameters = search_options::parameter_sharding::always;
+  const plan forced = synthesize(g, roomy, o);
+  CHECK(*std::max_element(forced.memory.begin(), forced.memory.end()) <
+        0.6 * *std::max_element(whole.memory.begin(), whole.memory.end()));
+  CHECK(forced.step_time >= whole.step_time);
+}
+
 TEST_CASE(
     "plans round-trip through JSON, hash alike, explain themselves, and refuse another graph") {
   const auto g = tiny_block(4, 6, 8);
