@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   std::string list;
   for (auto n : hspmd::models::model_names)
     list += (list.empty() ? "" : ", ") + std::string(n);
+  list += "; or a preset of their sizes:";
+  for (const auto& p : hspmd::models::model_presets)
+    list += " " + std::string(p.name);
   auto* model_flag = app.add_option("--model", model, "model: " + list)->capture_default_str();
   app.add_option("--graph", graph_file,
                  "plan any traced model instead: a graph JSON file (train_options::save_graph, "

@@ -24,6 +24,34 @@ namespace hspmd::models {
 inline constexpr std::array<std::string_view, 6> model_names = {"mlp", "bert",  "bert-moe",
                                                                 "vit", "vgg19", "llama"};
 
+/// Named sizes of those models for planning at datacenter scale: a preset picks the model and
+/// its sizes, and any size a user gives still wins. Their graphs carry shapes only (tracing
+/// allocates no weights), so a 70B-parameter model plans on any machine.
+struct model_preset {
+  std::string_view name;
+  std::string_view model;
+  std::size_t layers, hidden, ffn, heads, seq, vocab, experts;
+  std::string_view what;
+};
+inline constexpr std::array<model_preset, 5> model_presets = {{
+    {"bert-large", "bert", 24, 1024, 4096, 16, 512, 30522, 0,
+     "BERT-large sizes, 0.37B parameters (the LM head untied)"},
+    {"llama-7b", "llama", 32, 4096, 11008, 32, 2048, 32000, 0, "Llama-2-7B sizes, 6.7B"},
+    {"llama-13b", "llama", 40, 5120, 13824, 40, 2048, 32000, 0, "Llama-2-13B sizes, 13B"},
+    {"llama-70b", "llama", 80, 8192, 28672, 64, 2048, 32000, 0,
+     "Llama-2-70B sizes with full multi-head attention (no grouped-query), 78B"},
+    {"moe-19b", "bert-moe", 32, 4096, 14336, 32, 2048, 32000, 8,
+     "Mixtral-8x7B's widths and 8 experts, in every second layer as bert-moe places them, 19B"},
+}};
+
+/// The preset named `name`, if any.
+[[nodiscard]] constexpr const model_preset* find_preset(std::string_view name) noexcept {
+  for (const model_preset& p : model_presets)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
 /// Sizes a user may change; 0 keeps the model's default.
 struct model_options {
   std::size_t layers = 0; ///< transformer layers (bert, bert-moe, vit), hidden layers (mlp)
@@ -39,8 +67,20 @@ struct model_options {
 /// Traces model `name` for `batch` samples in element type T; throws `config_error` naming the
 /// model for an unknown name or impossible sizes.
 template <class T>
-[[nodiscard]] graph::graph trace_model(std::string_view name, const model_options& o,
+[[nodiscard]] graph::graph trace_model(std::string_view name, const model_options& given,
                                        std::size_t batch) {
+  model_options o = given;
+  if (const model_preset* p = find_preset(name)) {
+    const auto keep = [](std::size_t& v, std::size_t preset) { v = v != 0 ? v : preset; };
+    keep(o.layers, p->layers);
+    keep(o.hidden, p->hidden);
+    keep(o.ffn, p->ffn);
+    keep(o.heads, p->heads);
+    keep(o.seq, p->seq);
+    keep(o.vocab, p->vocab);
+    keep(o.experts, p->experts);
+    name = p->model;
+  }
   const auto pick = [](std::size_t v, std::size_t dflt) { return v != 0 ? v : dflt; };
   const std::size_t hidden = pick(o.hidden, 768);
   const std::size_t ffn = pick(o.ffn, 4 * hidden);
@@ -94,6 +134,8 @@ template <class T>
   std::string known;
   for (auto n : model_names)
     known += (known.empty() ? "" : ", ") + std::string(n);
+  for (const model_preset& p : model_presets)
+    known += ", " + std::string(p.name);
   throw config_error("model \"" + std::string(name) + "\"", "unknown model", "one of " + known);
 }
 

@@ -132,3 +132,36 @@ TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
   CAPTURE(first, last);
   CHECK(last <= 0.8 * first);
 }
+
+TEST_CASE("size presets trace the big planning models without weights; given sizes win") {
+  const auto parameters = [](const graph::graph& g) {
+    double n = 0.0;
+    for (graph::node_id i = 0; i < g.size(); ++i)
+      if (g[i].kind == graph::op::parameter)
+        n += static_cast<double>(g[i].out.size());
+    return n;
+  };
+  const struct {
+    const char* name;
+    double billions;
+  } expect[] = {{"bert-large", 0.3654},
+                {"llama-7b", 6.74},
+                {"llama-13b", 13.02},
+                {"llama-70b", 78.37},
+                {"moe-19b", 19.33}};
+  for (const auto& e : expect) {
+    CAPTURE(e.name);
+    REQUIRE(models::find_preset(e.name) != nullptr);
+    const graph::graph g = models::trace_model<float>(e.name, {}, 4);
+    CHECK(parameters(g) / 1e9 == Approx(e.billions).epsilon(0.005));
+  }
+  models::model_options two;
+  two.layers = 2;
+  const graph::graph small = models::trace_model<float>("llama-70b", two, 1);
+  // Per layer: q, k, v, o (4 h^2) and SwiGLU (3 h ffn); embedding and head (2 vocab h).
+  const double h = 8192.0;
+  CHECK(parameters(small) ==
+        Approx(2.0 * (4.0 * h * h + 3.0 * h * 28672.0) + 2.0 * 32000.0 * h).epsilon(0.001));
+  CHECK_THROWS_WITH(models::trace_model<float>("llama-8b", {}, 1),
+                    Catch::Contains("llama-7b") && Catch::Contains("moe-19b"));
+}
