@@ -347,15 +347,54 @@ private:
     pareto_ = opt_.check_memory && opt_.memory_pareto;
   }
 
-  // Why nothing fitted: a device whose floor exceeds its memory, or the closest miss.
+  // Why nothing fitted: the devices whose floor exceeds their memory (one line, grouped by kind
+  // and memory, each group with its count, first and last device and the largest need), or the
+  // closest miss.
   [[nodiscard]] std::string memory_failure() const {
+    const auto& devs = m_->cluster().devices;
+    std::vector<std::size_t> short_of;
     for (std::size_t d = 0; d < floor_.size(); ++d)
       if (floor_[d] > capacity_[d])
-        return "device " + m_->cluster().devices[d].name + " (rank " + std::to_string(d) +
-               ") needs at least " + detail::bytes_text(floor_[d]) +
-               " (every tensor at its smallest placement) but has " +
-               detail::bytes_text(capacity_[d]);
-    return memory_message_;
+        short_of.push_back(d);
+    if (short_of.empty())
+      return memory_message_;
+    if (short_of.size() == 1) {
+      const std::size_t d = short_of[0];
+      return "device " + devs[d].name + " (rank " + std::to_string(d) + ") needs at least " +
+             detail::bytes_text(floor_[d]) + " (every tensor at its smallest placement) but has " +
+             detail::bytes_text(capacity_[d]);
+    }
+    struct group {
+      std::string kind;
+      double capacity;
+      std::size_t count = 0, first = 0, last = 0;
+      double need = 0.0;
+    };
+    std::vector<group> groups;
+    for (std::size_t d : short_of) {
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const group& x) {
+        return x.kind == devs[d].kind && x.capacity == capacity_[d];
+      });
+      if (it == groups.end()) {
+        groups.push_back({devs[d].kind, capacity_[d], 0, d, d, 0.0});
+        it = groups.end() - 1;
+      }
+      ++it->count;
+      it->last = d;
+      it->need = std::max(it->need, floor_[d]);
+    }
+    std::string text = std::to_string(short_of.size()) + " of " + std::to_string(devs.size()) +
+                       " devices cannot hold every tensor even at its smallest placement:";
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+      const group& x = groups[k];
+      text += std::string(k == 0 ? " " : "; ") + std::to_string(x.count) + " x " +
+              (x.kind.empty() ? "device" : x.kind) + " (" + devs[x.first].name +
+              (x.count > 1 ? " ... " + devs[x.last].name : std::string()) + ", rank " +
+              std::to_string(x.first) + (x.count > 1 ? "-" + std::to_string(x.last) : "") +
+              ") need up to " + detail::bytes_text(x.need) + " but have " +
+              detail::bytes_text(x.capacity);
+    }
+    return text;
   }
 
   // What step k pays under rule r whatever the state: compute, the rule's own communication,
