@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,7 +112,9 @@ double glpk_solve(const problem& p, bool dual) {
   parm.meth = dual ? GLP_DUALP : GLP_PRIMAL;
   glp_std_basis(g);
   const int rc = glp_simplex(g, &parm);
-  const double obj = rc == 0 && glp_get_status(g) == GLP_OPT ? glp_get_obj_val(g) : NAN;
+  const double obj = rc == 0 && glp_get_status(g) == GLP_OPT
+                         ? glp_get_obj_val(g)
+                         : std::numeric_limits<double>::quiet_NaN();
   glp_delete_prob(g);
   return obj;
 }

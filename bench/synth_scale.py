@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
 """Synthesis time and memory against the device count.
 
-    python3 bench/synth_scale.py [--devices 64,256,1024,4096] [--model bert] [--layers 12]
-                                 [--baselines] [--svg out.svg] [-- extra hspmd-plan flags]
+    python3 bench/synth_scale.py [--devices 64,256,1024,4096] [--model bert,llama-7b,...]
+                                 [--layers N] [--baselines] [--svg out.svg]
+                                 [-- extra hspmd-plan flags]
 
 Builds nothing: run `cmake --build --preset release --target hspmd-plan` first. For each count n
 it writes a cluster of n/8 nodes of 8 GPUs, a quarter of the nodes each H100, A100, V100 and T4
 (speeds 4e14, 1.5e14, 6e13, 2.5e13 flop/s), 2.4e11 B/s inside a node and 200 Gbit/s between
 nodes, runs hspmd-plan on it and prints the synthesis time hspmd-plan reports (search, LP), the
-whole run's wall time and peak memory, and the synthesized plan's predicted step. With --svg it
-also plots synthesis time against devices on log-log axes.
+whole run's wall time and peak memory, and the synthesized plan's predicted step, or why no plan
+fits. With --svg it also plots the first model's synthesis time against devices (log-log).
 """
 import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -41,15 +41,13 @@ def cluster(n, path):
 
 
 def run(cmd):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Runs cmd; returns (exit code, output, wall seconds, its own peak RSS in KiB)."""
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
-    # ru_maxrss of the children is the largest so far: report it only when it grew.
-    return out.stdout, wall, peak if peak > before else before
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out, time.perf_counter() - t0, usage.ru_maxrss
 
 
 def svg(rows, path):
@@ -87,30 +85,42 @@ def svg(rows, path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--devices", default="64,256,1024,4096")
-    ap.add_argument("--model", default="bert")
-    ap.add_argument("--layers", default="12")
+    ap.add_argument("--model", default="bert",
+                    help="one or more models or presets, comma-separated (e.g. bert,llama-7b)")
+    ap.add_argument("--layers", help="override the model's layer count")
     ap.add_argument("--baselines", action="store_true", help="also price DP-EV, DP-CP and TP")
     ap.add_argument("--svg")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     tool = os.path.join(ROOT, "build/release/tools/hspmd-plan")
     rows = []
-    print(f"{'devices':>8} {'synthesis':>10} {'search':>8} {'LP':>8} {'run':>8} {'peak MiB':>9}  "
-          f"predicted step")
+    print(f"{'model':>10} {'devices':>8} {'synthesis':>10} {'search':>8} {'LP':>8} {'run':>8} "
+          f"{'peak MiB':>9}  predicted step")
     with tempfile.TemporaryDirectory() as d:
-        for n in (int(x) for x in a.devices.split(",")):
-            path = os.path.join(d, f"c{n}.json")
-            cluster(n, path)
-            cmd = [tool, "--model", a.model, "--cluster", path, "--layers", a.layers] + a.extra
-            if not a.baselines:
-                cmd.append("--no-baselines")
-            out, wall, peak = run(cmd)
-            m = re.search(r"synthesis: ([0-9.]+) s \(search ([0-9.]+) s.*LP ([0-9.]+) s\)", out)
-            step = re.search(r"^synth +(\S+ \S+)", out, re.M)
-            rows.append((n, float(m.group(1))))
-            print(f"{n:>8} {m.group(1):>8} s {m.group(2):>6} s {m.group(3):>6} s {wall:>6.2f} s "
-                  f"{peak / 1024:>9.0f}  {step.group(1) if step else '?'}", flush=True)
-    if a.svg:
+        for model in a.model.split(","):
+            for n in (int(x) for x in a.devices.split(",")):
+                path = os.path.join(d, f"c{n}.json")
+                cluster(n, path)
+                cmd = [tool, "--model", model, "--cluster", path] + a.extra
+                if a.layers:
+                    cmd += ["--layers", a.layers]
+                if not a.baselines:
+                    cmd.append("--no-baselines")
+                rc, out, wall, peak = run(cmd)
+                m = re.search(r"synthesis: ([0-9.]+) s \(search ([0-9.]+) s.*LP ([0-9.]+) s\)", out)
+                if rc != 0 or not m:
+                    why = re.search(r"no plan fits in memory: (.*?) \(use", out)
+                    print(f"{model:>10} {n:>8} {'-':>10} {'-':>8} {'-':>8} {wall:>6.2f} s "
+                          f"{peak / 1024:>9.0f}  no plan: "
+                          f"{why.group(1) if why else out.strip().splitlines()[-1]}", flush=True)
+                    continue
+                step = re.search(r"^synth +(\S+ \S+)", out, re.M)
+                if model == a.model.split(",")[0]:
+                    rows.append((n, float(m.group(1))))
+                print(f"{model:>10} {n:>8} {m.group(1):>8} s {m.group(2):>6} s {m.group(3):>6} s "
+                      f"{wall:>6.2f} s {peak / 1024:>9.0f}  {step.group(1) if step else '?'}",
+                      flush=True)
+    if a.svg and rows:
         svg(rows, a.svg)
         print(f"wrote {a.svg}")
 

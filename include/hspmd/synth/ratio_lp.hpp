@@ -24,8 +24,10 @@
 #include <hspmd/lp/simplex.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
+#include <initializer_list>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -36,9 +38,54 @@
 namespace hspmd::synth {
 
 /// A linear function of one device's ratios: constant + sum of coefficient * r[segment][device].
+/// (segment, coefficient) pairs. Plans have at most two segments, so two are held inline and
+/// only more go to the heap: the cost model builds one cost per device for every instruction it
+/// prices, and at thousands of devices a heap block per cost made the allocator most of the
+/// synthesis time.
+class term_list {
+public:
+  using value_type = std::pair<std::size_t, double>;
+  term_list() = default;
+  term_list(std::initializer_list<value_type> l) {
+    for (const value_type& v : l)
+      push_back(v);
+  }
+  void push_back(const value_type& v) {
+    if (heap_.empty() && size_ < inline_.size()) {
+      inline_[size_++] = v;
+      return;
+    }
+    if (heap_.empty())
+      heap_.assign(inline_.begin(), inline_.begin() + static_cast<std::ptrdiff_t>(size_));
+    heap_.push_back(v);
+    size_ = heap_.size();
+  }
+  void emplace_back(std::size_t segment, double coefficient) { push_back({segment, coefficient}); }
+  [[nodiscard]] value_type* begin() noexcept {
+    return heap_.empty() ? inline_.data() : heap_.data();
+  }
+  [[nodiscard]] value_type* end() noexcept { return begin() + size_; }
+  [[nodiscard]] const value_type* begin() const noexcept {
+    return heap_.empty() ? inline_.data() : heap_.data();
+  }
+  [[nodiscard]] const value_type* end() const noexcept { return begin() + size_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  value_type& operator[](std::size_t i) noexcept { return begin()[i]; }
+  const value_type& operator[](std::size_t i) const noexcept { return begin()[i]; }
+  friend bool operator==(const term_list& a, const term_list& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+private:
+  std::array<value_type, 2> inline_{};
+  std::vector<value_type> heap_; // all of them, once there are more than fit inline
+  std::size_t size_ = 0;
+};
+
 struct linear_cost {
   double constant = 0.0;
-  std::vector<std::pair<std::size_t, double>> terms; ///< (segment, coefficient)
+  term_list terms; ///< (segment, coefficient)
 };
 
 /// One step of a program: per-device compute and communication seconds.

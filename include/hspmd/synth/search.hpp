@@ -819,7 +819,8 @@ private:
                             "needs " +
                             detail::bytes_text(need) + " on device " +
                             m_->cluster().devices[d].name + " (rank " + std::to_string(d) +
-                            "), which has " + detail::bytes_text(capacity_[d]);
+                            "), which has " + detail::bytes_text(capacity_[d]) + ": " +
+                            detail::bytes_text(over) + " too much";
         }
         return false;
       }

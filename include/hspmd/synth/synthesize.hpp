@@ -202,7 +202,7 @@ struct merged_step {
   }
   // Merge memory terms per segment.
   for (auto& mem : q.memory) {
-    std::vector<std::pair<std::size_t, double>> merged;
+    term_list merged;
     for (const auto& [s, a] : mem.terms) {
       auto it =
           std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == s; });
