@@ -286,13 +286,7 @@ private:
   [[nodiscard]] double feasibility_scale() const { return sf_.feasibility_scale(opt_); }
 
   [[nodiscard]] bool primal_feasible() const {
-    const double tol = feasibility_scale();
-    for (std::size_t i = 0; i < m_; ++i) {
-      const double u = upper_[basic_[i]];
-      if (beta_[i] < -tol || (std::isfinite(u) && beta_[i] > u + tol * std::max(1.0, u)))
-        return false;
-    }
-    return true;
+    return within_bounds(beta_, basic_, upper_, feasibility_scale());
   }
 
   [[nodiscard]] bool dual_feasible() const {
@@ -345,30 +339,9 @@ private:
         return status::optimal;
       const double dir = at_upper_[enter] ? -1.0 : 1.0;
 
-      // Ratio test: smallest step; ties within tolerance go to the lowest variable index.
-      double theta = upper_[enter]; // a bound flip if nothing else limits the step
-      std::size_t leave = none;
-      bool leave_at_upper = false;
-      for (std::size_t i = 0; i < m_; ++i) {
-        const double g = dir * tab(i, enter);
-        double step = inf;
-        bool to_upper = false;
-        if (g > opt_.pivot_tolerance) {
-          step = std::max(beta_[i], 0.0) / g;
-        } else if (g < -opt_.pivot_tolerance && std::isfinite(upper_[basic_[i]])) {
-          step = std::max(upper_[basic_[i]] - beta_[i], 0.0) / -g;
-          to_upper = true;
-        } else {
-          continue;
-        }
-        const double tie = 1e-12 * std::max(1.0, step);
-        if (step < theta - tie ||
-            (step <= theta + tie && leave != none && basic_[i] < basic_[leave])) {
-          theta = step;
-          leave = i;
-          leave_at_upper = to_upper;
-        }
-      }
+      const auto [theta, leave, leave_at_upper] =
+          ratio_test([&](std::size_t i) { return tab(i, enter); }, dir, upper_[enter], beta_,
+                     basic_, upper_, opt_.pivot_tolerance);
       if (!std::isfinite(theta))
         return status::unbounded;
       ++iterations_;

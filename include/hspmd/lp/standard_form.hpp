@@ -347,6 +347,58 @@ struct std_solution {
   std::span<const double> y;             ///< per row, scaled
 };
 
+/// Whether the basic values lie within their bounds (the feasibility tolerance at the size of
+/// the right-hand side, `tol`).
+[[nodiscard]] inline bool within_bounds(std::span<const double> beta,
+                                        std::span<const std::size_t> basic,
+                                        std::span<const double> upper, double tol) {
+  for (std::size_t i = 0; i < beta.size(); ++i) {
+    const double u = upper[basic[i]];
+    if (beta[i] < -tol || (std::isfinite(u) && beta[i] > u + tol * std::max(1.0, u)))
+      return false;
+  }
+  return true;
+}
+
+/// The ratio test of a bounded simplex: the entering column moves in direction `dir` (+1 up from
+/// its lower bound, -1 down from its upper); `alpha(i)` is its entry in basis row i. The
+/// smallest step wins; ties within tolerance go to the lowest variable index. `leave == none`
+/// with a finite step is a bound flip; an infinite step means unbounded.
+struct ratio_choice {
+  double theta = inf;
+  std::size_t leave = none;
+  bool leave_at_upper = false;
+};
+template <class Alpha>
+[[nodiscard]] ratio_choice ratio_test(Alpha&& alpha, double dir, double enter_upper,
+                                      std::span<const double> beta,
+                                      std::span<const std::size_t> basic,
+                                      std::span<const double> upper, double pivot_tolerance) {
+  ratio_choice c;
+  c.theta = enter_upper;
+  for (std::size_t i = 0; i < beta.size(); ++i) {
+    const double g = dir * alpha(i);
+    double step = inf;
+    bool to_upper = false;
+    if (g > pivot_tolerance) {
+      step = std::max(beta[i], 0.0) / g;
+    } else if (g < -pivot_tolerance && std::isfinite(upper[basic[i]])) {
+      step = std::max(upper[basic[i]] - beta[i], 0.0) / -g;
+      to_upper = true;
+    } else {
+      continue;
+    }
+    const double tie = 1e-12 * std::max(1.0, step);
+    if (step < c.theta - tie ||
+        (step <= c.theta + tie && c.leave != none && basic[i] < basic[c.leave])) {
+      c.theta = step;
+      c.leave = i;
+      c.leave_at_upper = to_upper;
+    }
+  }
+  return c;
+}
+
 // The answer must satisfy the original rows and bounds, not just the scaled problem.
 inline void verify(const problem& p, const options& opt, result& res) {
   const auto& vars = p.variables();
