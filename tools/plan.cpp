@@ -3,15 +3,18 @@
 //   hspmd-plan --model bert --cluster clusters/hap-testbed.json
 //   hspmd-plan --model vgg19 --cluster clusters/mixed-8.json --explain --json plan.json
 //   hspmd-plan --graph my_model.json --cluster clusters/emulated-3.json   # any traced model
+//   hspmd-plan --model llama-7b --cluster big.json --hierarchical  # also the two-level plan
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/io/cli.hpp>
 #include <hspmd/io/json_input.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/synth/hierarchical.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
   std::string json_out;
   bool explain = false;
   bool no_baselines = false;
+  bool hierarchical = false;
   std::string segments = "one";
   hspmd::synth::synth_options so;
   std::string list;
@@ -93,6 +97,9 @@ int main(int argc, char** argv) {
                "print the plan as a table (ops, placements, collectives, "
                "per-device time and memory, binding LP rows)");
   app.add_flag("--no-baselines", no_baselines, "synthesize only");
+  app.add_flag("--hierarchical", hierarchical,
+               "also synthesize the two-level plan (a program inside each node, the batch split "
+               "across nodes) and compare");
   if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
     return *rc;
   try {
@@ -128,8 +135,20 @@ int main(int argc, char** argv) {
         batch = per_device * c.size();
       g = hspmd::models::trace_model<float>(model, mo, batch);
     }
+    if (hierarchical && !graph_file.empty())
+      throw hspmd::config_error("--hierarchical", "needs the model traced per node batch",
+                                "use --model instead of --graph");
     const auto t1 = std::chrono::steady_clock::now();
-    const auto plan = hspmd::synth::synthesize(g, c, so, model);
+    // With --hierarchical a one-level plan that does not fit is reported, not fatal.
+    hspmd::synth::plan plan;
+    std::string one_level_error;
+    try {
+      plan = hspmd::synth::synthesize(g, c, so, model);
+    } catch (const hspmd::plan_error& e) {
+      if (!hierarchical)
+        throw;
+      one_level_error = e.what();
+    }
     const auto t2 = std::chrono::steady_clock::now();
     const auto total = hspmd::graph::total_cost(g);
     std::printf("model %s, batch %zu: %zu graph nodes, %.1f GFLOP per step; traced in %.3f s\n",
@@ -140,17 +159,21 @@ int main(int argc, char** argv) {
                 c.devices.front().has_rates()
                     ? "per op class (gemm, elementwise, softmax, optimizer rates)"
                     : "at each device's speed");
-    std::printf("synthesis: %.3f s (search %.3f s in %zu round(s), %zu states expanded; LP "
-                "%.3f s)%s\n",
-                std::chrono::duration<double>(t2 - t1).count(), plan.stats.search_seconds,
-                plan.stats.rounds, plan.stats.expanded, plan.stats.lp_seconds,
-                plan.stats.optimal ? ""
-                                   : (", budget reached: within " +
-                                      std::to_string(100.0 * plan.stats.gap) + "% of optimal")
-                                         .c_str());
+    if (!one_level_error.empty())
+      std::printf("one-level synthesis: no plan: %s\n", one_level_error.c_str());
+    else
+      std::printf("synthesis: %.3f s (search %.3f s in %zu round(s), %zu states expanded; LP "
+                  "%.3f s)%s\n",
+                  std::chrono::duration<double>(t2 - t1).count(), plan.stats.search_seconds,
+                  plan.stats.rounds, plan.stats.expanded, plan.stats.lp_seconds,
+                  plan.stats.optimal ? ""
+                                     : (", budget reached: within " +
+                                        std::to_string(100.0 * plan.stats.gap) + "% of optimal")
+                                           .c_str());
     std::printf("\n%-8s %14s %14s %14s %10s\n", "plan", "step time", "compute", "comm", "speedup");
-    std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),
-                seconds(plan.compute_time).c_str(), seconds(plan.comm_time).c_str(), "");
+    if (one_level_error.empty())
+      std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),
+                  seconds(plan.compute_time).c_str(), seconds(plan.comm_time).c_str(), "");
     if (!no_baselines)
       for (auto b : {hspmd::synth::baseline::dp_ev, hspmd::synth::baseline::dp_cp,
                      hspmd::synth::baseline::tp}) {
@@ -158,12 +181,38 @@ int main(int argc, char** argv) {
           const auto p = hspmd::synth::make_baseline(g, c, b, so, model);
           std::printf("%-8s %14s %14s %14s %9.2fx\n", std::string(hspmd::synth::name(b)).c_str(),
                       seconds(p.step_time).c_str(), seconds(p.compute_time).c_str(),
-                      seconds(p.comm_time).c_str(), p.step_time / plan.step_time);
+                      seconds(p.comm_time).c_str(),
+                      one_level_error.empty() ? p.step_time / plan.step_time : 0.0);
         } catch (const hspmd::plan_error& e) {
           std::printf("%-8s %s\n", std::string(hspmd::synth::name(b)).c_str(), e.what());
         }
       }
     std::printf("(speedup: the baseline's predicted step time over synth's)\n");
+    if (hierarchical) {
+      hspmd::synth::hierarchical_options ho;
+      ho.inner = so;
+      const auto h = hspmd::synth::synthesize_hierarchical(
+          [&](std::size_t rows) { return hspmd::models::trace_model<float>(model, mo, rows); },
+          batch, c, ho, model);
+      const auto [lo, hi] = std::ranges::minmax(h.node_batch);
+      double peak = 0.0;
+      for (std::size_t d = 0; d < c.size(); ++d)
+        peak = std::max(peak, h.memory[d] / static_cast<double>(c.devices[d].memory));
+      std::printf("\ntwo-level plan (%s): %zu nodes x %zu devices, %zu to %zu rows per node, "
+                  "%zu node program variant(s), peak memory %.0f%% of a device's; synthesized in "
+                  "%.3f s\n",
+                  h.strategy.c_str(), h.nodes.size(), h.nodes.front().size(), lo, hi,
+                  h.variants.size(), 100.0 * peak, h.seconds);
+      std::printf("%-8s %14s %14s %14s %10s\n", "plan", "step time", "slowest node", "across",
+                  "vs synth");
+      std::printf("%-8s %14s %14s %14s %9.2fx\n", "two-lvl", seconds(h.step_time).c_str(),
+                  seconds(h.inner_time).c_str(), seconds(h.cross_time).c_str(),
+                  one_level_error.empty() ? plan.step_time / h.step_time : 0.0);
+      std::printf(
+          "(vs synth: the one-level plan's predicted step time over the two-level one's)\n");
+    }
+    if (!one_level_error.empty())
+      return 0;
     const hspmd::synth::cost_model m(g, c, hspmd::synth::segment_map(g, so.segments), std::nullopt,
                                      so.gemm_type);
     if (explain)

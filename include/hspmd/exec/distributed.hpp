@@ -284,6 +284,19 @@ public:
                      "gather a parameter or a tensor the plan does not leave partial");
   }
 
+  /// The whole gradient of local version `id` on every rank of this communicator (collective);
+  /// with `set_gradient_piece`, what a second level (exec/hierarchical.hpp) reduces across nodes
+  /// when shards do not line up.
+  [[nodiscard]] std::vector<T> gradient_whole(graph::node_id id) {
+    static_assert(host_memory_v<B>, "whole gradients are assembled in host memory");
+    return moves_.assemble(id, std::span<const T>(ex_.grad(id)));
+  }
+  /// Sets this rank's piece of local version `id`'s gradient from the whole `whole`.
+  void set_gradient_piece(graph::node_id id, std::span<const T> whole) {
+    static_assert(host_memory_v<B>, "whole gradients are cut in host memory");
+    moves_.piece_of(whole.data(), id, ex_.grad(id).data(), false);
+  }
+
   /// Starts recording a trace on every rank (collective: the ranks start their clocks together
   /// after a barrier). Records until `collect_trace`.
   void start_trace() {

@@ -272,6 +272,10 @@ public:
     return s_.layouts.empty() ? nullptr : &s_.layouts.at(id);
   }
 
+  /// Sets node `id`'s `node_layout::base` (a two-level plan's node: its rows' first element in
+  /// the whole batch's tensor).
+  void set_element_base(graph::node_id id, std::size_t base) { s_.layouts.at(id).base = base; }
+
   /// The parameter node named `name`; throws `plan_error` when there is none.
   [[nodiscard]] graph::node_id parameter(std::string_view name) const {
     const auto id = g_.find(name);

@@ -21,6 +21,9 @@ struct node_layout {
   std::optional<std::size_t> split; ///< the dimension divided among ranks, if any
   std::size_t offset = 0;           ///< start of this rank's range along `split`
   std::size_t length = 0;           ///< length of this rank's range along `split`
+  /// Index of the whole tensor's first element in a larger one: a node's rows of the batch in
+  /// a two-level plan (exec/hierarchical.hpp), so random masks match the one-process run.
+  std::size_t base = 0;
   /// This rank adds the once-only terms of a partial result: the bias of a row-parallel
   /// linear layer, the log-sum-exp of a vocabulary-parallel cross-entropy.
   bool owner = true;

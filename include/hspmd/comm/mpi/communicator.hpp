@@ -134,6 +134,20 @@ public:
   [[nodiscard]] int rank() const noexcept { return rank_; }
   /// Number of ranks.
   [[nodiscard]] int size() const noexcept { return size_; }
+  /// The ranks that pass the same `color`, numbered in `key` order (collective over this
+  /// communicator; e.g. the ranks of one node, or the ranks at one position of every node).
+  [[nodiscard]] mpi_communicator split(int color, int key) const {
+    MPI_Comm part = MPI_COMM_NULL;
+    HSPMD_MPI_CHECK(MPI_Comm_split(comm_, color, key, &part), rank_);
+    try {
+      mpi_communicator out(part); // its own duplicate
+      MPI_Comm_free(&part);
+      return out;
+    } catch (...) {
+      MPI_Comm_free(&part);
+      throw;
+    }
+  }
   /// The underlying (duplicated) MPI communicator.
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return comm_; }
   /// True when HSPMD_DEBUG=detail: every collective first compares fingerprints.

@@ -159,9 +159,9 @@ struct binary_kernel {
       }
       const broadcast_index own(c.in_shape(k), out);
       if (!product && own.modulo != 0) {
-        for_each_index(c.backend(), column_blocks(own.modulo),
-                       binary_rows_backward<T>{c.dout(), c.din(k), sign, out.size() / own.modulo,
-                                               own.modulo});
+        for_each_index(
+            c.backend(), column_blocks(own.modulo),
+            binary_rows_backward<T>{c.dout(), c.din(k), sign, out.size() / own.modulo, own.modulo});
         continue;
       }
       for_each_index(c.backend(), c.in_shape(k).size(),
@@ -207,17 +207,19 @@ struct kernel<graph::op::broadcast> {
 
 /// Where a rank's piece of a tensor sits in the whole one, as plain numbers for functors: the
 /// piece is `runs` runs of `run` consecutive global elements; run r starts at global element
-/// (r * global_split + offset) * inner.
+/// (r * global_split + offset) * inner + base.
 struct piece_runs {
   std::size_t runs = 1;
   std::size_t run = 0;
   std::size_t inner = 1;
   std::size_t global_split = 1;
   std::size_t offset = 0;
+  std::size_t base = 0; // node_layout::base
 
   [[nodiscard]] static piece_runs of(const node_layout* l, std::size_t size) {
     piece_runs p;
     p.run = size;
+    p.base = l == nullptr ? 0 : l->base;
     if (l == nullptr || !l->split || l->length == 0 || size == 0)
       return p;
     for (std::size_t d = *l->split + 1; d < l->global.size(); ++d)
@@ -229,7 +231,7 @@ struct piece_runs {
     return p;
   }
   [[nodiscard]] HSPMD_HD std::size_t first_global(std::size_t r) const {
-    return (r * global_split + offset) * inner;
+    return (r * global_split + offset) * inner + base;
   }
 };
 

@@ -1,0 +1,152 @@
+// Two-level plans (synth/hierarchical.hpp, exec/hierarchical.hpp) on an emulated cluster of
+// 2 nodes x 2 ranks: every inner program kind (synth, DP-CP, TP, FSDP-sharded) trains equal to
+// the single process, on nodes of different speed (uneven node batches, shards that do not
+// line up across nodes) and on equal nodes (shards that do). Run at 4 ranks.
+#include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/exec/hierarchical.hpp>
+#include <hspmd/models/zoo.hpp>
+
+#include "../../support/equivalence.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace hspmd;
+using namespace hspmd::test;
+
+namespace {
+
+// 2 nodes x 2 devices of the given speeds (Gflop/s), nodes 0 and 1.
+cluster two_by_two(const std::vector<double>& gflops, double bandwidth) {
+  std::vector<double> speeds;
+  for (double s : gflops)
+    speeds.push_back(s * 1e9);
+  cluster c = hspmd::test::make_cluster(speeds, bandwidth);
+  for (std::size_t d = 0; d < c.size(); ++d)
+    c.devices[d].node = static_cast<std::int64_t>(d / 2);
+  c.inter_node = link_spec{bandwidth / 4.0, 1e-5};
+  return c;
+}
+
+// Parameters that went across nodes each way, over all runs of a model (rank 0's view).
+std::array<std::size_t, 3> ways{};
+
+template <class T>
+result<T> run(const graph::graph& node_graph, const graph::graph& whole,
+              const synth::hierarchical_plan& p, mpi_communicator& world, std::size_t id_limit) {
+  exec::hierarchical_executor<T, mpi_communicator> hx(node_graph, p, world, 7);
+  for (std::size_t k = 0; k < 3; ++k)
+    ways[k] += hx.cross_node_ways()[k];
+  hx.inner().set_bucket_bytes(256);
+  exec::sgd opt(0.05, 0.9);
+  result<T> r;
+  for (std::size_t s = 0; s < default_steps; ++s) {
+    const auto b = data_for<T>(whole, s, id_limit);
+    for (const auto& [name, v] : b.values)
+      hx.set_input(name, std::span<const T>(v));
+    for (const auto& [name, v] : b.ids)
+      hx.set_input(name, std::span<const std::int64_t>(v));
+    hx.set_step(s);
+    r.losses.push_back(static_cast<double>(hx.forward()));
+    hx.backward();
+    hx.clip_grad_norm(clip);
+    opt.step(hx.local());
+  }
+  for (graph::node_id q : whole.parameters())
+    r.params[whole[q].name] = hx.gather(whole[q].name);
+  return r;
+}
+
+template <class T>
+void hierarchical_equivalence(const std::string& model, const models::model_options& o,
+                              std::size_t batch, std::size_t id_limit, double tol) {
+  mpi_communicator world;
+  REQUIRE(world.size() == 4);
+  const auto trace = [&](std::size_t rows) { return models::trace_model<T>(model, o, rows); };
+  const graph::graph whole = trace(batch);
+  const auto want = single<T>(whole, id_limit, default_steps);
+  std::set<std::string> seen;
+  ways = {};
+  for (const auto& speeds : {std::vector<double>{4, 3, 2, 1}, std::vector<double>{2, 1, 2, 1}}) {
+    const bool uneven = speeds[0] != speeds[2];
+    for (const std::string kind : {"synth", "dp-cp", "tp", "fsdp"}) {
+      if (!uneven && (kind == "synth" || kind == "dp-cp"))
+        continue; // equal nodes matter where shards line up: split parameters
+      synth::hierarchical_options ho;
+      ho.strategies = {kind == "fsdp" ? "dp-cp" : kind};
+      if (kind == "fsdp")
+        ho.inner.search.shard_parameters = synth::search_options::parameter_sharding::always;
+      const cluster c = two_by_two(speeds, kind == "synth" ? 1e6 : 1e9);
+      const synth::hierarchical_plan p = synth::synthesize_hierarchical(trace, batch, c, ho, model);
+      REQUIRE(p.node_batch.size() == 2);
+      CHECK(p.node_batch[0] + p.node_batch[1] == batch);
+      if (uneven && kind != "synth") // compute-bound (a fast link): the faster node takes more
+        CHECK(p.node_batch[0] > p.node_batch[1]);
+      const std::size_t node = world.rank() < 2 ? 0 : 1;
+      const graph::graph mine = trace(p.node_batch[node]);
+      const std::string what =
+          model + " " + p.strategy + (kind == "fsdp" ? "+fsdp" : "") + " on nodes of " +
+          std::to_string(int(speeds[0])) + "," + std::to_string(int(speeds[1])) + " | " +
+          std::to_string(int(speeds[2])) + "," + std::to_string(int(speeds[3])) +
+          " Gflop/s, rows " + std::to_string(p.node_batch[0]) + "+" +
+          std::to_string(p.node_batch[1]);
+      check_same(run<T>(mine, whole, p, world, id_limit), want, tol, what);
+      seen.insert(kind);
+    }
+  }
+  CHECK(seen.size() == 4);
+  // Every way across nodes ran: the composed collective, shards straight across, and shards
+  // that do not line up (TP and FSDP on nodes of different speeds).
+  INFO("replicated " << ways[0] << ", aligned " << ways[1] << ", misaligned " << ways[2]);
+  CHECK(ways[0] > 0);
+  CHECK(ways[1] > 0);
+  CHECK(ways[2] > 0);
+}
+
+models::model_options small(std::size_t layers, std::size_t hidden) {
+  models::model_options o;
+  o.layers = layers;
+  o.hidden = hidden;
+  o.heads = 2;
+  o.ffn = 2 * hidden;
+  o.seq = 6;
+  o.vocab = 40;
+  return o;
+}
+
+} // namespace
+
+TEST_CASE("MLP: two-level plans train equal to the single process (f32, f64)") {
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 24;
+  hierarchical_equivalence<float>("mlp", o, 12, 10, 1e-5);
+  hierarchical_equivalence<double>("mlp", o, 12, 10, 1e-10);
+}
+
+TEST_CASE("BERT-small and Llama-small: two-level plans train equal to the single process") {
+  hierarchical_equivalence<float>("bert", small(2, 16), 6, 40, 1e-5);
+  hierarchical_equivalence<float>("llama", small(2, 16), 6, 40, 1e-5);
+}
+
+TEST_CASE("A two-level plan on a cluster it does not fit is refused on every rank") {
+  mpi_communicator world;
+  models::model_options o;
+  o.layers = 1;
+  o.hidden = 8;
+  const auto trace = [&](std::size_t rows) { return models::trace_model<float>("mlp", o, rows); };
+  cluster c = two_by_two({2, 1, 2, 1}, 1e9);
+  c.devices.pop_back(); // 3 devices: node 1 has one
+  CHECK_THROWS_WITH(synth::synthesize_hierarchical(trace, 8, c),
+                    Catch::Contains("node 1 has 1 devices but node 0 has 2"));
+  const synth::hierarchical_plan p =
+      synth::synthesize_hierarchical(trace, 8, two_by_two({2, 1, 2, 1}, 1e9));
+  synth::hierarchical_plan other = p;
+  if (world.rank() == 3)
+    other.node_batch = {5, 3};
+  const graph::graph mine = trace(other.node_batch[world.rank() < 2 ? 0 : 1]);
+  CHECK_THROWS_WITH((exec::hierarchical_executor<float, mpi_communicator>(mine, other, world)),
+                    Catch::Contains("rank 3 holds a different plan than rank 0"));
+}
