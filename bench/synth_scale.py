@@ -2,7 +2,7 @@
 """Synthesis time and memory against the device count.
 
     python3 bench/synth_scale.py [--devices 64,256,1024,4096] [--model bert,llama-7b,...]
-                                 [--layers N] [--baselines] [--svg out.svg]
+                                 [--layers N] [--baselines] [--hierarchical] [--svg out.svg]
                                  [-- extra hspmd-plan flags]
 
 Builds nothing: run `cmake --build --preset release --target hspmd-plan` first. For each count n
@@ -10,7 +10,8 @@ it writes a cluster of n/8 nodes of 8 GPUs, a quarter of the nodes each H100, A1
 (speeds 4e14, 1.5e14, 6e13, 2.5e13 flop/s), 2.4e11 B/s inside a node and 200 Gbit/s between
 nodes, runs hspmd-plan on it and prints the synthesis time hspmd-plan reports (search, LP), the
 whole run's wall time and peak memory, and the synthesized plan's predicted step, or why no plan
-fits. With --svg it also plots the first model's synthesis time against devices (log-log).
+fits. With --hierarchical it also prints the two-level plan (hspmd-plan --hierarchical): its
+synthesis time, predicted step, and the one-level plan's step over it. With --svg it also plots the first model's synthesis time against devices (log-log).
 """
 import argparse
 import json
@@ -89,6 +90,8 @@ def main():
                     help="one or more models or presets, comma-separated (e.g. bert,llama-7b)")
     ap.add_argument("--layers", help="override the model's layer count")
     ap.add_argument("--baselines", action="store_true", help="also price DP-EV, DP-CP and TP")
+    ap.add_argument("--hierarchical", action="store_true",
+                    help="also synthesize the two-level plan and compare")
     ap.add_argument("--svg")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
@@ -106,20 +109,38 @@ def main():
                     cmd += ["--layers", a.layers]
                 if not a.baselines:
                     cmd.append("--no-baselines")
+                if a.hierarchical:
+                    cmd.append("--hierarchical")
                 rc, out, wall, peak = run(cmd)
+                two = re.search(r"two-level plan \((\S+)\): .*synthesized in ([0-9.]+) s", out)
+                two_step = re.search(r"^two-lvl +(\S+ \S+) +(\S+ \S+) +(\S+ \S+) +([0-9.]+)x",
+                                     out, re.M)
+                two_text = ""
+                if a.hierarchical:
+                    if two and two_step:
+                        vs = (f", one-level / two-level {two_step.group(4)}x"
+                              if float(two_step.group(4)) > 0 else ", no one-level plan")
+                        two_text = (f"\n{'':>10} {'':>8} {two.group(2):>8} s  two-level "
+                                    f"({two.group(1)}): step {two_step.group(1)} (slowest node "
+                                    f"{two_step.group(2)}, across {two_step.group(3)}){vs}")
+                    else:
+                        err = re.search(r"hspmd-plan: (.*)", out)
+                        two_text = (f"\n{'':>10} {'':>8} {'-':>10}  two-level: "
+                                    f"{err.group(1) if err else out.strip().splitlines()[-1]}")
                 m = re.search(r"synthesis: ([0-9.]+) s \(search ([0-9.]+) s.*LP ([0-9.]+) s\)", out)
                 if rc != 0 or not m:
                     why = re.search(r"no plan fits in memory: (.*?) \(use", out)
                     print(f"{model:>10} {n:>8} {'-':>10} {'-':>8} {'-':>8} {wall:>6.2f} s "
                           f"{peak / 1024:>9.0f}  no plan: "
-                          f"{why.group(1) if why else out.strip().splitlines()[-1]}", flush=True)
+                          f"{why.group(1) if why else out.strip().splitlines()[-1]}{two_text}",
+                          flush=True)
                     continue
                 step = re.search(r"^synth +(\S+ \S+)", out, re.M)
                 if model == a.model.split(",")[0]:
                     rows.append((n, float(m.group(1))))
                 print(f"{model:>10} {n:>8} {m.group(1):>8} s {m.group(2):>6} s {m.group(3):>6} s "
-                      f"{wall:>6.2f} s {peak / 1024:>9.0f}  {step.group(1) if step else '?'}",
-                      flush=True)
+                      f"{wall:>6.2f} s {peak / 1024:>9.0f}  {step.group(1) if step else '?'}"
+                      f"{two_text}", flush=True)
     if a.svg and rows:
         svg(rows, a.svg)
         print(f"wrote {a.svg}")

@@ -50,6 +50,7 @@
 #include <hspmd/models/zoo.hpp>
 
 #include <hspmd/synth/cost.hpp>
+#include <hspmd/synth/hierarchical.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/ratio_lp.hpp>
 #include <hspmd/synth/search.hpp>
@@ -61,6 +62,7 @@
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/hierarchical.hpp>
 #include <hspmd/exec/kernels.hpp>
 #include <hspmd/exec/kernels/box.hpp>
 #include <hspmd/exec/layout.hpp>
