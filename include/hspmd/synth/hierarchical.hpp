@@ -270,6 +270,13 @@ struct node_fit {
   synth_options inner = opt.inner;
   inner.search.max_expansions =
       std::min(inner.search.max_expansions, opt.node_search_expansions);
+  // The node's rows are re-fitted below with the LP at every point anyway: two search <-> LP
+  // rounds, not eight (under tight memory each round's search retries keeping memory-cost
+  // trade-offs, then with sharded parameters: up to four budgeted searches per round).
+  inner.max_rounds = std::min<std::size_t>(inner.max_rounds, 2);
+  // A class whose rows do not fit gives no program (the others' programs cover it, and the
+  // water-filling moves rows off it) rather than a memory-Pareto search that costs seconds.
+  inner.search.pareto_retry = false;
   std::string why_none;
   const auto attempt = [&](auto&& make) {
     try {

@@ -67,6 +67,9 @@ struct search_options {
   /// Keep states with equal facts that trade cost for memory (exact under tight memory, but
   /// many more states). `search` retries with it when the fast search finds nothing that fits.
   bool memory_pareto = false;
+  /// Whether `search` retries with `memory_pareto` when nothing fits (false: fail fast; the
+  /// two-level planner's node searches, whose failures are covered by other node classes).
+  bool pareto_retry = true;
 };
 
 /// One step of a found program.
@@ -908,7 +911,8 @@ private:
     searcher s(m, ratios, o);
     search_result r = s.run();
     r.sharded_parameters = o.shard_parameters == sharding::always;
-    if (r.found || !o.check_memory || o.memory_pareto || r.memory_message.empty())
+    if (r.found || !o.check_memory || o.memory_pareto || !o.pareto_retry ||
+        r.memory_message.empty())
       return r;
     search_options careful = o;
     careful.memory_pareto = true;
