@@ -129,7 +129,9 @@ def main():
                                     f"{err.group(1) if err else out.strip().splitlines()[-1]}")
                 m = re.search(r"synthesis: ([0-9.]+) s \(search ([0-9.]+) s.*LP ([0-9.]+) s\)", out)
                 if rc != 0 or not m:
-                    why = re.search(r"no plan fits in memory: (.*?) \(use", out)
+                    why = (re.search(r"one-level synthesis: no plan: .*?no plan fits in memory: "
+                                     r"(.*?) \(use", out) or
+                           re.search(r"no plan fits in memory: (.*?) \(use", out))
                     print(f"{model:>10} {n:>8} {'-':>10} {'-':>8} {'-':>8} {wall:>6.2f} s "
                           f"{peak / 1024:>9.0f}  no plan: "
                           f"{why.group(1) if why else out.strip().splitlines()[-1]}{two_text}",

@@ -74,7 +74,7 @@ struct hierarchical_options {
   /// `inner.search.max_expansions`): a node's few rows make near-ties that the exact search
   /// spends seconds on (BERT-large, 8 T4s, 5 rows: 5.9 s, 467k states). A count, not a time,
   /// so every rank finds the same program.
-  std::size_t node_search_expansions = 40'000;
+  std::size_t node_search_expansions = 20'000;
 };
 
 /// Traces the model for a batch of `rows` (e.g. `models::trace_model` bound to a model).
@@ -203,17 +203,21 @@ struct node_fit {
 /// Seconds of the inter-node gradient all-reduce of a two-level plan: every device at position
 /// i all-reduces 1/L of the node's gradient bytes (or its shard) with position i of every
 /// other node, the L rings sharing each node's link: a ring all-reduce of all gradient bytes
-/// over the nodes. Its latency is paid per `gradient_bucket_bytes` (a fraction of one for
-/// fewer bytes), the rule by which the one-level model prices a gradient all-reduce, so the
-/// two compare like for like.
+/// over the nodes. Each parameter pays min(1, bytes / `gradient_bucket_bytes`) latencies, the
+/// rule by which the one-level model prices a gradient all-reduce (and by which the one-level
+/// executor's buckets call it), so the two compare like for like; the two-level executor packs
+/// everything into one or two calls, so this is an upper bound.
 [[nodiscard]] inline double cross_node_seconds(const graph::graph& g, const cluster& c,
                                                std::size_t node_count) {
   double bytes = 0.0;
-  for (graph::node_id p : g.parameters())
-    bytes += static_cast<double>(g[p].out.size() * size_of(g[p].type));
+  double buckets = 0.0;
+  for (graph::node_id p : g.parameters()) {
+    const auto b = static_cast<double>(g[p].out.size() * size_of(g[p].type));
+    bytes += b;
+    buckets += std::min(1.0, b / gradient_bucket_bytes);
+  }
   const auto n = static_cast<double>(node_count);
   const link_spec& l = *c.inter_node;
-  const double buckets = bytes / gradient_bucket_bytes;
   return buckets * 2.0 * (n - 1.0) * l.latency + 2.0 * (n - 1.0) / n * bytes / l.bandwidth;
 }
 
@@ -268,8 +272,7 @@ struct node_fit {
     programs.push_back(std::move(p));
   };
   synth_options inner = opt.inner;
-  inner.search.max_expansions =
-      std::min(inner.search.max_expansions, opt.node_search_expansions);
+  inner.search.max_expansions = std::min(inner.search.max_expansions, opt.node_search_expansions);
   // The node's rows are re-fitted below with the LP at every point anyway: two search <-> LP
   // rounds, not eight (under tight memory each round's search retries keeping memory-cost
   // trade-offs, then with sharded parameters: up to four budgeted searches per round).
