@@ -284,14 +284,23 @@ struct node_fit {
   const auto attempt = [&](auto&& make) {
     try {
       add(make());
+      return true;
     } catch (const plan_error& e) {
       why_none = e.what();
+      return false;
     }
   };
   for (const std::string& s : opt.strategies) {
     if (s == "synth") {
-      for (std::size_t k = 0; k < subs.size(); ++k) // a program for each class's node
-        attempt([&] { return synthesize(graph_at(class_rows[k]), subs[k], inner, model); });
+      // A program for each class's node; where its speed-proportional rows do not fit, at
+      // half and a quarter of them (the water-filling then gives it fewer).
+      for (std::size_t k = 0; k < subs.size(); ++k)
+        for (std::size_t rows = class_rows[k], tries = 0; tries < 3;
+             rows = std::max<std::size_t>(1, rows / 2), ++tries) {
+          if (attempt([&] { return synthesize(graph_at(rows), subs[k], inner, model); }) ||
+              rows == 1)
+            break;
+        }
     } else if (s == "dp-cp" || s == "dp-ev" || s == "tp") {
       const baseline b = s == "tp"      ? baseline::tp
                          : s == "dp-ev" ? baseline::dp_ev
@@ -311,6 +320,7 @@ struct node_fit {
   hierarchical_plan best;
   bool have = false;
   std::string closest;
+  double best_capacity = -1.0;
   for (const plan& prog : programs) {
     // Each class's step time and memory as lines in the rows (two points, the class's
     // speed-proportional rows and twice them); the water level t gives each node (t - a) / b
@@ -331,9 +341,16 @@ struct node_fit {
     for (std::size_t k = 0; k < n_nodes; ++k)
       capacity += std::min(cap[lay.node_class[k]], double(batch));
     if (capacity < double(batch)) {
-      closest = prog.strategy + " inside a node holds " +
-                std::to_string(static_cast<long long>(std::max(0.0, capacity))) + " of " +
-                std::to_string(batch) + " rows within the devices' memory";
+      if (capacity >= best_capacity) { // name the program that came closest, and its classes
+        best_capacity = capacity;
+        closest = prog.strategy + " inside a node holds " +
+                  std::to_string(static_cast<long long>(std::max(0.0, capacity))) + " of " +
+                  std::to_string(batch) + " rows within the devices' memory (rows per node:";
+        for (std::size_t k = 0; k < subs.size(); ++k)
+          closest += (k == 0 ? " " : ", ") + subs[k].devices.front().kind + " " +
+                     std::to_string(static_cast<long long>(std::max(0.0, cap[k])));
+        closest += ")";
+      }
       continue;
     }
     const auto rows_at = [&](double t, std::size_t k) {
