@@ -12,7 +12,8 @@
 //
 // A node's loss is its rows' mean; each node's gradients are weighted by its share of the rows
 // before the sum (1 for a summed loss), so the result is the whole batch's, as in one process.
-// The cross-node step runs after the backward (not overlapped; the planner prices it so).
+// The cross-node step runs after the backward (not overlapped; the planner prices it so), 16 MiB
+// of gradients per call (`set_cross_node_bytes`), so its packed copy stays small.
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/synth/hierarchical.hpp>
 
@@ -73,6 +74,11 @@ public:
   /// collective), aligned shards, shards that do not line up.
   [[nodiscard]] std::array<std::size_t, 3> cross_node_ways() const noexcept {
     return {replicated_.size(), aligned_.size(), misaligned_.size()};
+  }
+
+  /// Bytes of gradients packed per cross-node call (default 16 MiB; the same on every rank).
+  void set_cross_node_bytes(std::size_t bytes) noexcept {
+    chunk_bytes_ = std::max<std::size_t>(bytes, sizeof(T));
   }
 
   void set_step(std::uint64_t s) noexcept { inner_.set_step(s); }
@@ -186,9 +192,10 @@ private:
         at += g.size();
       }
     };
-    // Replicated: my 1/L across nodes, then the node gathers the pieces.
-    if (!replicated_.empty()) {
-      pack(replicated_, flat_);
+    // Replicated: my 1/L across nodes, then the node gathers the pieces; a chunk of parameters
+    // at a time, so the packed copy stays small.
+    for (const auto& ids : chunks(replicated_)) {
+      pack(ids, flat_);
       const auto l = static_cast<std::size_t>(node_comm_.size());
       std::vector<std::size_t> counts(l, flat_.size() / l);
       for (std::size_t i = 0; i < flat_.size() % l; ++i)
@@ -200,13 +207,13 @@ private:
       cross_.all_reduce(mine, reduce_op::sum);
       node_comm_.all_gather_v(std::span<T>(flat_), std::span<const std::size_t>(counts),
                               uneven_algorithm::automatic);
-      unpack(replicated_, flat_);
+      unpack(ids, flat_);
     }
     // Shards of the same length in every node: straight across.
-    if (!aligned_.empty()) {
-      pack(aligned_, flat_);
+    for (const auto& ids : chunks(aligned_)) {
+      pack(ids, flat_);
       cross_.all_reduce(std::span<T>(flat_), reduce_op::sum);
-      unpack(aligned_, flat_);
+      unpack(ids, flat_);
     }
     // Shards that do not line up: whole inside the node, across, cut again.
     for (graph::node_id id : misaligned_) {
@@ -216,6 +223,24 @@ private:
       cross_.all_reduce(std::span<T>(whole), reduce_op::sum);
       inner_.set_gradient_piece(id, std::span<const T>(whole));
     }
+  }
+
+  // `ids` in consecutive groups of at most `chunk_bytes_` of gradients (a larger one alone);
+  // the same groups on every rank of a position communicator, whose members hold equal sizes.
+  [[nodiscard]] std::vector<std::vector<graph::node_id>>
+  chunks(const std::vector<graph::node_id>& ids) {
+    std::vector<std::vector<graph::node_id>> out;
+    std::size_t bytes = 0;
+    for (graph::node_id id : ids) {
+      const std::size_t b = inner_.local().grad(id).size() * sizeof(T);
+      if (out.empty() || (bytes > 0 && bytes + b > chunk_bytes_)) {
+        out.emplace_back();
+        bytes = 0;
+      }
+      out.back().push_back(id);
+      bytes += b;
+    }
+    return out;
   }
 
   const synth::hierarchical_plan* plan_;
@@ -228,6 +253,7 @@ private:
   std::vector<graph::node_id> aligned_;
   std::vector<graph::node_id> misaligned_;
   std::vector<T> flat_;
+  std::size_t chunk_bytes_ = std::size_t{16} << 20;
 };
 
 } // namespace hspmd::exec

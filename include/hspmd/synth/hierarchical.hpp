@@ -206,7 +206,7 @@ struct node_fit {
 /// over the nodes. Each parameter pays min(1, bytes / `gradient_bucket_bytes`) latencies, the
 /// rule by which the one-level model prices a gradient all-reduce (and by which the one-level
 /// executor's buckets call it), so the two compare like for like; the two-level executor packs
-/// everything into one or two calls, so this is an upper bound.
+/// 16 MiB per call (BERT-large: 87 calls where this prices about 160).
 [[nodiscard]] inline double cross_node_seconds(const graph::graph& g, const cluster& c,
                                                std::size_t node_count) {
   double bytes = 0.0;

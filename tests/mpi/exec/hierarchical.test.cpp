@@ -44,6 +44,7 @@ result<T> run(const graph::graph& node_graph, const graph::graph& whole,
   for (std::size_t k = 0; k < 3; ++k)
     ways[k] += hx.cross_node_ways()[k];
   hx.inner().set_bucket_bytes(256);
+  hx.set_cross_node_bytes(512); // several cross-node calls of a few parameters each
   exec::sgd opt(0.05, 0.9);
   result<T> r;
   for (std::size_t s = 0; s < steps; ++s) {
