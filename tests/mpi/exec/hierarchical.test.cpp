@@ -1,7 +1,8 @@
 // Two-level plans (synth/hierarchical.hpp, exec/hierarchical.hpp) on an emulated cluster of
 // 2 nodes x 2 ranks: every inner program kind (synth, DP-CP, TP, FSDP-sharded) trains equal to
 // the single process, on nodes of different speed (uneven node batches, shards that do not
-// line up across nodes) and on equal nodes (shards that do). Run at 4 ranks.
+// line up across nodes) and on equal nodes (shards that do); and 4 nodes of one rank. Run at 4
+// ranks.
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/exec/hierarchical.hpp>
 #include <hspmd/models/zoo.hpp>
@@ -136,6 +137,30 @@ TEST_CASE("MLP: two-level plans train equal to the single process (f32, f64)") {
   o.hidden = 24;
   hierarchical_equivalence<float>("mlp", o, 12, 10, 1e-5);
   hierarchical_equivalence<double>("mlp", o, 12, 10, 1e-10, false);
+}
+
+TEST_CASE(
+    "One device per node: the node level alone (4 nodes x 1 rank) equals the single process") {
+  mpi_communicator world;
+  REQUIRE(world.size() == 4);
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 24;
+  const auto trace = [&](std::size_t rows) { return models::trace_model<float>("mlp", o, rows); };
+  const graph::graph whole = trace(12);
+  std::vector<double> speeds;
+  for (double s : {4.0, 3.0, 2.0, 1.0})
+    speeds.push_back(s * 1e9);
+  cluster c = hspmd::test::make_cluster(speeds, 1e9);
+  for (std::size_t d = 0; d < c.size(); ++d)
+    c.devices[d].node = static_cast<std::int64_t>(d);
+  c.inter_node = link_spec{2.5e8, 1e-5};
+  const synth::hierarchical_plan p = synth::synthesize_hierarchical(trace, 12, c);
+  REQUIRE(p.nodes.size() == 4);
+  CHECK(p.node_batch[0] > p.node_batch[3]);
+  const graph::graph mine = trace(p.node_batch[static_cast<std::size_t>(world.rank())]);
+  check_same(run<float>(mine, whole, p, world, 10), single<float>(whole, 10, steps), 1e-5,
+             "mlp " + p.strategy + " on 4 nodes of one device");
 }
 
 TEST_CASE("BERT-small and Llama-small: two-level plans train equal to the single process") {
