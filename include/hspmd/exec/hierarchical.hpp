@@ -36,27 +36,26 @@ public:
   /// `node_graph`: the model traced for this rank's node's rows (`p.node_batch`); `world`: every
   /// rank, rank r being device r of the plan's cluster. Collective over `world`: the ranks
   /// check they hold the same plan (`plan_error` on every rank otherwise), split into node and
-  /// position communicators and lower the node's program.
+  /// position communicators and lower the node's program. `p` need not outlive the executor.
   hierarchical_executor(const graph::graph& node_graph, const synth::hierarchical_plan& p,
                         Comm& world, std::uint64_t seed = 0)
-      : plan_(&p), where_(locate(p, world)), node_comm_(world.split(int(where_.node), where_.pos)),
+      : where_(locate(p, world)), batch_(p.batch), rows_(p.node_batch[where_.node]),
+        first_row_(first_row_of(p, where_.node)),
+        node_comm_(world.split(int(where_.node), where_.pos)),
         cross_(world.split(where_.pos, int(where_.node))),
         inner_(node_graph, p.node_plan(where_.node), node_comm_, seed) {
     const graph::node& loss = node_graph[*node_graph.loss()];
     const bool summed = loss.kind == graph::op::sum ||
                         (loss.kind == graph::op::cross_entropy && loss.attrs.scalar == 0.0);
-    weight_ = summed ? 1.0 : double(p.node_batch[where_.node]) / double(p.batch);
+    weight_ = summed ? 1.0 : double(rows_) / double(batch_);
     // Random masks (dropout) are drawn by element index in the whole tensor: a tensor whose
     // outermost dimension runs along the batch starts at the node's first row.
     const synth::segment_map seg(node_graph, synth::segment_policy::one);
-    std::size_t first_row = 0;
-    for (std::size_t k = 0; k < where_.node; ++k)
-      first_row += p.node_batch[k];
     const local_program& prog = inner_.program();
     for (graph::node_id i = 0; i < prog.local.size(); ++i) {
       const graph::node& v = node_graph[prog.global[i]];
       if (!v.out.dims.empty() && seg.is_batch(prog.global[i], 0))
-        inner_.local().set_element_base(i, first_row * (v.out.size() / p.node_batch[where_.node]));
+        inner_.local().set_element_base(i, first_row_ * (v.out.size() / rows_));
     }
     classify();
   }
@@ -141,20 +140,23 @@ private:
                      "rank " + std::to_string(me) + " is in no node", "use the plan's cluster");
   }
 
+  // The node's first row in the whole batch.
+  static std::size_t first_row_of(const synth::hierarchical_plan& p, std::size_t node) {
+    std::size_t first = 0;
+    for (std::size_t k = 0; k < node; ++k)
+      first += p.node_batch[k];
+    return first;
+  }
+
   template <class E>
   void feed(std::string_view name, std::span<const E> whole) {
-    const auto rows = plan_->batch;
-    if (whole.size() % rows != 0)
+    if (whole.size() % batch_ != 0)
       throw shape_error("input \"" + std::string(name) + "\"",
-                        std::to_string(whole.size()) + " values are not " + std::to_string(rows) +
+                        std::to_string(whole.size()) + " values are not " + std::to_string(batch_) +
                             " rows",
                         "pass the whole batch, its rows outermost, on every rank");
-    const std::size_t per_row = whole.size() / rows;
-    std::size_t first = 0;
-    for (std::size_t k = 0; k < where_.node; ++k)
-      first += plan_->node_batch[k];
-    inner_.set_input(name,
-                     whole.subspan(first * per_row, plan_->node_batch[where_.node] * per_row));
+    const std::size_t per_row = whole.size() / batch_;
+    inner_.set_input(name, whole.subspan(first_row_ * per_row, rows_ * per_row));
   }
 
   // Sorts the node program's parameters into the three ways across nodes (collective over
@@ -243,8 +245,11 @@ private:
     return out;
   }
 
-  const synth::hierarchical_plan* plan_;
   place where_;
+  std::size_t batch_;     // rows of the whole batch
+  std::size_t rows_;      // this node's rows
+  std::size_t first_row_; // where they start
+
   Comm node_comm_;
   Comm cross_;
   distributed_executor<T, Comm> inner_;
