@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", mo.vocab, "vocabulary (bert, bert-moe, llama; default 30522)");
   app.add_option("--experts", mo.experts, "experts per MoE layer (bert-moe; default 8)");
   app.add_option("--width", mo.width, "channel multiplier (vgg19)")->capture_default_str();
+  app.add_flag("--fused-attention", mo.fused_attention,
+               "llama: attention as one fused op that keeps no scores (on for the llama presets)");
   app.add_option("--segments", segments,
                  "ratio vectors: one (every split shares the batch's) or batch-model")
       ->capture_default_str()

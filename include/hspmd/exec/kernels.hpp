@@ -8,6 +8,7 @@
 // A missing pair stops the build with `missing_kernel<op_named<"the op">, ...>` in the error.
 
 #include <hspmd/exec/kernels/activation.hpp>
+#include <hspmd/exec/kernels/attention.hpp>
 #include <hspmd/exec/kernels/common.hpp>
 #include <hspmd/exec/kernels/elementwise.hpp>
 #include <hspmd/exec/kernels/io.hpp>

@@ -15,6 +15,7 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops/activation.hpp>
+#include <hspmd/graph/ops/attention.hpp>
 #include <hspmd/graph/ops/common.hpp>
 #include <hspmd/graph/ops/elementwise.hpp>
 #include <hspmd/graph/ops/io.hpp>

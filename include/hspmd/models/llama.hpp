@@ -34,6 +34,10 @@ struct llama_config {
   std::size_t vocab = 2000;
   double rope_base = 10000.0;
   double eps = 1e-6; ///< RMSNorm epsilon
+  /// Attention as one fused op (nn::attention: the scores are recomputed in the backward, never
+  /// stored) instead of products, a causal softmax and products that keep the (S, S) scores. The
+  /// same numbers to rounding; what lets long sequences fit (the big presets of models/zoo.hpp).
+  bool fused_attention = false;
 };
 
 namespace detail {
@@ -56,10 +60,14 @@ nn::value<T, E> llama_attention(nn::tracer& t, const nn::value<T, E>& x, const l
   const auto q = heads_of("wq", true);
   const auto k = heads_of("wk", true);
   const auto v = heads_of("wv", false);
-  auto scores = nn::scale(nn::batched_matmul(q, k, /*transpose_b=*/true),
-                          1.0 / std::sqrt(static_cast<double>(d))); // (B, heads, S, S)
-  const auto probs = nn::causal_softmax(scores);
-  const auto ctx = nn::permute(nn::batched_matmul(probs, v), {0, 2, 1, 3}); // (B, S, heads, d)
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const auto attend = [&] { // (B, heads, S, d)
+    if (c.fused_attention)
+      return nn::attention(q, k, v, scale, /*causal=*/true);
+    auto scores = nn::scale(nn::batched_matmul(q, k, /*transpose_b=*/true), scale); // (.., S, S)
+    return nn::batched_matmul(nn::causal_softmax(scores), v);
+  };
+  const auto ctx = nn::permute(attend(), {0, 2, 1, 3}); // (B, S, heads, d)
   const nn::value<T, E> merged(t, nn::reshape(ctx, extents<dyn, dyn, dyn>(b, s, c.hidden)).id(),
                                x.extents());
   const nn::linear<T, dyn, dyn> wo("wo", c.hidden, c.hidden, /*with_bias=*/false);

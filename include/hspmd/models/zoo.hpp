@@ -26,7 +26,9 @@ inline constexpr std::array<std::string_view, 6> model_names = {"mlp", "bert",  
 
 /// Named sizes of those models for planning at datacenter scale: a preset picks the model and
 /// its sizes, and any size a user gives still wins. Their graphs carry shapes only (tracing
-/// allocates no weights), so a 70B-parameter model plans on any machine.
+/// allocates no weights), so a 70B-parameter model plans on any machine. The Llama presets use
+/// fused attention (llama_config::fused_attention), as models of that size train: 2048-token
+/// scores kept per layer would need ~2.5 GiB per sequence and layer in f32.
 struct model_preset {
   std::string_view name;
   std::string_view model;
@@ -57,11 +59,12 @@ struct model_options {
   std::size_t layers = 0; ///< transformer layers (bert, bert-moe, vit), hidden layers (mlp)
   std::size_t hidden = 0; ///< hidden size; FFN is 4x unless `ffn` is given
   std::size_t ffn = 0;
-  std::size_t heads = 0;   ///< default: hidden / 64
-  std::size_t seq = 0;     ///< bert, bert-moe, llama
-  std::size_t vocab = 0;   ///< bert, bert-moe, llama (default 30522)
-  std::size_t experts = 0; ///< bert-moe (default 8)
-  double width = 1.0;      ///< vgg19: channel multiplier
+  std::size_t heads = 0;        ///< default: hidden / 64
+  std::size_t seq = 0;          ///< bert, bert-moe, llama
+  std::size_t vocab = 0;        ///< bert, bert-moe, llama (default 30522)
+  std::size_t experts = 0;      ///< bert-moe (default 8)
+  double width = 1.0;           ///< vgg19: channel multiplier
+  bool fused_attention = false; ///< llama: one fused attention op (always for the llama presets)
 };
 
 /// Traces model `name` for `batch` samples in element type T; throws `config_error` naming the
@@ -79,6 +82,7 @@ template <class T>
     keep(o.seq, p->seq);
     keep(o.vocab, p->vocab);
     keep(o.experts, p->experts);
+    o.fused_attention = o.fused_attention || p->model == "llama";
     name = p->model;
   }
   const auto pick = [](std::size_t v, std::size_t dflt) { return v != 0 ? v : dflt; };
@@ -109,6 +113,7 @@ template <class T>
     c.heads = heads;
     c.seq = pick(o.seq, 128);
     c.vocab = pick(o.vocab, 30522);
+    c.fused_attention = o.fused_attention;
     return trace_llama_lm<T>(c, batch);
   }
   if (name == "vit") {

@@ -431,6 +431,21 @@ requires(EA::rank() == EB::rank() && EA::rank() >= 3)
       t, t.op(graph::op::batched_matmul, {a.id(), b.id()}, attrs));
 }
 
+/// Fused scaled-dot-product attention: softmax(scale q k^T) v of q (b..., S, d), k (b..., T, d),
+/// v (b..., T, e) -> (b..., S, e), without storing the scores (graph/ops/attention.hpp);
+/// `causal`: query i sees keys j <= i (S = T).
+template <class T, extents_type EQ, extents_type EK, extents_type EV, class PQ, class PK, class PV>
+requires(EQ::rank() == EK::rank() && EQ::rank() == EV::rank() && EQ::rank() >= 3)
+    [[nodiscard]] auto attention(const value<T, EQ, PQ>& q, const value<T, EK, PK>& k,
+                                 const value<T, EV, PV>& v, double scale, bool causal = false) {
+  tracer& t = q.owner();
+  graph::attributes attrs;
+  attrs.scalar = scale;
+  attrs.flag = causal;
+  return detail::made<T, with_runtime_dim_t<EQ, EQ::rank() - 1>>(
+      t, t.op(graph::op::attention, {q.id(), k.id(), v.id()}, attrs));
+}
+
 /// The dimensions of x reordered: result dimension i is x's dimension `order[i]`.
 template <class T, extents_type E, class P>
 [[nodiscard]] auto permute(const value<T, E, P>& x,
@@ -551,6 +566,7 @@ requires(EA::rank() == EB::rank() && Axis < EA::rank())
 
 namespace hspmd::nn {
 using functional::adaptive_avg_pool2d;
+using functional::attention;
 using functional::batched_matmul;
 using functional::broadcast_to;
 using functional::concat;

@@ -212,6 +212,7 @@ struct compute_profile {
   case graph::op::linear:
   case graph::op::batched_matmul:
   case graph::op::conv2d:
+  case graph::op::attention: // two products per (query, key) pair, as flash attention on a GPU
     return op_class::gemm;
   case graph::op::softmax:
   case graph::op::log_softmax:

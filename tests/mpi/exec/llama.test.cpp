@@ -1,5 +1,5 @@
 // Llama-small trains under mpirun like the single process, for every plan and ratio vector
-// (tests/support/equivalence.hpp), f32 and f64.
+// (tests/support/equivalence.hpp), f32 and f64; with fused attention in f64.
 #include <hspmd/models/llama.hpp>
 
 #include "../../support/equivalence.hpp"
@@ -26,4 +26,19 @@ TEST_CASE("Llama-small: distributed training equals the single process (f32, f64
                                          "vocab-parallel", "load+sfb"};
   equivalence<float>("llama", models::trace_llama_lm<float>(c, 4), 40, 1e-5, 1e6, must);
   equivalence<double>("llama", models::trace_llama_lm<double>(c, 4), 40, 1e-10, 1e6, must);
+}
+
+TEST_CASE("Llama-small with fused attention: distributed training equals the single process") {
+  models::llama_config c;
+  c.layers = 2;
+  c.hidden = 16;
+  c.heads = 2;
+  c.ffn = 24;
+  c.seq = 6;
+  c.vocab = 40;
+  c.fused_attention = true;
+  // The attention op splits by heads or batch (TP, DP) and its key and value gradients come back
+  // partial where the queries are split.
+  equivalence<double>("llama-fused", models::trace_llama_lm<double>(c, 4), 40, 1e-10, 1e6,
+                      {"attention:split", "all_gather", "reduce_scatter", "vocab-parallel"});
 }

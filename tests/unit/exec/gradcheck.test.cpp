@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -310,4 +311,147 @@ TEST_CASE("bad data is refused with the node and the range") {
   CHECK_THROWS_WITH(ex.forward(), Catch::Contains("token id 9 is out of range [0, 5)"));
   CHECK_THROWS_AS(ex.set_input("in1", std::vector<std::int64_t>{0, 1}), shape_error);
   CHECK_THROWS_AS(ex.set_input("nope", std::vector<double>{1.0}), plan_error);
+}
+
+namespace {
+// Fused attention of q (2, 2, S, 4), k and v (2, 2, T, 4 | 3) with loss sum(out * R), or the
+// same through products and a softmax; every input set from `x`. Returns the output and the
+// gradients of q, k and v.
+struct attention_run {
+  std::vector<double> out, dq, dk, dv;
+};
+attention_run run_attention(bool fused, bool causal, std::size_t s, std::size_t t,
+                            const std::vector<std::vector<double>>& x,
+                            const exec::node_layout* piece = nullptr, std::size_t whole_s = 0) {
+  builder b;
+  const auto q = b.input({2, 2, s, 4});
+  const auto k = b.input({2, 2, t, 4});
+  const auto v = b.input({2, 2, t, 3});
+  graph::attributes a;
+  a.scalar = 0.4;
+  a.flag = causal;
+  graph::node_id out = 0;
+  if (fused && piece != nullptr) { // a rank's piece, as lowering makes it (no whole-shape check)
+    graph::node n;
+    n.kind = op::attention;
+    n.name = "attention";
+    n.inputs = {q, k, v};
+    n.attrs = a;
+    n.type = dtype::f64;
+    n.out.dims = {2, 2, s, 3};
+    out = b.g.add(n);
+  } else if (fused) {
+    out = b.add(op::attention, {q, k, v}, a);
+  } else {
+    graph::attributes transposed;
+    transposed.flag = true;
+    graph::attributes scale;
+    scale.scalar = 0.4;
+    graph::attributes mask;
+    mask.flag = causal;
+    const auto scores = b.add(op::scale, {b.add(op::batched_matmul, {q, k}, transposed)}, scale);
+    out = b.add(op::batched_matmul, {b.add(op::softmax, {scores}, mask), v});
+  }
+  const auto r = b.input(b.g[out].out.dims);
+  b.g.set_loss(b.add(op::sum, {b.add(op::mul, {out, r})}));
+  std::vector<exec::node_layout> layouts;
+  if (piece != nullptr) {
+    layouts.resize(b.g.size());
+    for (graph::node_id i = 0; i < b.g.size(); ++i)
+      layouts[i].global = b.g[i].out.dims;
+    layouts[out] = *piece;
+    layouts[out].global = {2, 2, whole_s, 3};
+  }
+  exec::executor<double> ex(b.g, 0, layouts);
+  for (std::size_t i = 0; i < 4; ++i)
+    ex.set_input(b.g[i == 3 ? r : static_cast<graph::node_id>(i)].name, x[i]);
+  ex.forward();
+  ex.backward();
+  const auto host = [](std::span<const double> y) {
+    return std::vector<double>(y.begin(), y.end());
+  };
+  return {host(ex.value(out)), host(ex.grad(q)), host(ex.grad(k)), host(ex.grad(v))};
+}
+std::vector<double> normal(std::size_t n, std::mt19937_64& rng) {
+  std::normal_distribution<double> d;
+  std::vector<double> v(n);
+  for (auto& e : v)
+    e = d(rng);
+  return v;
+}
+double worst(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double w = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    w = std::max(w, std::abs(a[i] - b[i]));
+  return w;
+}
+} // namespace
+
+TEST_CASE("fused attention equals products and a softmax, causal or not; a query piece masks "
+          "by global positions and its key gradients sum to the whole's") {
+  std::mt19937_64 rng(11);
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    const std::size_t s = 5;
+    const std::size_t t = causal ? 5 : 7;
+    const std::vector<std::vector<double>> x = {normal(16 * s, rng), normal(16 * t, rng),
+                                                normal(12 * t, rng), normal(12 * s, rng)};
+    const auto fused = run_attention(true, causal, s, t, x);
+    const auto plain = run_attention(false, causal, s, t, x);
+    CHECK(worst(fused.out, plain.out) <= 1e-12);
+    CHECK(worst(fused.dq, plain.dq) <= 1e-12);
+    CHECK(worst(fused.dk, plain.dk) <= 1e-12);
+    CHECK(worst(fused.dv, plain.dv) <= 1e-12);
+    // Queries 0..1 and 2..4 as two ranks' pieces (k and v whole on both).
+    const auto rows = [&](const std::vector<double>& whole, std::size_t from, std::size_t n,
+                          std::size_t width) {
+      std::vector<double> p;
+      for (std::size_t b = 0; b < 4; ++b)
+        for (std::size_t i = from; i < from + n; ++i)
+          for (std::size_t c = 0; c < width; ++c)
+            p.push_back(whole[(b * s + i) * width + c]);
+      return p;
+    };
+    std::vector<double> dk(fused.dk.size(), 0.0);
+    std::vector<double> dv(fused.dv.size(), 0.0);
+    for (const auto& [from, n] : {std::pair<std::size_t, std::size_t>{0, 2}, {2, 3}}) {
+      CAPTURE(from);
+      exec::node_layout l;
+      l.split = 2;
+      l.offset = from;
+      l.length = n;
+      const auto part = run_attention(
+          true, causal, n, t, {rows(x[0], from, n, 4), x[1], x[2], rows(x[3], from, n, 3)}, &l, s);
+      CHECK(worst(part.out, rows(fused.out, from, n, 3)) <= 1e-12);
+      CHECK(worst(part.dq, rows(fused.dq, from, n, 4)) <= 1e-12);
+      for (std::size_t i = 0; i < dk.size(); ++i)
+        dk[i] += part.dk[i];
+      for (std::size_t i = 0; i < dv.size(); ++i)
+        dv[i] += part.dv[i];
+    }
+    CHECK(worst(dk, fused.dk) <= 1e-12);
+    CHECK(worst(dv, fused.dv) <= 1e-12);
+  }
+}
+
+TEST_CASE("fused attention keeps no scores: its FLOPs count only the pairs a causal mask lets "
+          "through, and a bad call names the node") {
+  builder b;
+  const auto q = b.input({2, 3, 8, 4});
+  graph::attributes a;
+  a.scalar = 0.5;
+  a.flag = true;
+  const auto y = b.add(op::attention, {q, b.input({2, 3, 8, 4}), b.input({2, 3, 8, 6})}, a);
+  CHECK(b.g[y].out.dims == std::vector<std::size_t>{2, 3, 8, 6});
+  const graph::node_cost c = graph::cost_of(b.g, y);
+  CHECK(c.forward_flops == 6.0 * 36.0 * (2 * 4 + 2 * 6 + 4)); // 6 rows, 8 * 9 / 2 pairs each
+  a.flag = false;
+  const auto full = b.add(op::attention, {q, b.input({2, 3, 8, 4}), b.input({2, 3, 8, 6})}, a);
+  CHECK(graph::cost_of(b.g, full).forward_flops == 6.0 * 64.0 * (2 * 4 + 2 * 6 + 4));
+  a.flag = true;
+  CHECK_THROWS_WITH(b.add(op::attention, {q, b.input({2, 3, 5, 4}), b.input({2, 3, 5, 6})}, a),
+                    Catch::Contains("as many keys as queries"));
+  CHECK_THROWS_WITH(b.add(op::attention, {q, b.input({2, 3, 8, 5}), b.input({2, 3, 8, 6})}, a),
+                    Catch::Contains("q (b..., S, d)"));
 }

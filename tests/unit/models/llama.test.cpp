@@ -84,6 +84,51 @@ TEST_CASE("Llama gradients match finite differences (f64, tiny)") {
   CHECK(test_support::worst_gradient_error(ex, params, 12) <= 1e-6);
 }
 
+TEST_CASE("Llama with fused attention: no scores in the graph, the same loss and gradients") {
+  auto c = tiny_llama();
+  const graph::graph plain = models::trace_llama_lm<double>(c, 2);
+  c.fused_attention = true;
+  const graph::graph fused = models::trace_llama_lm<double>(c, 2);
+  CHECK(fused.of_kind(graph::op::attention).size() == c.layers);
+  CHECK(fused.of_kind(graph::op::softmax).empty());
+  CHECK(fused.of_kind(graph::op::batched_matmul).empty());
+  CHECK(fused.parameters().size() == plain.parameters().size());
+  // What a node keeps for the backward: no (S, S) score tensor is left.
+  const auto scores = [&](const graph::graph& g) {
+    std::size_t n = 0;
+    for (graph::node_id i = 0; i < g.size(); ++i) {
+      const auto& d = g[i].out.dims;
+      n += d.size() >= 2 && d[d.size() - 1] == c.seq && d[d.size() - 2] == c.seq ? std::size_t{1}
+                                                                                 : std::size_t{0};
+    }
+    return n;
+  };
+  CHECK(scores(plain) >= 3 * c.layers);
+  CHECK(scores(fused) == 0);
+  const std::vector<std::int64_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1};
+  const std::vector<std::int64_t> targets = {2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2};
+  exec::executor<double> a(plain, 3);
+  exec::executor<double> b(fused, 3);
+  for (auto* ex : {&a, &b}) {
+    ex->set_input("tokens", tokens);
+    ex->set_input("targets", targets);
+  }
+  const double la = a.forward();
+  CHECK(b.forward() == Approx(la).epsilon(1e-12));
+  a.backward();
+  b.backward();
+  for (graph::node_id p : plain.parameters()) {
+    CAPTURE(plain[p].name);
+    const auto ga = a.grad(p);
+    const auto gb = b.grad(b.parameter(plain[p].name));
+    REQUIRE(ga.size() == gb.size());
+    double worst = 0.0;
+    for (std::size_t i = 0; i < ga.size(); ++i)
+      worst = std::max(worst, std::abs(ga[i] - gb[i]));
+    CHECK(worst <= 1e-12);
+  }
+}
+
 TEST_CASE("Llama is causal: changing the last token leaves earlier positions' outputs alone") {
   const auto c = tiny_llama();
   const graph::graph g = models::trace_llama_lm<double>(c, 1);

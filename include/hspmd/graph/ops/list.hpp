@@ -44,4 +44,5 @@
   X(silu, unary)                                                                                   \
   X(rms_norm, none)                                                                                \
   X(rotary, none)                                                                                  \
-  X(swiglu, none)
+  X(swiglu, none)                                                                                  \
+  X(attention, none)
