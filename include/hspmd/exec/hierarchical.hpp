@@ -14,12 +14,18 @@
 // before the sum (1 for a summed loss), so the result is the whole batch's, as in one process.
 // The cross-node step runs after the backward (not overlapped; the planner prices it so), 16 MiB
 // of gradients per call (`set_cross_node_bytes`), so its packed copy stays small.
+//
+// A node with no rows (the plan's `active(k)` is false: its devices cannot hold one row) sits
+// out: its ranks build nothing and idle; on them `active()` is false, `forward` returns 0 and
+// `backward` does nothing, and `inner`, `local` and `gather` refuse (a training loop skips its
+// optimizer step there).
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/synth/hierarchical.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,7 +39,8 @@ requires requires(const Comm& c) {
 }
 class hierarchical_executor {
 public:
-  /// `node_graph`: the model traced for this rank's node's rows (`p.node_batch`); `world`: every
+  /// `node_graph`: the model traced for this rank's node's rows (`p.node_batch`; unused where
+  /// the node sits out, so any graph, e.g. the whole batch's, will do there); `world`: every
   /// rank, rank r being device r of the plan's cluster. Collective over `world`: the ranks
   /// check they hold the same plan (`plan_error` on every rank otherwise), split into node and
   /// position communicators and lower the node's program. `p` need not outlive the executor.
@@ -42,8 +49,12 @@ public:
       : where_(locate(p, world)), batch_(p.batch), rows_(p.node_batch[where_.node]),
         first_row_(first_row_of(p, where_.node)),
         node_comm_(world.split(int(where_.node), where_.pos)),
-        cross_(world.split(where_.pos, int(where_.node))),
-        inner_(node_graph, p.node_plan(where_.node), node_comm_, seed) {
+        // idle ranks in groups of their own, apart from the training nodes'
+        cross_(world.split(rows_ > 0 ? where_.pos : int(p.nodes.front().size()) + where_.pos,
+                           int(where_.node))) {
+    if (rows_ == 0)
+      return;
+    inner_.emplace(node_graph, p.node_plan(where_.node), node_comm_, seed);
     const graph::node& loss = node_graph[*node_graph.loss()];
     const bool summed = loss.kind == graph::op::sum ||
                         (loss.kind == graph::op::cross_entropy && loss.attrs.scalar == 0.0);
@@ -51,11 +62,11 @@ public:
     // Random masks (dropout) are drawn by element index in the whole tensor: a tensor whose
     // outermost dimension runs along the batch starts at the node's first row.
     const synth::segment_map seg(node_graph, synth::segment_policy::one);
-    const local_program& prog = inner_.program();
+    const local_program& prog = inner_->program();
     for (graph::node_id i = 0; i < prog.local.size(); ++i) {
       const graph::node& v = node_graph[prog.global[i]];
       if (!v.out.dims.empty() && seg.is_batch(prog.global[i], 0))
-        inner_.local().set_element_base(i, first_row_ * (v.out.size() / rows_));
+        inner_->local().set_element_base(i, first_row_ * (v.out.size() / rows_));
     }
     classify();
   }
@@ -65,9 +76,11 @@ public:
   /// This rank's node (index into the plan's nodes) and position in it.
   [[nodiscard]] std::size_t node() const noexcept { return where_.node; }
   [[nodiscard]] int position() const noexcept { return where_.pos; }
+  /// Whether this rank's node trains (holds rows of the batch); see the file comment.
+  [[nodiscard]] bool active() const noexcept { return rows_ > 0; }
   /// The node's executor (its local graph, pieces and gradients); optimizers step its `local()`.
-  [[nodiscard]] distributed_executor<T, Comm>& inner() noexcept { return inner_; }
-  [[nodiscard]] executor<T>& local() noexcept { return inner_.local(); }
+  [[nodiscard]] distributed_executor<T, Comm>& inner() { return working(); }
+  [[nodiscard]] executor<T>& local() { return working().local(); }
 
   /// How many of the node program's parameters go across nodes each way: replicated (composed
   /// collective), aligned shards, shards that do not line up.
@@ -80,8 +93,14 @@ public:
     chunk_bytes_ = std::max<std::size_t>(bytes, sizeof(T));
   }
 
-  void set_step(std::uint64_t s) noexcept { inner_.set_step(s); }
-  void set_training(bool on) noexcept { inner_.set_training(on); }
+  void set_step(std::uint64_t s) noexcept {
+    if (inner_)
+      inner_->set_step(s);
+  }
+  void set_training(bool on) noexcept {
+    if (inner_)
+      inner_->set_training(on);
+  }
 
   /// Feeds input `name` from the whole batch (every rank the same); the node keeps its rows.
   void set_input(std::string_view name, std::span<const T> whole) { feed(name, whole); }
@@ -89,22 +108,28 @@ public:
 
   /// Forward on every rank; returns the whole batch's loss (the same on every rank).
   T forward() {
-    const double mine = weight_ * static_cast<double>(inner_.forward());
+    if (!inner_)
+      return T{0};
+    const double mine = weight_ * static_cast<double>(inner_->forward());
     return static_cast<T>(cross_.all_reduce(mine, reduce_op::sum));
   }
 
   /// Backward inside the node, then the gradients across nodes (see the file comment).
   void backward() {
-    inner_.backward();
+    if (!inner_)
+      return;
+    inner_->backward();
     cross_node_gradients();
   }
 
   /// Clips to global norm `max_norm` (every node holds the whole gradient: the node's norm is
   /// the global one); returns the norm before clipping.
-  double clip_grad_norm(double max_norm) { return inner_.clip_grad_norm(max_norm); }
+  double clip_grad_norm(double max_norm) {
+    return inner_ ? inner_->clip_grad_norm(max_norm) : 0.0;
+  }
 
   /// The whole value of parameter `name` (collective over the node).
-  [[nodiscard]] std::vector<T> gather(std::string_view name) { return inner_.gather(name); }
+  [[nodiscard]] std::vector<T> gather(std::string_view name) { return working().gather(name); }
 
 private:
   struct place {
@@ -148,27 +173,38 @@ private:
     return first;
   }
 
+  distributed_executor<T, Comm>& working() {
+    if (!inner_)
+      throw plan_error("hierarchical executor",
+                       "node " + std::to_string(where_.node) +
+                           " sits this plan out (its devices hold no row of the batch)",
+                       "check active() and skip the node's work on its ranks");
+    return *inner_;
+  }
+
   template <class E>
   void feed(std::string_view name, std::span<const E> whole) {
+    if (!inner_)
+      return;
     if (whole.size() % batch_ != 0)
       throw shape_error("input \"" + std::string(name) + "\"",
                         std::to_string(whole.size()) + " values are not " + std::to_string(batch_) +
                             " rows",
                         "pass the whole batch, its rows outermost, on every rank");
     const std::size_t per_row = whole.size() / batch_;
-    inner_.set_input(name, whole.subspan(first_row_ * per_row, rows_ * per_row));
+    inner_->set_input(name, whole.subspan(first_row_ * per_row, rows_ * per_row));
   }
 
   // Sorts the node program's parameters into the three ways across nodes (collective over
   // the position communicator: shard lengths are compared).
   void classify() {
-    const local_program& prog = inner_.program();
+    const local_program& prog = inner_->program();
     std::vector<graph::node_id> split;
     for (graph::node_id id : prog.local.parameters())
       (prog.where[id].is_split() ? split : replicated_).push_back(id);
     std::vector<std::int64_t> lo;
     for (graph::node_id id : split)
-      lo.push_back(static_cast<std::int64_t>(inner_.local().grad(id).size()));
+      lo.push_back(static_cast<std::int64_t>(inner_->local().grad(id).size()));
     std::vector<std::int64_t> hi = lo;
     if (!lo.empty()) {
       cross_.all_reduce(std::span<std::int64_t>(lo), reduce_op::min);
@@ -179,7 +215,7 @@ private:
   }
 
   void cross_node_gradients() {
-    executor<T>& ex = inner_.local();
+    executor<T>& ex = inner_->local();
     const auto pack = [&](const std::vector<graph::node_id>& ids, std::vector<T>& flat) {
       flat.clear();
       for (graph::node_id id : ids)
@@ -219,11 +255,11 @@ private:
     }
     // Shards that do not line up: whole inside the node, across, cut again.
     for (graph::node_id id : misaligned_) {
-      std::vector<T> whole = inner_.gradient_whole(id);
+      std::vector<T> whole = inner_->gradient_whole(id);
       for (T& x : whole)
         x = static_cast<T>(weight_ * static_cast<double>(x));
       cross_.all_reduce(std::span<T>(whole), reduce_op::sum);
-      inner_.set_gradient_piece(id, std::span<const T>(whole));
+      inner_->set_gradient_piece(id, std::span<const T>(whole));
     }
   }
 
@@ -234,7 +270,7 @@ private:
     std::vector<std::vector<graph::node_id>> out;
     std::size_t bytes = 0;
     for (graph::node_id id : ids) {
-      const std::size_t b = inner_.local().grad(id).size() * sizeof(T);
+      const std::size_t b = inner_->local().grad(id).size() * sizeof(T);
       if (out.empty() || (bytes > 0 && bytes + b > chunk_bytes_)) {
         out.emplace_back();
         bytes = 0;
@@ -252,7 +288,7 @@ private:
 
   Comm node_comm_;
   Comm cross_;
-  distributed_executor<T, Comm> inner_;
+  std::optional<distributed_executor<T, Comm>> inner_; // none where the node sits out
   double weight_ = 1.0;
   std::vector<graph::node_id> replicated_;
   std::vector<graph::node_id> aligned_;

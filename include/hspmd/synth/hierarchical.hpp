@@ -41,8 +41,11 @@ struct hierarchical_plan {
   std::uint64_t cluster_fingerprint = 0;
   std::size_t batch = 0;                       ///< rows of the whole batch
   std::vector<std::vector<std::size_t>> nodes; ///< each node's devices (= ranks), in order
-  std::vector<std::size_t> node_batch;         ///< rows of the batch each node trains on
-  std::vector<std::size_t> node_variant;       ///< each node's entry of `variants`
+  /// Rows of the batch each node trains on; 0: the node sits the plan out (its devices cannot
+  /// hold one row of the node program: they idle and hold nothing).
+  std::vector<std::size_t> node_batch;
+  std::vector<std::size_t> node_variant; ///< each node's entry of `variants` (`none`: sits out)
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
   /// The inner plans: the node program lowered for one (node class, node batch); a node's
   /// plan is `variants[node_variant[k]]` (its device names are the class's first node's).
   std::vector<plan> variants;
@@ -52,13 +55,27 @@ struct hierarchical_plan {
   std::vector<double> memory; ///< predicted bytes per device (cluster order)
   double seconds = 0.0;       ///< synthesis wall time
 
-  [[nodiscard]] const plan& node_plan(std::size_t k) const { return variants.at(node_variant[k]); }
+  [[nodiscard]] const plan& node_plan(std::size_t k) const {
+    if (node_variant.at(k) == none)
+      throw plan_error("hierarchical plan of " + cluster_name,
+                       "node " + std::to_string(k) + " sits the plan out (0 rows)",
+                       "ask active(k) before node_plan(k)");
+    return variants.at(node_variant[k]);
+  }
+  /// Whether node k trains (holds rows); the others idle.
+  [[nodiscard]] bool active(std::size_t k) const { return node_batch.at(k) > 0; }
+  /// The nodes that train.
+  [[nodiscard]] std::size_t active_nodes() const {
+    return static_cast<std::size_t>(std::count_if(node_batch.begin(), node_batch.end(),
+                                                  [](std::size_t r) { return r > 0; }));
+  }
   /// FNV-1a over what every rank must agree on (node batches, device grouping and every inner
   /// plan's hash).
   [[nodiscard]] std::uint64_t hash() const {
     std::string s = strategy + "|" + std::to_string(batch) + "|" + cluster_name;
     for (std::size_t k = 0; k < nodes.size(); ++k) {
-      s += "|" + std::to_string(node_batch[k]) + ":" + std::to_string(node_plan(k).hash());
+      s += "|" + std::to_string(node_batch[k]) + ":" +
+           (active(k) ? std::to_string(node_plan(k).hash()) : std::string("-"));
       for (std::size_t d : nodes[k])
         s += "," + std::to_string(d);
     }
@@ -335,7 +352,8 @@ struct node_fit {
       const detail::node_fit f1 = detail::fit_node(prog, graph_at(r1), subs[k], opt.inner);
       slope[k] = std::max(1e-300, (f1.p.step_time - f0.p.step_time) / double(r1 - r0));
       a[k] = f0.p.step_time - slope[k] * double(r0);
-      cap[k] = std::floor(detail::rows_that_fit(f0.p, f1.p, double(r0), double(r1), subs[k]));
+      cap[k] = std::max(
+          0.0, std::floor(detail::rows_that_fit(f0.p, f1.p, double(r0), double(r1), subs[k])));
     }
     double capacity = 0.0;
     for (std::size_t k = 0; k < n_nodes; ++k)
@@ -353,9 +371,10 @@ struct node_fit {
       }
       continue;
     }
+    // A node takes at least one row, unless not even one fits its devices: then it sits out.
     const auto rows_at = [&](double t, std::size_t k) {
       const std::size_t cls = lay.node_class[k];
-      return std::clamp((t - a[cls]) / slope[cls], 1.0, cap[cls]);
+      return std::clamp((t - a[cls]) / slope[cls], std::min(1.0, cap[cls]), cap[cls]);
     };
     double lo = 0.0;
     double hi = 1.0;
@@ -420,6 +439,10 @@ struct node_fit {
     bool fits = true;
     for (std::size_t k = 0; k < n_nodes && fits; ++k) {
       const std::size_t cls = lay.node_class[k];
+      if (rows[k] == 0) {
+        h.node_variant.push_back(hierarchical_plan::none);
+        continue;
+      }
       auto [it, fresh] = variant_of.try_emplace({cls, rows[k]}, h.variants.size());
       if (fresh) {
         detail::node_fit f = detail::fit_node(prog, graph_at(rows[k]), subs[cls], opt.inner);
@@ -437,7 +460,7 @@ struct node_fit {
       closest = prog.strategy + " inside a node exceeds a device's memory at its batch share";
       continue;
     }
-    h.cross_time = cross_node_seconds(graph_at(class_rows.front()), c, n_nodes);
+    h.cross_time = cross_node_seconds(graph_at(class_rows.front()), c, h.active_nodes());
     h.step_time = h.inner_time + h.cross_time;
     if (!have || h.step_time < best.step_time) {
       best = std::move(h);

@@ -1,8 +1,8 @@
 // Two-level plans (synth/hierarchical.hpp, exec/hierarchical.hpp) on an emulated cluster of
 // 2 nodes x 2 ranks: every inner program kind (synth, DP-CP, TP, FSDP-sharded) trains equal to
 // the single process, on nodes of different speed (uneven node batches, shards that do not
-// line up across nodes) and on equal nodes (shards that do); and 4 nodes of one rank. Run at 4
-// ranks.
+// line up across nodes) and on equal nodes (shards that do); 4 nodes of one rank; and a node too
+// small for one row sitting out. Run at 4 ranks.
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/exec/hierarchical.hpp>
 #include <hspmd/models/zoo.hpp>
@@ -186,4 +186,36 @@ TEST_CASE("A two-level plan on a cluster it does not fit is refused on every ran
   const graph::graph mine = trace(other.node_batch[world.rank() < 2 ? 0 : 1]);
   CHECK_THROWS_WITH((exec::hierarchical_executor<float, mpi_communicator>(mine, other, world)),
                     Catch::Contains("rank 3 holds a different plan than rank 0"));
+}
+
+TEST_CASE("A node whose devices cannot hold one row sits out; the others train equal to the "
+          "single process") {
+  mpi_communicator world;
+  REQUIRE(world.size() == 4);
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 24;
+  const auto trace = [&](std::size_t rows) { return models::trace_model<float>("mlp", o, rows); };
+  const graph::graph whole = trace(12);
+  cluster c = two_by_two({2, 1, 2, 1}, 1e9);
+  for (std::size_t d = 2; d < 4; ++d)
+    c.devices[d].memory = 4096; // not even the parameters
+  const synth::hierarchical_plan p = synth::synthesize_hierarchical(trace, 12, c);
+  REQUIRE(p.node_batch == std::vector<std::size_t>{12, 0});
+  CHECK(p.active(0));
+  CHECK_FALSE(p.active(1));
+  CHECK(p.active_nodes() == 1);
+  CHECK(p.cross_time == 0.0); // one training node: nothing goes across
+  CHECK(p.memory[2] == 0.0);
+  CHECK_THROWS_WITH(p.node_plan(1), Catch::Contains("node 1 sits the plan out"));
+  if (world.rank() < 2) {
+    check_same(run<float>(trace(12), whole, p, world, 10), single<float>(whole, 10, steps), 1e-5,
+               "mlp " + p.strategy + " with node 1 sitting out");
+  } else {
+    exec::hierarchical_executor<float, mpi_communicator> hx(whole, p, world, 7);
+    CHECK_FALSE(hx.active());
+    CHECK(hx.forward() == 0.0f);
+    hx.backward();
+    CHECK_THROWS_WITH(hx.local(), Catch::Contains("node 1 sits this plan out"));
+  }
 }
