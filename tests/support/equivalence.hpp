@@ -100,6 +100,24 @@ result<T> distributed(const graph::graph& g, const synth::plan& p, Comm& comm, s
   // Buckets of a few gradients each: many all-reduces in flight during the backward, started
   // and completed at different points (the default size puts these small models in one).
   dx.set_bucket_bytes(256);
+  if (p.strategy.ends_with("+fsdp")) {
+    // FSDP's gathered copies share one buffer (each lives from its gather to its last reader,
+    // and is gathered again for the backward): less than all of them at once.
+    const exec::local_program& prog = dx.program();
+    std::size_t all = 0;
+    for (graph::node_id i = 0; i < prog.local.size(); ++i)
+      if (prog.transfer_of[i] &&
+          prog.transfers[*prog.transfer_of[i]].what.kind == synth::transfer_kind::all_gather &&
+          g[prog.global[i]].kind == graph::op::parameter)
+        all += prog.local[i].out.size() * sizeof(T);
+    CHECK(dx.gathered_parameter_copies() > 0);
+    CHECK(dx.gathered_parameter_bytes() < all);
+    // ... and no more than the plan's memory counts for them.
+    const cluster c = make_cluster(static_cast<std::size_t>(comm.size()), 1e9);
+    const synth::cost_model m(g, c, synth::segment_map(g, synth::segment_policy::one));
+    CHECK(static_cast<double>(dx.gathered_parameter_bytes()) <=
+          synth::gathered_parameter_peak(p.steps, m));
+  }
   exec::sgd opt(0.05, 0.9);
   result<T> r;
   for (std::size_t s = 0; s < steps; ++s) {

@@ -137,9 +137,17 @@ public:
     }
     gradient_bytes_ = ex_.reuse_gradient_buffers(keep, duals);
     plan_gradient_sync();
+    share_gathered_parameters();
   }
   distributed_executor(const distributed_executor&) = delete;
   distributed_executor& operator=(const distributed_executor&) = delete;
+
+  /// Bytes of the buffer that the FSDP-gathered parameter copies share (0 without any): each
+  /// copy lives from its all-gather to its last reader, and the backward gathers it again
+  /// before that reader's backward (see `share_gathered_parameters`).
+  [[nodiscard]] std::size_t gathered_parameter_bytes() const noexcept { return gathered_bytes_; }
+  /// The local nodes holding FSDP-gathered parameter copies.
+  [[nodiscard]] std::size_t gathered_parameter_copies() const noexcept { return gathered_; }
 
   /// Bytes of gradient storage this rank holds: the parameters' gradients and the shared
   /// buffers of the intermediate ones (exec::executor::reuse_gradient_buffers).
@@ -224,6 +232,8 @@ public:
     ex_.begin_backward();
     std::size_t next = 0;
     for (graph::node_id i = static_cast<graph::node_id>(prog_.local.size()); i-- > 0;) {
+      for (graph::node_id k : regather_at_[i]) // a gathered parameter, about to be read again
+        traced_transfer(prog_.transfers[*prog_.transfer_of[k]], false);
       const auto t = prog_.transfer_of[i];
       if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load) {
         ex_.enter_backward(i);
@@ -471,6 +481,43 @@ private:
                            " fed a different whole batch than rank 0 (HSPMD_DEBUG=detail)",
                        "feed every rank the same whole batch (same data order and seed); each "
                        "rank keeps its piece");
+  }
+
+  // FSDP: a parameter kept in shards and all-gathered for use is a working copy. Its value is
+  // read from the gather to its last reader (views' readers included) in the forward, and from
+  // that reader's backward to the gather's dual in the backward; in between it is dead. The
+  // copies share one buffer where those lives do not overlap (exec::executor::
+  // share_value_buffers), and the backward gathers each again before its last reader's
+  // backward: one layer's parameters at a time instead of the whole model, for one more
+  // all-gather per copy (the cost model prices both).
+  void share_gathered_parameters() {
+    const std::size_t n = prog_.local.size();
+    regather_at_.assign(n, {});
+    std::vector<std::pair<graph::node_id, graph::node_id>> lives;
+    for (graph::node_id i = 0; i < n; ++i) {
+      const auto t = prog_.transfer_of[i];
+      if (!t || prog_.transfers[*t].what.kind != synth::transfer_kind::all_gather ||
+          g_[prog_.global[i]].kind != graph::op::parameter || prog_.local[i].type == dtype::i64)
+        continue;
+      std::vector<bool> reads(n, false);
+      reads[i] = true;
+      for (graph::node_id v : ex_.views_of(i))
+        reads[v] = true;
+      graph::node_id last = i;
+      for (graph::node_id j = i + 1; j < n; ++j) {
+        for (graph::node_id in : prog_.local[j].inputs)
+          if (reads[in])
+            last = j;
+        const auto tj = prog_.transfer_of[j]; // another version made from this copy
+        if (tj && prog_.transfers[*tj].source && reads[*prog_.transfers[*tj].source])
+          last = j;
+      }
+      lives.emplace_back(i, last);
+      regather_at_[last].push_back(i);
+    }
+    gathered_ = lives.size();
+    if (!lives.empty())
+      gathered_bytes_ = ex_.share_value_buffers(lives);
   }
 
   void transfer_forward(const lowered_transfer& t) {
@@ -735,6 +782,9 @@ private:
   bool check_inputs_ = debug_collectives_from_env();
   trace_recorder trace_;
   std::size_t gradient_bytes_ = 0;
+  std::vector<std::vector<graph::node_id>> regather_at_; // gathered copies to make again there
+  std::size_t gathered_ = 0;
+  std::size_t gathered_bytes_ = 0;
 };
 
 } // namespace hspmd::exec

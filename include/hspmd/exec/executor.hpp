@@ -276,6 +276,71 @@ public:
   /// the whole batch's tensor).
   void set_element_base(graph::node_id id, std::size_t base) { s_.layouts.at(id).base = base; }
 
+  /// Places the values of working copies in one shared buffer where their lives do not overlap:
+  /// `lives` holds (node, the last node whose forward or backward reads its value, views'
+  /// readers included). A driver that makes such a value again before the backward of its last
+  /// reader (exec/distributed.hpp: FSDP-gathered parameters) needs the buffer only while the
+  /// copy is in use, forward and backward. First fit in node order; the views of those nodes
+  /// follow. Call once, before the first forward. Returns the shared buffer's bytes.
+  std::size_t
+  share_value_buffers(const std::vector<std::pair<graph::node_id, graph::node_id>>& lives) {
+    if (value_pool_.size() != 0)
+      throw plan_error("executor", "value buffers are already shared",
+                       "call share_value_buffers once");
+    constexpr std::size_t align = 16; // elements: every copy starts on a 64-byte line
+    struct placed {
+      std::size_t offset, size;
+      graph::node_id last;
+    };
+    std::vector<placed> done;
+    std::vector<std::size_t> offset(lives.size());
+    std::size_t total = 0;
+    std::vector<std::size_t> order(lives.size());
+    for (std::size_t k = 0; k < order.size(); ++k)
+      order[k] = k;
+    std::ranges::sort(order, {}, [&](std::size_t k) { return lives[k].first; });
+    for (std::size_t k : order) {
+      const auto [id, last] = lives[k];
+      const std::size_t size = (g_[id].out.size() + align - 1) / align * align;
+      std::vector<std::pair<std::size_t, std::size_t>> busy; // [offset, end) live at `id`
+      for (const placed& p : done)
+        if (p.last >= id)
+          busy.emplace_back(p.offset, p.offset + p.size);
+      std::ranges::sort(busy);
+      std::size_t at = 0;
+      for (const auto& [lo, hi] : busy) {
+        if (lo >= at + size)
+          break;
+        at = std::max(at, hi);
+      }
+      offset[k] = at;
+      done.push_back({at, size, last});
+      total = std::max(total, at + size);
+    }
+    value_pool_ = allocate_for<T>(lives.empty() ? 0 : lives.front().first, total, "shared value");
+    for (std::size_t k = 0; k < lives.size(); ++k) {
+      const graph::node_id id = lives[k].first;
+      s_.value_views[id] = std::span<T>(value_pool_.data() + offset[k], g_[id].out.size());
+      s_.values[id] = backend_.template allocate<T>(0);
+    }
+    for (graph::node_id i = 0; i < g_.size(); ++i)
+      if (is_view(g_[i]))
+        s_.value_views[i] = s_.value_views[g_[i].inputs[0]].first(g_[i].out.size());
+    return total * sizeof(T);
+  }
+  /// Nodes whose value is a view of node `id`'s (reshapes of it, and of those).
+  [[nodiscard]] std::vector<graph::node_id> views_of(graph::node_id id) const {
+    std::vector<graph::node_id> out;
+    std::vector<bool> of(g_.size(), false);
+    of[id] = true;
+    for (graph::node_id i = id + 1; i < g_.size(); ++i)
+      if (is_view(g_[i]) && of[g_[i].inputs[0]]) {
+        of[i] = true;
+        out.push_back(i);
+      }
+    return out;
+  }
+
   /// The parameter node named `name`; throws `plan_error` when there is none.
   [[nodiscard]] graph::node_id parameter(std::string_view name) const {
     const auto id = g_.find(name);
@@ -406,6 +471,7 @@ private:
   op_profiler profiler_;
   std::vector<buffer<T>> own_grad_; // nodes with a gradient buffer of their own
   buffer<T> pool_;                  // shared gradient buffers (reuse_gradient_buffers)
+  buffer<T> value_pool_;            // shared working-copy values (share_value_buffers)
   std::vector<bool> pooled_;        // the gradient of node i lies in pool_
   std::vector<std::vector<graph::node_id>> zero_before_; // zeroed when node i's backward starts
 };

@@ -124,9 +124,7 @@ public:
 
   /// Clips to global norm `max_norm` (every node holds the whole gradient: the node's norm is
   /// the global one); returns the norm before clipping.
-  double clip_grad_norm(double max_norm) {
-    return inner_ ? inner_->clip_grad_norm(max_norm) : 0.0;
-  }
+  double clip_grad_norm(double max_norm) { return inner_ ? inner_->clip_grad_norm(max_norm) : 0.0; }
 
   /// The whole value of parameter `name` (collective over the node).
   [[nodiscard]] std::vector<T> gather(std::string_view name) { return working().gather(name); }

@@ -288,6 +288,20 @@ public:
     const graph::node& n = (*g_)[t];
     return static_cast<double>(n.out.size()) * static_cast<double>(size_of(n.type));
   }
+  /// Bytes of a whole working copy of `t` as the executor places it in a shared buffer (whole
+  /// lines of 16 elements).
+  [[nodiscard]] double working_copy_bytes(graph::node_id t) const {
+    const graph::node& n = (*g_)[t];
+    return static_cast<double>((n.out.size() + 15) / 16 * 16) *
+           static_cast<double>(size_of(n.type));
+  }
+  /// Whether `t` makes an FSDP working copy: a parameter all-gathered from its shards for use.
+  /// The copy lives only from its gather to its last reader, and again in the backward (the
+  /// executor gathers it a second time): `transfer_memory` leaves it out, and a plan's memory
+  /// counts the most such copies alive at once (plan.hpp, `gathered_parameter_peak`).
+  [[nodiscard]] bool is_gathered_parameter(const transfer& t) const {
+    return t.kind == transfer_kind::all_gather && is_parameter(t.tensor);
+  }
 
   /// Forward + backward compute of node `id` under `r`, per device.
   [[nodiscard]] device_costs compute(graph::node_id id, const graph::rule& r) const {
@@ -357,7 +371,11 @@ public:
       const collective bwd = t.kind == transfer_kind::all_gather ? collective::reduce_scatter_v
                                                                  : collective::all_gather_v;
       device_costs c(n);
-      for (collective op : {fwd, bwd}) {
+      // An FSDP-gathered parameter is gathered again for the backward (its copy is not kept).
+      const std::array<collective, 3> ops = {fwd, bwd, fwd};
+      const std::size_t count = is_gathered_parameter(t) ? 3 : 2;
+      for (std::size_t o = 0; o < count; ++o) {
+        const collective op = ops[o];
         const uneven_algorithm a = t.algorithm;
         if (a == uneven_algorithm::padded) {
           const double x = (nd - 1.0) * b * max_share(ratios, seg);
@@ -430,11 +448,14 @@ public:
   }
 
   /// Bytes device d keeps for what transfer `t` makes: a loaded parameter keeps its value,
-  /// gradient and optimizer state (4 copies); a parameter converted to another placement (an
-  /// FSDP-style gather, a tied weight's second use) is a working copy like an activation.
+  /// gradient and optimizer state (4 copies); a parameter converted to another placement (a
+  /// tied weight's second use) is a working copy like an activation, except an FSDP gather,
+  /// whose copy is transient (none here; `gathered_parameter_peak` in plan.hpp).
   [[nodiscard]] device_costs transfer_memory(const transfer& t) const {
     if (t.kind == transfer_kind::load || !is_parameter(t.tensor))
       return memory(t.tensor, t.to);
+    if (is_gathered_parameter(t)) // transient (see is_gathered_parameter)
+      return device_costs(devices());
     device_costs c = memory(t.tensor, t.to);
     for (auto& x : c) {
       x.constant /= parameter_copies;

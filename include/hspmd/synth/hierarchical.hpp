@@ -66,8 +66,8 @@ struct hierarchical_plan {
   [[nodiscard]] bool active(std::size_t k) const { return node_batch.at(k) > 0; }
   /// The nodes that train.
   [[nodiscard]] std::size_t active_nodes() const {
-    return static_cast<std::size_t>(std::count_if(node_batch.begin(), node_batch.end(),
-                                                  [](std::size_t r) { return r > 0; }));
+    return static_cast<std::size_t>(
+        std::count_if(node_batch.begin(), node_batch.end(), [](std::size_t r) { return r > 0; }));
   }
   /// FNV-1a over what every rank must agree on (node batches, device grouping and every inner
   /// plan's hash).

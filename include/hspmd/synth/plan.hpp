@@ -101,6 +101,58 @@ namespace detail {
 }
 } // namespace detail
 
+/// The most bytes of FSDP-gathered parameter copies alive at once over a plan's steps (the same
+/// on every device: the copies are whole). A copy lives from the step whose transfers gather
+/// it to the last step that reads it, a view of it, or a version made from it: what
+/// exec::distributed_executor shares one buffer for (and gathers again in the backward).
+[[nodiscard]] inline double gathered_parameter_peak(const std::vector<plan_step>& steps,
+                                                    const cost_model& m) {
+  const graph::graph& g = m.graph();
+  struct life {
+    std::size_t from, to;
+    double bytes;
+  };
+  std::vector<life> lives;
+  std::vector<std::pair<graph::node_id, placement>> made;
+  for (std::size_t s = 0; s < steps.size(); ++s)
+    for (const transfer& t : steps[s].transfers) {
+      if (!m.is_gathered_parameter(t) ||
+          std::ranges::find(made, std::pair{t.tensor, t.to}) != made.end())
+        continue; // an earlier step's copy serves this one too
+      made.emplace_back(t.tensor, t.to);
+      std::vector<std::pair<graph::node_id, placement>> alias = {{t.tensor, t.to}};
+      const auto is_alias = [&](graph::node_id x, placement p) {
+        return std::ranges::find(alias, std::pair{x, p}) != alias.end();
+      };
+      std::size_t last = s;
+      for (std::size_t u = s; u < steps.size(); ++u) {
+        const plan_step& st = steps[u];
+        const auto& ins = g[st.node].inputs;
+        bool reads = false;
+        for (std::size_t k = 0; k < ins.size() && k < st.rule.arity; ++k)
+          reads = reads || is_alias(ins[k], st.rule.in[k]);
+        for (const transfer& o : st.transfers)
+          reads = reads || (o.kind != transfer_kind::load && !(u == s && &o == &t) &&
+                            is_alias(o.tensor, o.from));
+        if (!reads)
+          continue;
+        last = u;
+        if (detail::is_view(m, st.node))
+          alias.emplace_back(st.node, st.rule.out);
+      }
+      lives.push_back({s, last, m.working_copy_bytes(t.tensor)});
+    }
+  double peak = 0.0;
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    double live = 0.0;
+    for (const life& l : lives)
+      if (l.from <= s && s <= l.to)
+        live += l.bytes;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
 namespace detail {
 /// The share of a step's compute that is its backward (a product's two backward GEMMs to the
 /// forward's one).
@@ -169,9 +221,10 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   }
   p.overlap_time = m.overlap() * detail::hideable_gradient_time(p, m, ratios);
   p.step_time = p.compute_time + p.comm_time - p.overlap_time;
+  const double gathered = gathered_parameter_peak(p.steps, m);
   p.memory.assign(m.devices(), 0.0);
   for (std::size_t d = 0; d < m.devices(); ++d)
-    p.memory[d] = value_at(mem[d], ratios, d);
+    p.memory[d] = value_at(mem[d], ratios, d) + gathered;
 }
 
 /// A plan from a search result, evaluated at `ratios`.

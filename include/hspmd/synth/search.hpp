@@ -312,11 +312,26 @@ private:
     }
     build_heuristic();
     capacity_.clear();
+    // Sharded parameters are gathered for use into one shared buffer (not counted per copy):
+    // room for the two largest at once is kept free (a weight and its bias, or a tied weight's
+    // two uses); a plan's exact peak is counted when it is evaluated.
+    reserve_ = 0.0;
+    if (opt_.shard_parameters == search_options::parameter_sharding::always) {
+      std::array<double, 2> largest{};
+      for (graph::node_id t : g_->parameters()) {
+        const double b = m_->working_copy_bytes(t);
+        if (b > largest[0])
+          largest = {b, largest[0]};
+        else if (b > largest[1])
+          largest[1] = b;
+      }
+      reserve_ = largest[0] + largest[1];
+    }
     for (const auto& d : m_->cluster().devices)
       capacity_.push_back(static_cast<double>(d.memory));
     // A lower bound of any plan's memory per device: every op output and every input or
     // parameter at its smallest placement on that device.
-    floor_.assign(capacity_.size(), 0.0);
+    floor_.assign(capacity_.size(), reserve_);
     // (Each placement's costs are built once for all devices: built once per device, this was
     // quadratic in the devices, 80 % of synthesis time at 256.)
     std::vector<double> best(floor_.size());
@@ -711,7 +726,8 @@ private:
         const auto [comm, compute] = priced(tr);
         ch.comm += comm;
         ch.compute += compute;
-        add_memory(t, tr.to, tr.kind == transfer_kind::load);
+        if (!m_->is_gathered_parameter(tr)) // a gathered copy: in the reserve
+          add_memory(t, tr.to, tr.kind == transfer_kind::load);
         held = static_cast<detail::mask_t>(held | detail::bit(tr.to));
       }
       if (f == nullptr) {
@@ -811,7 +827,7 @@ private:
   [[nodiscard]] bool fits(const std::array<double, 3>& mem) {
     const auto& segs = ratios_;
     for (std::size_t d = 0; d < capacity_.size(); ++d) {
-      double need = mem[0];
+      double need = mem[0] + reserve_;
       for (std::size_t s = 0; s < segs.size() && s < 2; ++s)
         need += mem[1 + s] * segs[s][d];
       if (need > capacity_[d]) {
@@ -891,6 +907,7 @@ private:
   mutable std::unordered_map<std::uint64_t, std::pair<double, double>> prices_;
   std::vector<double> h_;
   std::vector<double> capacity_;
+  double reserve_ = 0.0;      // room for gathered parameter copies (sharded searches)
   std::vector<double> floor_; ///< per device: no plan needs less memory
   bool pareto_ = false;       ///< keep states that trade cost for memory
   std::vector<detail::search_state> states_;

@@ -96,7 +96,8 @@ struct merged_step {
     q.devices.push_back(d.name);
     q.capacity.push_back(static_cast<double>(d.memory));
   }
-  q.memory.assign(n, linear_cost{});
+  // FSDP-gathered copies: at most this many bytes of them at once, on every device.
+  q.memory.assign(n, linear_cost{gathered_parameter_peak(p.steps, m), {}});
   std::map<detail::shape_key, detail::merged_step> groups;
   double constant = 0.0;
   std::vector<ratio_step> kept;
