@@ -165,13 +165,17 @@ int main(int argc, char** argv) {
       std::printf("one-level synthesis: no plan: %s\n", one_level_error.c_str());
     else
       std::printf("synthesis: %.3f s (search %.3f s in %zu round(s), %zu states expanded; LP "
-                  "%.3f s)%s\n",
+                  "%.3f s)%s%s\n",
                   std::chrono::duration<double>(t2 - t1).count(), plan.stats.search_seconds,
                   plan.stats.rounds, plan.stats.expanded, plan.stats.lp_seconds,
                   plan.stats.optimal ? ""
                                      : (", budget reached: within " +
                                         std::to_string(100.0 * plan.stats.gap) + "% of optimal")
-                                           .c_str());
+                                           .c_str(),
+                  plan.stats.fsdp_fallback
+                      ? "\n  (nothing fitted in the full search: the plan is data parallel with "
+                        "sharded parameters, FSDP, searched in that space)"
+                      : "");
     std::printf("\n%-8s %14s %14s %14s %10s\n", "plan", "step time", "compute", "comm", "speedup");
     if (one_level_error.empty())
       std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),

@@ -43,6 +43,9 @@ struct plan_stats {
   double lp_seconds = 0.0;
   double gap = 0.0;    ///< (cost - lower bound) / cost of the last search; 0 when optimal
   bool optimal = true; ///< the last search finished within its budgets
+  /// The full search found nothing within memory and the plan comes from its data-parallel,
+  /// sharded-parameter (FSDP) part (synthesize.hpp).
+  bool fsdp_fallback = false;
 };
 
 /// A synthesized (or baseline) distributed program.
@@ -314,7 +317,7 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
     j["search"] = {{"expanded", p.stats.expanded},     {"generated", p.stats.generated},
                    {"rounds", p.stats.rounds},         {"search_seconds", p.stats.search_seconds},
                    {"lp_seconds", p.stats.lp_seconds}, {"gap", p.stats.gap},
-                   {"optimal", p.stats.optimal}};
+                   {"optimal", p.stats.optimal},       {"fsdp_fallback", p.stats.fsdp_fallback}};
   return j;
 }
 
@@ -506,6 +509,7 @@ inline std::uint64_t plan::hash() const {
     p.stats.lp_seconds = it->value("lp_seconds", 0.0);
     p.stats.gap = it->value("gap", 0.0);
     p.stats.optimal = it->value("optimal", true);
+    p.stats.fsdp_fallback = it->value("fsdp_fallback", false);
   }
   return p;
 }

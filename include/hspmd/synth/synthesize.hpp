@@ -247,6 +247,41 @@ namespace detail {
                    "allow more rules or raise the search budget");
 }
 
+/// The search options of a baseline (see the file comment): data parallel (split along the
+/// batch only, parameters whole or, where memory needs it, kept in shards and gathered for use:
+/// FSDP) or tensor parallel (no batch split).
+[[nodiscard]] inline search_options baseline_search(const graph::graph& g, const segment_map& seg,
+                                                    baseline b, search_options so) {
+  so.allow_sfb = false;
+  so.allow_all_to_all = b == baseline::tp;
+  const bool dp = b != baseline::tp;
+  so.allow_rule = [&g, &seg, dp](graph::node_id id, const graph::rule& r) {
+    if (r.kind == graph::rule::family::replicated)
+      return true;
+    if (r.kind != graph::rule::family::split)
+      return !dp; // linear (partial) and expert rules: tensor parallelism only
+    const graph::node& n = g[id];
+    bool batch = false;
+    if (r.out.is_split())
+      batch = seg.is_batch(id, r.out.dim());
+    for (std::size_t k = 0; k < r.arity; ++k)
+      if (r.in[k].is_split())
+        batch = batch || seg.is_batch(n.inputs[k], r.in[k].dim());
+    return dp == batch;
+  };
+  // A sharded load is only ever followed by its gather (search_options::shard_parameters).
+  so.allow_load = [&g, &seg, dp](graph::node_id t, placement p) {
+    if (p.is_partial())
+      return false;
+    if (g[t].kind == graph::op::parameter && dp)
+      return !p.is_partial();
+    if (!p.is_split())
+      return true;
+    return dp == seg.is_batch(t, p.dim());
+  };
+  return so;
+}
+
 } // namespace detail
 
 /// Synthesizes a plan for `g` on cluster `c`: the search <-> LP loop from speed-proportional
@@ -259,8 +294,41 @@ namespace detail {
   bool have = false;
   plan_stats stats;
   search_options so = opt.search;
+  bool fell_back = false;
   for (std::size_t round = 0; round < std::max<std::size_t>(opt.max_rounds, 1); ++round) {
-    const search_result res = search(m, r, so);
+    // Round 0 tries the fast search first (no memory-Pareto retry) and, where nothing fits, the
+    // data-parallel FSDP space below before the slow retries.
+    const bool may_fall_back =
+        !have && opt.search.check_memory &&
+        opt.search.shard_parameters != search_options::parameter_sharding::never &&
+        !opt.search.allow_rule;
+    search_options first = so;
+    if (may_fall_back)
+      first.pareto_retry = false;
+    search_result res = search(m, r, first);
+    if (!res.found && may_fall_back && !res.memory_message.empty()) {
+      // The search spends its budget on cheap partial plans that keep activations whole and
+      // run out of memory layers later (deep models on small devices). Data parallelism with
+      // sharded parameters (FSDP) keeps the least per device: search that space, which the
+      // full one contains, so the result is still a plan of the synthesizer's space.
+      search_options dp = detail::baseline_search(g, m.segments(), baseline::dp_cp, so);
+      dp.shard_parameters = search_options::parameter_sharding::always;
+      search_result fallback = search(m, r, dp);
+      fallback.expanded += res.expanded;
+      fallback.generated += res.generated;
+      fallback.seconds += res.seconds;
+      if (fallback.found) {
+        res = std::move(fallback);
+        so = dp; // later rounds search the same space at the LP's ratios
+        fell_back = true;
+      } else if (so.pareto_retry) { // the slow retries after all
+        search_result full = search(m, r, so);
+        full.expanded += fallback.expanded;
+        full.generated += fallback.generated;
+        full.seconds += fallback.seconds;
+        res = std::move(full);
+      }
+    }
     if (res.sharded_parameters) // later rounds need not find out again
       so.shard_parameters = search_options::parameter_sharding::always;
     stats.expanded += res.expanded;
@@ -274,6 +342,7 @@ namespace detail {
     }
     plan cur = make_plan(res, m, r, model, "synth");
     cur.stats = stats;
+    cur.stats.fsdp_fallback = fell_back;
     cur.stats.optimal = res.optimal;
     cur.stats.gap = res.cost > 0.0 ? (res.cost - res.lower_bound) / res.cost : 0.0;
     const double tol = 1e-9 * std::max(cur.step_time, 1e-300);
@@ -315,36 +384,9 @@ namespace detail {
                                         const synth_options& opt = {},
                                         std::string model = "model") {
   const cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
-  const segment_map& seg = m.segments();
-  search_options so = opt.search;
-  so.allow_sfb = false;
-  so.allow_all_to_all = b == baseline::tp;
-  const bool dp = b != baseline::tp;
-  so.allow_rule = [&g, &seg, dp](graph::node_id id, const graph::rule& r) {
-    if (r.kind == graph::rule::family::replicated)
-      return true;
-    if (r.kind != graph::rule::family::split)
-      return !dp; // linear (partial) and expert rules: tensor parallelism only
-    const graph::node& n = g[id];
-    bool batch = false;
-    if (r.out.is_split())
-      batch = seg.is_batch(id, r.out.dim());
-    for (std::size_t k = 0; k < r.arity; ++k)
-      if (r.in[k].is_split())
-        batch = batch || seg.is_batch(n.inputs[k], r.in[k].dim());
-    return dp == batch;
-  };
-  so.allow_load = [&g, &seg, dp](graph::node_id t, placement p) {
-    if (p.is_partial())
-      return false;
-    if (g[t].kind == graph::op::parameter && dp)
-      return p.is_replicated();
-    if (!p.is_split())
-      return true;
-    return dp == seg.is_batch(t, p.dim());
-  };
-  const ratio_table r =
-      b == baseline::dp_cp ? proportional_ratios(c, seg.count()) : even_ratios(c, seg.count());
+  const search_options so = detail::baseline_search(g, m.segments(), b, opt.search);
+  const ratio_table r = b == baseline::dp_cp ? proportional_ratios(c, m.segments().count())
+                                             : even_ratios(c, m.segments().count());
   const search_result res = search(m, r, so);
   if (!res.found)
     detail::fail_no_plan(m, res);

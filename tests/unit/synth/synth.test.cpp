@@ -459,6 +459,40 @@ TEST_CASE("parameters too large to replicate are kept split and gathered for use
   CHECK(forced.step_time >= whole.step_time);
 }
 
+TEST_CASE("a deep model the search cannot fit within its budget falls back to data parallelism "
+          "with sharded parameters (FSDP), which fits") {
+  // 16 Llama blocks on devices of 30 and 12 MiB: cheap partial plans keep activations whole
+  // and run out of memory blocks later; 2 000 expansions find nothing that fits.
+  models::model_options o;
+  o.layers = 16;
+  o.hidden = 64;
+  o.heads = 2;
+  o.seq = 32;
+  o.vocab = 100;
+  const graph::graph g = models::trace_model<float>("llama", o, 8);
+  cluster c = make_cluster({4e12, 1e12, 4e12, 1e12}, 1e10, 30.0 * 1024 * 1024, 1e-5);
+  c.devices[1].memory = c.devices[3].memory = 12 * 1024 * 1024;
+  synth_options opt;
+  opt.search.max_expansions = 2000;
+  const plan p = synthesize(g, c, opt, "llama");
+  CHECK(p.stats.fsdp_fallback);
+  for (std::size_t d = 0; d < c.size(); ++d)
+    CHECK(p.memory[d] <= static_cast<double>(c.devices[d].memory));
+  const segment_map seg(g, segment_policy::one);
+  for (const plan_step& s : p.steps) {
+    for (std::size_t k = 0; k < s.rule.arity; ++k)
+      if (s.rule.in[k].is_split())
+        CHECK(seg.is_batch(g[s.node].inputs[k], s.rule.in[k].dim())); // data parallel
+    for (const transfer& t : s.transfers)
+      if (t.kind == transfer_kind::load && g[t.tensor].kind == graph::op::parameter)
+        CHECK(t.to.is_split()); // sharded
+  }
+  CHECK(plan_from_json(to_json(p), g, "plan.json").stats.fsdp_fallback);
+  // Without sharding there is nothing to fall back to.
+  opt.search.shard_parameters = search_options::parameter_sharding::never;
+  CHECK_THROWS_WITH(synthesize(g, c, opt, "llama"), Catch::Contains("no plan fits in memory"));
+}
+
 TEST_CASE(
     "plans round-trip through JSON, hash alike, explain themselves, and refuse another graph") {
   const auto g = tiny_block(4, 6, 8);
