@@ -4,12 +4,10 @@
 // as its shape; ops keep their kind and read the versions their rule names; every transfer
 // (load, slice, collective) becomes a node too, filled by the distributed executor.
 //
-// Integer lengths. A split divides a dimension into contiguous ranges by largest remainder of
-// the segment's ratios (core/partition.hpp; zero-length ranges are legal). Dimensions that an
-// op's rule splits together must be divided alike, also across a reshape ((B, S, H) split along
-// B and (B*S, H) split along B*S: B*S is divided in units of S). So dimensions linked by the
-// plan's rules form classes; a class is divided in units of the gcd of its members' sizes and
-// every member gets whole units: ranges line up exactly and every rank agrees.
+// Integer lengths (synth/shards.hpp): a split divides a dimension into contiguous ranges by
+// largest remainder of the segment's ratios (zero-length ranges are legal); dimensions a plan's
+// rules split together form classes divided in whole units alike, so ranges line up exactly and
+// every rank agrees.
 //
 //     const auto prog = exec::lower(g, plan, rank);   // prog.local: the rank's graph
 
@@ -21,6 +19,7 @@
 #include <hspmd/graph/rules.hpp>
 #include <hspmd/synth/cost.hpp>
 #include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/shards.hpp>
 
 #include <cstddef>
 #include <map>
@@ -65,119 +64,6 @@ struct local_program {
 
 namespace detail {
 
-// Classes of (tensor, dimension) that must be divided alike, with their unit counts.
-class split_classes {
-public:
-  explicit split_classes(const graph::graph& g) {
-    offset_.resize(g.size() + 1, 0);
-    for (graph::node_id i = 0; i < g.size(); ++i)
-      offset_[i + 1] = offset_[i] + std::max<std::size_t>(g[i].out.rank(), 1);
-    parent_.resize(offset_.back());
-    std::iota(parent_.begin(), parent_.end(), 0);
-    units_.resize(offset_.back(), 1);
-    for (graph::node_id i = 0; i < g.size(); ++i)
-      for (std::size_t d = 0; d < g[i].out.rank(); ++d)
-        units_[offset_[i] + d] = g[i].out.dims[d];
-  }
-  void unite(graph::node_id a, std::size_t da, graph::node_id b, std::size_t db) {
-    std::size_t x = find(key(a, da));
-    std::size_t y = find(key(b, db));
-    if (x == y)
-      return;
-    if (y < x)
-      std::swap(x, y);
-    parent_[y] = x;
-    units_[x] = std::gcd(units_[x], units_[y]);
-  }
-  [[nodiscard]] std::size_t units(graph::node_id t, std::size_t d) const {
-    return units_[find(key(t, d))];
-  }
-
-private:
-  [[nodiscard]] std::size_t key(graph::node_id t, std::size_t d) const { return offset_.at(t) + d; }
-  [[nodiscard]] std::size_t find(std::size_t k) const {
-    while (parent_[k] != k)
-      k = parent_[k];
-    return k;
-  }
-  std::vector<std::size_t> offset_;
-  std::vector<std::size_t> parent_;
-  std::vector<std::size_t> units_;
-};
-
-// Token-parallel MoE routing is group-local (each rank routes its own tokens into its share of
-// the capacity, as GShard's groups): a layer's dispatch and combine must then both run token
-// parallel, or both route globally, and the combine's buffers must divide the capacity exactly
-// as the dispatch's did. Pairs each combine with the dispatch that shares its probabilities.
-inline void pair_moe_routing(split_classes& c, const graph::graph& g, const synth::plan& p) {
-  std::map<graph::node_id, const synth::plan_step*> step_of;
-  for (const synth::plan_step& s : p.steps)
-    step_of[s.node] = &s;
-  const auto token_parallel = [](const synth::plan_step& s) {
-    return s.rule.kind == graph::rule::family::split && s.rule.in[1].is_split();
-  };
-  for (const synth::plan_step& s : p.steps) {
-    if (g[s.node].kind != graph::op::moe_combine)
-      continue;
-    const graph::node_id probs = g[s.node].inputs[1];
-    const synth::plan_step* dispatch = nullptr;
-    for (const auto& [id, step] : step_of)
-      if (g[id].kind == graph::op::moe_dispatch && g[id].inputs[1] == probs)
-        dispatch = step;
-    if (dispatch == nullptr) {
-      if (token_parallel(s))
-        throw plan_error("lowering",
-                         "step " + s.name + " combines token parallel, but no dispatch routes " +
-                             g[probs].name,
-                         "run this combine replicated, hidden or expert parallel");
-      continue;
-    }
-    if (token_parallel(s) != token_parallel(*dispatch))
-      throw plan_error("lowering",
-                       "step " + s.name + (token_parallel(s) ? " routes" : " does not route") +
-                           " token parallel (per-rank capacity) but its dispatch " +
-                           dispatch->name + (token_parallel(s) ? " does not" : " does"),
-                       "run both steps of the MoE layer token parallel, or neither");
-    if (token_parallel(s))
-      c.unite(g[s.node].inputs[0], 1, dispatch->node, 1);
-  }
-}
-
-// Links the dimensions one step's rule splits together.
-inline void link_step(split_classes& c, const graph::graph& g, const synth::plan_step& s) {
-  const graph::node& n = g[s.node];
-  const graph::rule& r = s.rule;
-  if (r.kind != graph::rule::family::split)
-    return;
-  if (n.kind == graph::op::moe_dispatch || n.kind == graph::op::moe_combine) {
-    // Token parallel: tokens and probabilities together; buffers divided on their own.
-    // Hidden parallel: tokens' and buffers' hidden dimensions together.
-    const auto in0 = r.in[0];
-    const auto in1 = r.in[1];
-    if (n.kind == graph::op::moe_dispatch && in1.is_split())
-      c.unite(n.inputs[0], in0.dim(), n.inputs[1], in1.dim());
-    else if (n.kind == graph::op::moe_dispatch)
-      c.unite(n.inputs[0], in0.dim(), s.node, r.out.dim());
-    else if (in1.is_split())
-      c.unite(n.inputs[1], in1.dim(), s.node, r.out.dim());
-    else
-      c.unite(n.inputs[0], in0.dim(), s.node, r.out.dim());
-    return;
-  }
-  std::optional<std::pair<graph::node_id, std::size_t>> first;
-  const auto join = [&](graph::node_id t, placement p) {
-    if (!p.is_split())
-      return;
-    if (first)
-      c.unite(first->first, first->second, t, p.dim());
-    else
-      first = std::pair{t, p.dim()};
-  };
-  for (std::size_t k = 0; k < r.arity; ++k)
-    join(n.inputs[k], r.in[k]);
-  join(s.node, r.out);
-}
-
 [[nodiscard]] inline std::string where_text(const graph::node& n, placement p) {
   return n.name + "@" + p.to_string();
 }
@@ -197,26 +83,18 @@ inline void link_step(split_classes& c, const graph::graph& g, const synth::plan
   if (!g.loss())
     throw plan_error("lowering", "the graph has no loss", "mark one with tracer::set_loss");
   const synth::segment_map segs(g, p.segments);
-  detail::split_classes classes(g);
-  for (const synth::plan_step& s : p.steps)
-    detail::link_step(classes, g, s);
-  detail::pair_moe_routing(classes, g, p);
+  const synth::shard_classes classes(g, p);
 
   local_program out;
   out.rank = rank;
   out.ranks = ranks;
   // Lengths of every rank along dimension d of tensor t.
   const auto lengths_of = [&](graph::node_id t, std::size_t d) {
-    const std::size_t size = g[t].out.dims.at(d);
-    const std::size_t units = classes.units(t, d);
     const std::size_t seg = segs.of(t, d);
     if (seg >= p.ratios.size())
       throw plan_error("lowering", "no ratios for segment " + std::to_string(seg),
                        "give the plan one ratio vector per segment");
-    auto l = shard_lengths(units, p.ratios[seg]);
-    for (auto& x : l)
-      x *= size / units;
-    return l;
+    return classes.lengths(t, d, p.ratios[seg]);
   };
   const auto layout_of = [&](graph::node_id t, placement where) {
     node_layout l;

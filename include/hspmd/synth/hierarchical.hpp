@@ -193,6 +193,11 @@ struct node_fit {
         f.p = std::move(moved);
     }
   }
+  try { // memory at the whole shards lowering cuts (a node's few rows over its devices)
+    fit_whole_shards(f.p, m);
+  } catch (const plan_error&) {
+    // f.p.memory holds the whole-shard need; a device is over
+  }
   f.fits = true;
   for (std::size_t d = 0; d < sub.size(); ++d)
     f.fits = f.fits && f.p.memory[d] <= static_cast<double>(sub.devices[d].memory);

@@ -20,6 +20,7 @@
 
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/ratio_lp.hpp>
+#include <hspmd/synth/shards.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -247,6 +248,45 @@ namespace detail {
                    "allow more rules or raise the search budget");
 }
 
+/// Sets `p.memory` to what lowering's whole shards keep (`whole_shard_memory`). A device that
+/// cannot hold its whole shards (a whole row where its ratio is a fraction of one) gets none:
+/// its ratios go to 0 in every segment and the others are scaled up, a few times; throws
+/// `plan_error` naming the device when that does not help.
+inline void fit_whole_shards(plan& p, const cost_model& m) {
+  const auto& devs = m.cluster().devices;
+  for (int attempt = 0;; ++attempt) {
+    p.memory = whole_shard_memory(p, m, p.ratios);
+    std::vector<std::size_t> over;
+    for (std::size_t d = 0; d < devs.size(); ++d)
+      if (p.memory[d] > static_cast<double>(devs[d].memory))
+        over.push_back(d);
+    if (over.empty())
+      return;
+    ratio_table r = p.ratios;
+    bool movable = attempt < 4;
+    for (auto& seg : r) {
+      for (std::size_t d : over)
+        seg[d] = 0.0;
+      double sum = 0.0;
+      for (double x : seg)
+        sum += x;
+      movable = movable && sum > 0.0;
+      for (double& x : seg)
+        x = sum > 0.0 ? x / sum : x;
+    }
+    if (!movable) {
+      const std::size_t d = over.front();
+      throw plan_error("synthesis for cluster " + m.cluster().name,
+                       "at the whole shards lowering cuts (" + std::to_string(over.size()) +
+                           " device(s) over), device " + devs[d].name + " (rank " +
+                           std::to_string(d) + ") needs " + bytes_text(p.memory[d]) + " but has " +
+                           bytes_text(static_cast<double>(devs[d].memory)),
+                       "more rows than devices (a larger batch), more memory, or a smaller model");
+    }
+    evaluate(p, m, r);
+  }
+}
+
 /// The search options of a baseline (see the file comment): data parallel (split along the
 /// batch only, parameters whole or, where memory needs it, kept in shards and gathered for use:
 /// FSDP) or tensor parallel (no batch split).
@@ -371,6 +411,8 @@ namespace detail {
     best = std::move(moved);
     r = sol.ratios;
   }
+  if (opt.search.check_memory)
+    detail::fit_whole_shards(best, m);
   best.stats.rounds = stats.rounds;
   best.stats.expanded = stats.expanded;
   best.stats.generated = stats.generated;
@@ -391,6 +433,8 @@ namespace detail {
   if (!res.found)
     detail::fail_no_plan(m, res);
   plan p = make_plan(res, m, r, std::move(model), std::string(name(b)));
+  if (opt.search.check_memory)
+    detail::fit_whole_shards(p, m);
   p.stats.expanded = res.expanded;
   p.stats.generated = res.generated;
   p.stats.search_seconds = res.seconds;
