@@ -106,7 +106,8 @@ public:
   void set_input(std::string_view name, std::span<const T> whole) { feed(name, whole); }
   void set_input(std::string_view name, std::span<const std::int64_t> whole) { feed(name, whole); }
 
-  /// Forward on every rank; returns the whole batch's loss (the same on every rank).
+  /// Forward on every rank; returns the whole batch's loss (the same on every training rank; 0
+  /// on the ranks of a node that sits out).
   T forward() {
     if (!inner_)
       return T{0};

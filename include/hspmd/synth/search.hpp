@@ -726,7 +726,9 @@ private:
         const auto [comm, compute] = priced(tr);
         ch.comm += comm;
         ch.compute += compute;
-        if (!m_->is_gathered_parameter(tr)) // a gathered copy: in the reserve
+        // A gathered copy is in the reserve where the search keeps one (sharded parameters);
+        // elsewhere it is counted whole, as if kept.
+        if (!(reserve_ > 0.0 && m_->is_gathered_parameter(tr)))
           add_memory(t, tr.to, tr.kind == transfer_kind::load);
         held = static_cast<detail::mask_t>(held | detail::bit(tr.to));
       }

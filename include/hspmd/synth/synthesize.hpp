@@ -341,7 +341,7 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
     const bool may_fall_back =
         !have && opt.search.check_memory &&
         opt.search.shard_parameters != search_options::parameter_sharding::never &&
-        !opt.search.allow_rule;
+        !opt.search.allow_rule && !opt.search.allow_load;
     search_options first = so;
     if (may_fall_back)
       first.pareto_retry = false;

@@ -19,8 +19,8 @@ namespace hspmd::graph {
 
 /// q (b..., S, d), k (b..., T, d), v (b..., T, e) -> (b..., S, e): row i of the output is
 /// sum_j softmax_j(attrs.scalar * q_i . k_j) v_j. attrs.flag: causal (S = T; query i sees keys
-/// j <= i). Splits along the leading dimensions (batch, heads), the queries (each piece masks
-/// by its global positions) and the value width; never the keys or the head size.
+/// j <= i). Splits along the leading dimensions (batch, heads) and the queries (each piece masks
+/// by its global positions); never the keys, the head size or the value width.
 template <>
 struct op_traits<op::attention> {
   static constexpr std::string_view summary =
@@ -71,7 +71,9 @@ struct op_traits<op::attention> {
     const label d = s.in[0][r - 1];
     b.forbid(d); // the scores are not linear in a piece of the head
     const label keys = b.make(b.in(1)[r - 2], false);
-    const label e = b.make(b.in(2)[r - 1]);
+    // Not the value width either: every piece would recompute all the scores, which the cost
+    // model (work scaled by the share) would price at a fraction.
+    const label e = b.make(b.in(2)[r - 1], false);
     for (std::size_t k = 1; k < 3; ++k) {
       s.in_rank[k] = r;
       for (std::size_t i = 0; i + 2 < r; ++i)
