@@ -29,6 +29,10 @@ TEST_CASE("Llama-small: distributed training equals the single process (f32, f64
 }
 
 TEST_CASE("Llama-small with fused attention: distributed training equals the single process") {
+  // At 3 ranks only (uneven ratios and a zero-length shard); the 2-rank run adds no path the
+  // attention op takes and 10 s of the suite's time.
+  if (mpi_communicator().size() != 3)
+    return;
   models::llama_config c;
   c.layers = 2;
   c.hidden = 16;
