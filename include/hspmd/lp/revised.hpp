@@ -593,7 +593,7 @@ private:
   }
 
   // ---- answer ----------------------------------------------------------------------------------
-  result& finish(result& res, lp::status s, std::string message) {
+  result finish(result& res, lp::status s, std::string message) { // moves res out
     if (basic_.size() != m_ || lu_.updates() > 0 || d_.size() != width_) {
       if (basic_.size() == m_ && refactor())
         price(cost_);
@@ -613,7 +613,8 @@ private:
       at_upper_.assign(width_, false);
     }
     res.iterations = iterations_;
-    return answer(res, p_, opt_, sf_, {v, d_, is_basic_, at_upper_, y_}, s, std::move(message));
+    return std::move(
+        answer(res, p_, opt_, sf_, {v, d_, is_basic_, at_upper_, y_}, s, std::move(message)));
   }
 
   const problem& p_;

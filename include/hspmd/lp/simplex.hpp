@@ -41,6 +41,93 @@ namespace hspmd::lp {
 
 namespace detail {
 
+/// LU factors with partial pivoting of a dense m x m basis, P B = L U, for the dense tableau's
+/// checks (a dense basis gains nothing from the sparse factorization's bookkeeping).
+class dense_lu {
+public:
+  /// Factorizes the matrix whose column k holds the entries `columns(k, add)` passes to
+  /// add(row, value). Returns false when it is singular (no pivot above 1e-11 of its column).
+  template <class Columns>
+  bool factor(std::size_t m, Columns&& columns) {
+    m_ = m;
+    a_.assign(m * m, 0.0);
+    for (std::size_t k = 0; k < m; ++k)
+      columns(k, [&](std::size_t i, double v) { a_[i * m + k] += v; });
+    swap_.resize(m);
+    for (std::size_t k = 0; k < m; ++k) {
+      std::size_t p = k;
+      double big = 0.0;
+      for (std::size_t i = k; i < m; ++i)
+        if (const double v = std::abs(a_[i * m + k]); v > big) {
+          big = v;
+          p = i;
+        }
+      if (!(big > 1e-11))
+        return false;
+      swap_[k] = p;
+      if (p != k)
+        std::swap_ranges(a_.begin() + static_cast<std::ptrdiff_t>(k * m),
+                         a_.begin() + static_cast<std::ptrdiff_t>((k + 1) * m),
+                         a_.begin() + static_cast<std::ptrdiff_t>(p * m));
+      const double* rk = &a_[k * m];
+      for (std::size_t i = k + 1; i < m; ++i) {
+        double* ri = &a_[i * m];
+        if (ri[k] == 0.0)
+          continue;
+        const double l = ri[k] / rk[k];
+        ri[k] = l;
+        for (std::size_t j = k + 1; j < m; ++j)
+          ri[j] -= l * rk[j];
+      }
+    }
+    return true;
+  }
+
+  /// Solves B x = a: `a` by row in (used as work space), x by basis position out.
+  void ftran(std::vector<double>& a, std::vector<double>& x) const {
+    for (std::size_t k = 0; k < m_; ++k)
+      std::swap(a[k], a[swap_[k]]);
+    for (std::size_t i = 0; i < m_; ++i) {
+      double s = a[i];
+      for (std::size_t j = 0; j < i; ++j)
+        s -= a_[i * m_ + j] * a[j];
+      a[i] = s;
+    }
+    x.assign(m_, 0.0);
+    for (std::size_t i = m_; i-- > 0;) {
+      double s = a[i];
+      for (std::size_t j = i + 1; j < m_; ++j)
+        s -= a_[i * m_ + j] * x[j];
+      x[i] = s / a_[i * m_ + i];
+    }
+  }
+
+  /// Solves y B = c: `c` by basis position in (used as work space), y by row out.
+  void btran(std::vector<double>& c, std::vector<double>& y) const {
+    for (std::size_t k = 0; k < m_; ++k) { // U^T z = c, by rows of U
+      const double z = c[k] / a_[k * m_ + k];
+      c[k] = z;
+      if (z != 0.0)
+        for (std::size_t j = k + 1; j < m_; ++j)
+          c[j] -= z * a_[k * m_ + j];
+    }
+    for (std::size_t k = m_; k-- > 0;) { // L^T w = z, by rows of L
+      const double w = c[k];
+      if (w != 0.0)
+        for (std::size_t j = 0; j < k; ++j)
+          c[j] -= w * a_[k * m_ + j];
+    }
+    for (std::size_t k = m_; k-- > 0;)
+      std::swap(c[k], c[swap_[k]]);
+    y.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(m_));
+  }
+
+private:
+  std::size_t m_ = 0;
+  std::vector<double> a_; // row-major: L below the diagonal (unit), U on and above it
+  std::vector<std::size_t> swap_;
+};
+
 class dense_simplex {
 public:
   dense_simplex(const problem& p, const options& opt) : p_(p), opt_(opt) { build(); }
@@ -101,6 +188,11 @@ private:
     n_ = sf_.n;
     warm_col_ = n_ + m_;
     width_ = n_ + m_ + 1;
+    pos_.resize(n_);
+    var_at_.resize(n_);
+    for (std::size_t j = 0; j < n_; ++j)
+      pos_[j] = var_at_[j] = j;
+    front_ = n_;
     a_.assign(m_ * width_, 0.0);
     for (std::size_t j = 0; j < n_; ++j)
       for (std::size_t e = sf_.start[j]; e < sf_.start[j + 1]; ++e)
@@ -115,10 +207,38 @@ private:
     upper_[warm_col_] = 0.0;
   }
 
-  double& at(std::size_t i, std::size_t j) { return a_[i * width_ + j]; }
-  [[nodiscard]] double at(std::size_t i, std::size_t j) const { return a_[i * width_ + j]; }
-  double& tab(std::size_t i, std::size_t j) { return t_[i * width_ + j]; }
+  // Column j of the data and the tableau lies at position col(j): the structural and slack
+  // columns are kept with the nonbasic ones first, [0, front_), and the basic ones after them,
+  // so that a pivot updates only the nonbasic part (a basic column is a unit column and stays
+  // one); artificial columns keep their places.
+  [[nodiscard]] std::size_t col(std::size_t j) const { return j < n_ ? pos_[j] : j; }
+  double& at(std::size_t i, std::size_t j) { return a_[i * width_ + col(j)]; }
+  [[nodiscard]] double at(std::size_t i, std::size_t j) const { return a_[i * width_ + col(j)]; }
+  double& tab(std::size_t i, std::size_t j) { return t_[i * width_ + col(j)]; }
   [[nodiscard]] bool is_artificial(std::size_t j) const noexcept { return j >= n_; }
+
+  // Swaps positions p and q of the data, the tableau (when it is there) and the maps.
+  void swap_positions(std::size_t p, std::size_t q) {
+    if (p == q)
+      return;
+    const bool tableau = t_.size() == a_.size();
+    for (std::size_t i = 0; i < m_; ++i) {
+      std::swap(a_[i * width_ + p], a_[i * width_ + q]);
+      if (tableau)
+        std::swap(t_[i * width_ + p], t_[i * width_ + q]);
+    }
+    std::swap(var_at_[p], var_at_[q]);
+    pos_[var_at_[p]] = p;
+    pos_[var_at_[q]] = q;
+  }
+
+  // Puts the nonbasic columns first (in their order), then the basic ones, for a new basis.
+  void arrange() {
+    front_ = 0;
+    for (std::size_t j = 0; j < n_; ++j)
+      if (!is_basic_[j])
+        swap_positions(front_++, pos_[j]);
+  }
 
   // ---- starting bases ---------------------------------------------------------------------------
   void cold_start() {
@@ -132,7 +252,9 @@ private:
     }
     for (std::size_t i = 0; i < m_; ++i)
       upper_[n_ + i] = basic_[i] == n_ + i ? inf : 0.0; // unused artificials stay at zero
-    t_ = a_;                                            // the starting basis is the identity
+    t_.clear();
+    arrange();
+    t_ = a_; // the starting basis is the identity
     beta_ = b_;
     phase1_costs_.assign(width_, 0.0);
     for (std::size_t i = 0; i < m_; ++i)
@@ -180,6 +302,8 @@ private:
     for (std::size_t i = 0; i < m_; ++i)
       upper_[n_ + i] = 0.0; // the row artificials only ever sit at zero here
     phase1_costs_.assign(width_, 0.0);
+    t_.clear();
+    arrange();
     if (!refactor())
       return warm_outcome::rejected;
     if (primal_feasible())
@@ -227,12 +351,12 @@ private:
         for (std::size_t i = 0; i < m_; ++i)
           rhs[i] -= at(i, j) * upper_[j];
     for (std::size_t k = 0; k < m_; ++k) {
-      const std::size_t col = basic_[k];
+      const std::size_t at_k = col(basic_[k]); // its position
       std::size_t p = k;
       double best = 0.0;
       double column_max = 0.0;
       for (std::size_t i = 0; i < m_; ++i) {
-        const double v = std::abs(tab(i, col));
+        const double v = std::abs(t_[i * width_ + at_k]);
         if (i < k) // rows already pivoted hold zeros here up to rounding
           continue;
         column_max = std::max(column_max, v);
@@ -250,14 +374,14 @@ private:
         std::swap(rhs[k], rhs[p]);
       }
       double* row_k = &t_[k * width_];
-      const double inv = 1.0 / row_k[col];
+      const double inv = 1.0 / row_k[at_k];
       for (std::size_t j = 0; j < width_; ++j)
         row_k[j] *= inv;
       rhs[k] *= inv;
       for (std::size_t i = 0; i < m_; ++i) {
         if (i == k)
           continue;
-        const double f = tab(i, col);
+        const double f = t_[i * width_ + at_k];
         if (f == 0.0)
           continue;
         double* row_i = &t_[i * width_];
@@ -275,12 +399,31 @@ private:
   // come from an LU solve: their tableau columns are not kept up to date after the start).
   void compute_reduced_costs(const std::vector<double>& c) {
     d_.assign(width_, 0.0);
-    for (std::size_t j = 0; j < n_; ++j) {
-      double v = c[j];
-      for (std::size_t i = 0; i < m_; ++i)
-        v -= c[basic_[i]] * t_[i * width_ + j];
-      d_[j] = is_basic_[j] ? 0.0 : v;
-    }
+    price_rows(c, t_, d_);
+  }
+
+  // d = c - c_B B^-1 [rows] over the nonbasic positions by rows of `rows` (the tableau with the
+  // basic costs, or the data with duals: `weight(i)`), written by column; basic ones are zero.
+  template <class Weight>
+  void price_rows(const std::vector<double>& c, const std::vector<double>& rows, Weight&& weight,
+                  std::vector<double>& d) {
+    std::vector<double>& w = pivot_column_;
+    w.resize(front_);
+    for (std::size_t p = 0; p < front_; ++p)
+      w[p] = c[var_at_[p]];
+    for (std::size_t i = 0; i < m_; ++i) // by rows: contiguous
+      if (const double y = weight(i); y != 0.0) {
+        const double* row = &rows[i * width_];
+        for (std::size_t p = 0; p < front_; ++p)
+          w[p] -= y * row[p];
+      }
+    for (std::size_t p = 0; p < front_; ++p)
+      d[var_at_[p]] = w[p];
+  }
+  void price_rows(const std::vector<double>& c, const std::vector<double>& rows,
+                  std::vector<double>& d) {
+    price_rows(
+        c, rows, [&](std::size_t i) { return c[basic_[i]]; }, d);
   }
 
   [[nodiscard]] double feasibility_scale() const { return sf_.feasibility_scale(opt_); }
@@ -369,28 +512,43 @@ private:
   void pivot(std::size_t r, std::size_t enter, bool leaves_at_upper) {
     const std::size_t leaving = basic_[r];
     const double p = tab(r, enter);
-    // Only the structural and slack columns are updated (see compute_reduced_costs); the
-    // entering column may be the warm-start artificial, read here before the update.
-    double* row_r = &t_[r * width_];
+    // Only the nonbasic structural and slack columns are updated (see compute_reduced_costs);
+    // the entering column may be the warm-start artificial, read here before the update.
     std::vector<double>& f = pivot_column_;
     f.resize(m_);
     for (std::size_t i = 0; i < m_; ++i)
       f[i] = i == r ? 0.0 : tab(i, enter);
-    for (std::size_t j = 0; j < n_; ++j)
+    // The leaving column (a unit column, exactly) takes the entering one's place among the
+    // nonbasic positions, where the update below gives it its values; with an artificial on one
+    // side the nonbasic part shrinks or grows by one instead.
+    std::size_t basic_pos = none; // where the entering column lies after the update
+    if (enter < n_ && leaving < n_) {
+      basic_pos = pos_[leaving];
+      swap_positions(pos_[enter], basic_pos);
+    } else if (enter < n_) {
+      basic_pos = --front_;
+      swap_positions(pos_[enter], basic_pos);
+    } else if (leaving < n_) {
+      swap_positions(pos_[leaving], front_++);
+    }
+    double* row_r = &t_[r * width_];
+    for (std::size_t j = 0; j < front_; ++j)
       row_r[j] /= p;
     for (std::size_t i = 0; i < m_; ++i) {
       if (f[i] == 0.0)
         continue;
       double* row_i = &t_[i * width_];
-      for (std::size_t j = 0; j < n_; ++j)
-        row_i[j] -= f[i] * row_r[j];
-      if (enter < n_)
-        row_i[enter] = 0.0;
+      const double fi = f[i];
+      for (std::size_t j = 0; j < front_; ++j)
+        row_i[j] -= fi * row_r[j];
     }
+    if (basic_pos != none)
+      for (std::size_t i = 0; i < m_; ++i)
+        t_[i * width_ + basic_pos] = i == r ? 1.0 : 0.0;
     const double fd = d_[enter];
     if (fd != 0.0)
-      for (std::size_t j = 0; j < n_; ++j)
-        d_[j] -= fd * row_r[j];
+      for (std::size_t j = 0; j < front_; ++j)
+        d_[var_at_[j]] -= fd * row_r[j];
     d_[enter] = 0.0;
     is_basic_[leaving] = false;
     at_upper_[leaving] = leaves_at_upper;
@@ -437,7 +595,7 @@ private:
     return v;
   }
 
-  result& finish(result& res, lp::status s, std::string message) {
+  result finish(result& res, lp::status s, std::string message) { // moves res out
     const std::vector<double>& c = costs_.empty() ? cost_ : costs_;
     if (d_.size() != width_)
       compute_reduced_costs(c);
@@ -452,7 +610,8 @@ private:
     }
     const std::vector<double> v = std_values();
     res.iterations = iterations_;
-    return answer(res, p_, opt_, sf_, {v, d_, is_basic_, at_upper_, y_}, s, std::move(message));
+    return std::move(
+        answer(res, p_, opt_, sf_, {v, d_, is_basic_, at_upper_, y_}, s, std::move(message)));
   }
 
   // LU factors of the basis from the original (scaled) data.
@@ -485,13 +644,8 @@ private:
     std::vector<double> y;
     lu_.btran(work_, y);
     std::vector<double> d(width_, 0.0);
-    for (std::size_t j = 0; j < n_; ++j)
-      if (!is_basic_[j]) {
-        double v = cost_[j];
-        for (std::size_t i = 0; i < m_; ++i)
-          v -= y[i] * at(i, j);
-        d[j] = v;
-      }
+    price_rows(
+        cost_, a_, [&](std::size_t i) { return y[i]; }, d);
     std::swap(beta, beta_);
     std::swap(d, d_);
     if (!primal_feasible() || !dual_feasible()) {
@@ -512,11 +666,13 @@ private:
   std::size_t warm_col_ = 0;
   standard_form sf_{p_, opt_};
   std::vector<double> a_, b_, cost_, upper_;
-  sparse_lu lu_;
+  dense_lu lu_;
   std::vector<double> work_, y_, pivot_column_;
   bool confirmed_ = false;
   std::vector<double> t_, beta_, d_, costs_, phase1_costs_;
   std::vector<std::size_t> basic_;
+  std::vector<std::size_t> pos_, var_at_; // column j's position, the column at a position
+  std::size_t front_ = 0;                 // positions [0, front_) hold the nonbasic columns
   std::vector<char> is_basic_, at_upper_; // flags (not vector<bool>: read in the inner loops)
   std::size_t iterations_ = 0;
   std::size_t limit_ = 0;
@@ -666,7 +822,7 @@ private:
       r.objective += vars[j].cost * r.x[j];
     r.final_basis = from_dual_basis(d.final_basis, r.x);
     r.status = status::optimal;
-    return r;
+    return std::move(r); // r is the caller's, done with
   }
 
   result& fail(result& r, status s, std::string message) const {

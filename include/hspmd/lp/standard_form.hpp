@@ -199,11 +199,19 @@ struct standard_form {
     index.resize(start[n]);
     value.resize(start[n]);
     std::vector<std::size_t> next(start.begin(), start.end() - 1);
+    // The scaling's work space; each row's range of magnitudes is taken here, on the way.
+    std::vector<double> work(opt.scale ? 3 * m + 2 * n : 0);
+    double lo = inf;
+    double hi = 0.0;
     const auto put = [&](std::size_t i, std::size_t col, double v) {
       index[next[col]] = i;
       value[next[col]++] = flip[i] * v;
+      lo = std::min(lo, std::abs(v));
+      hi = std::max(hi, std::abs(v));
     };
     for (std::size_t i = 0; i < m; ++i) {
+      lo = inf;
+      hi = 0.0;
       for (const term& t : rows[i].terms) {
         const var_map& vm = vars[t.variable];
         put(i, vm.col, vm.k == var_kind::mirrored ? -t.coefficient : t.coefficient);
@@ -212,11 +220,15 @@ struct standard_form {
       }
       if (slack[i] != none)
         put(i, slack[i], rows[i].rel == relation::less_equal ? 1.0 : -1.0);
+      if (opt.scale) {
+        work[i] = lo;
+        work[m + i] = hi;
+      }
     }
     row_scale.assign(m, 1.0);
     col_scale.assign(n, 1.0);
     if (opt.scale)
-      scale();
+      scale(work);
   }
 
   /// Whether row i's slack is a unit column (+1 after negation and scaling).
@@ -252,23 +264,22 @@ private:
     return std::bit_cast<double>((exponent + ((bits & mantissa) >= sqrt2 ? 1 : 0)) << 52);
   }
 
-  // Geometric-mean scaling of rows and columns (four passes), then each column's largest entry
-  // to 1; the objective is scaled so that its largest coefficient is 1.
-  void scale() {
+  // Geometric-mean scaling of rows and columns (at most four passes), then each column's largest
+  // entry to 1; the objective is scaled so that its largest coefficient is 1.
+  void scale(std::vector<double>& work) {
     // Entries are nonzero (zero terms are dropped when rows are added). Each pass scales the
     // rows while it takes the columns' ranges, then the columns while it takes the rows' ranges
     // for the next pass: two sweeps over the entries per pass.
-    std::vector<double> row_lo(m, inf);
-    std::vector<double> row_hi(m, 0.0);
+    // `work` holds 3m + 2n: the rows' ranges (filled by the constructor) and the spaces below.
+    const std::span<double> row_lo(work.data(), m);
+    const std::span<double> row_hi(work.data() + m, m);
+    const std::span<double> f(work.data() + 2 * m, m);
+    const std::span<double> col_lo(work.data() + 3 * m, n);
+    const std::span<double> col_hi(work.data() + 3 * m + n, n);
     const auto note_row = [&](std::size_t i, double v) {
       row_lo[i] = std::min(row_lo[i], v);
       row_hi[i] = std::max(row_hi[i], v);
     };
-    for (std::size_t e = 0; e < index.size(); ++e)
-      note_row(index[e], std::abs(value[e]));
-    std::vector<double> f(m, 1.0);
-    std::vector<double> col_lo(n);
-    std::vector<double> col_hi(n);
     const auto scale_rows_note_columns = [&] {
       bool changed = false;
       for (std::size_t i = 0; i < m; ++i) {
@@ -299,9 +310,20 @@ private:
         value[e] *= g;
         note_row(index[e], std::abs(value[e]));
       }
+      col_hi[j] *= g; // exact: a power of two
       return g != 1.0;
     };
-    // A pass that changes nothing has reached the fixed point: the later ones would not either.
+    // The quality of a scaling: the largest ratio of largest to smallest entry in a row.
+    const auto quality = [&] {
+      double q = 1.0;
+      for (std::size_t i = 0; i < m; ++i)
+        if (row_hi[i] > 0.0)
+          q = std::max(q, row_hi[i] / row_lo[i]);
+      return q;
+    };
+    // A pass that changes nothing has reached the fixed point; one that improves the quality by
+    // less than a tenth is not worth another (a dense matrix of similar entries stops after one).
+    double q = quality();
     for (int pass = 0; pass < 4; ++pass) {
       bool changed = scale_rows_note_columns();
       std::fill(row_lo.begin(), row_lo.end(), inf);
@@ -309,13 +331,13 @@ private:
       for (std::size_t j = 0; j < n; ++j)
         if (col_hi[j] > 0.0)
           changed = scale_column(j, 1.0 / std::sqrt(col_lo[j] * col_hi[j])) || changed;
-      if (!changed)
+      const double next = quality();
+      if (!changed || !(next < 0.9 * q))
         break;
+      q = next;
     }
-    for (std::size_t j = 0; j < n; ++j) {
-      double h = 0.0;
-      for (std::size_t e = start[j]; e < start[j + 1]; ++e)
-        h = std::max(h, std::abs(value[e]));
+    for (std::size_t j = 0; j < n; ++j) { // each column's largest entry (kept by the passes) to 1
+      const double h = col_hi[j];
       if (h > 0.0) {
         const double g = power_of_two(1.0 / h);
         col_scale[j] *= g;
