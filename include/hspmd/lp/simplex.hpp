@@ -199,10 +199,9 @@ private:
         at(sf_.index[e], j) = sf_.value[e];
     for (std::size_t i = 0; i < m_; ++i)
       at(i, n_ + i) = 1.0;
-    b_ = sf_.b;
-    cost_ = sf_.cost;
+    cost_ = std::move(sf_.cost); // the standard form's costs and bounds are not read again
     cost_.resize(width_, 0.0);
-    upper_ = sf_.upper;
+    upper_ = std::move(sf_.upper);
     upper_.resize(width_, inf);
     upper_[warm_col_] = 0.0;
   }
@@ -255,7 +254,7 @@ private:
     t_.clear();
     arrange();
     t_ = a_; // the starting basis is the identity
-    beta_ = b_;
+    beta_ = sf_.b;
     phase1_costs_.assign(width_, 0.0);
     for (std::size_t i = 0; i < m_; ++i)
       phase1_costs_[n_ + i] = 1.0;
@@ -330,8 +329,8 @@ private:
       tab(i, warm_col_) = -shift[i];
     upper_[warm_col_] = inf;
     phase1_costs_[warm_col_] = 1.0;
-    costs_ = phase1_costs_;
-    compute_reduced_costs(costs_);
+    costs_ = &phase1_costs_;
+    compute_reduced_costs(*costs_);
     for (std::size_t i = 0; i < m_; ++i)
       beta_[i] += shift[i]; // the artificial at 1 moves every infeasible variable to its bound
     pivot(worst, warm_col_, shift[worst] < 0.0);
@@ -345,7 +344,7 @@ private:
   // the work (rows^2 x columns) runs over contiguous memory.
   bool refactor() {
     t_ = a_;
-    std::vector<double> rhs = b_;
+    std::vector<double> rhs = sf_.b;
     for (std::size_t j = 0; j < width_; ++j)
       if (!is_basic_[j] && at_upper_[j])
         for (std::size_t i = 0; i < m_; ++i)
@@ -456,8 +455,8 @@ private:
 
   // ---- iterations ------------------------------------------------------------------------------
   lp::status phase(int which) {
-    costs_ = which == 1 ? phase1_costs_ : cost_;
-    compute_reduced_costs(costs_);
+    costs_ = which == 1 ? &phase1_costs_ : &cost_;
+    compute_reduced_costs(*costs_);
     std::size_t degenerate = 0;
     while (true) {
       if (iterations_ >= limit_)
@@ -502,7 +501,7 @@ private:
       if (++since_refactor_ >= std::max<std::size_t>(50, m_)) {
         if (!refactor())
           return status::numerical_trouble;
-        compute_reduced_costs(costs_);
+        compute_reduced_costs(*costs_);
       }
     }
   }
@@ -596,7 +595,7 @@ private:
   }
 
   result finish(result& res, lp::status s, std::string message) { // moves res out
-    const std::vector<double>& c = costs_.empty() ? cost_ : costs_;
+    const std::vector<double>& c = costs_ == nullptr ? cost_ : *costs_;
     if (d_.size() != width_)
       compute_reduced_costs(c);
     if (!confirmed_) { // the duals y = c_B B^-1 (zero if the basis will not factorize)
@@ -617,8 +616,9 @@ private:
   // LU factors of the basis from the original (scaled) data.
   bool factor_basis() {
     return lu_.factor(m_, [&](std::size_t k, auto&& add) {
+      const double* column = &a_[col(basic_[k])];
       for (std::size_t i = 0; i < m_; ++i)
-        if (const double v = at(i, basic_[k]); v != 0.0)
+        if (const double v = column[i * width_]; v != 0.0)
           add(i, v);
     });
   }
@@ -631,7 +631,7 @@ private:
     confirmed_ = false;
     if (!factor_basis())
       return false;
-    work_ = b_;
+    work_ = sf_.b;
     for (std::size_t j = 0; j < width_; ++j)
       if (!is_basic_[j] && at_upper_[j])
         for (std::size_t i = 0; i < m_; ++i)
@@ -665,11 +665,12 @@ private:
   std::size_t width_ = 0; // n_ + m_ row artificials + 1 warm-start artificial
   std::size_t warm_col_ = 0;
   standard_form sf_{p_, opt_};
-  std::vector<double> a_, b_, cost_, upper_;
+  std::vector<double> a_, cost_, upper_;
   dense_lu lu_;
   std::vector<double> work_, y_, pivot_column_;
   bool confirmed_ = false;
-  std::vector<double> t_, beta_, d_, costs_, phase1_costs_;
+  std::vector<double> t_, beta_, d_, phase1_costs_;
+  const std::vector<double>* costs_ = nullptr; // the phase's costs
   std::vector<std::size_t> basic_;
   std::vector<std::size_t> pos_, var_at_; // column j's position, the column at a position
   std::size_t front_ = 0;                 // positions [0, front_) hold the nonbasic columns

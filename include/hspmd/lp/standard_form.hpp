@@ -199,19 +199,11 @@ struct standard_form {
     index.resize(start[n]);
     value.resize(start[n]);
     std::vector<std::size_t> next(start.begin(), start.end() - 1);
-    // The scaling's work space; each row's range of magnitudes is taken here, on the way.
-    std::vector<double> work(opt.scale ? 3 * m + 2 * n : 0);
-    double lo = inf;
-    double hi = 0.0;
     const auto put = [&](std::size_t i, std::size_t col, double v) {
       index[next[col]] = i;
       value[next[col]++] = flip[i] * v;
-      lo = std::min(lo, std::abs(v));
-      hi = std::max(hi, std::abs(v));
     };
     for (std::size_t i = 0; i < m; ++i) {
-      lo = inf;
-      hi = 0.0;
       for (const term& t : rows[i].terms) {
         const var_map& vm = vars[t.variable];
         put(i, vm.col, vm.k == var_kind::mirrored ? -t.coefficient : t.coefficient);
@@ -220,15 +212,11 @@ struct standard_form {
       }
       if (slack[i] != none)
         put(i, slack[i], rows[i].rel == relation::less_equal ? 1.0 : -1.0);
-      if (opt.scale) {
-        work[i] = lo;
-        work[m + i] = hi;
-      }
     }
     row_scale.assign(m, 1.0);
     col_scale.assign(n, 1.0);
     if (opt.scale)
-      scale(work);
+      scale(rows);
   }
 
   /// Whether row i's slack is a unit column (+1 after negation and scaling).
@@ -264,89 +252,118 @@ private:
     return std::bit_cast<double>((exponent + ((bits & mantissa) >= sqrt2 ? 1 : 0)) << 52);
   }
 
+  // The smallest and largest of at(0), ..., at(count - 1) (inf and 0 for none), in four lanes:
+  // a single running minimum would wait on each comparison in turn.
+  template <class At>
+  static std::pair<double, double> range_of(std::size_t count, At&& at) {
+    double lo[4] = {inf, inf, inf, inf};
+    double hi[4] = {0.0, 0.0, 0.0, 0.0};
+    std::size_t k = 0;
+    for (; k + 4 <= count; k += 4)
+      for (std::size_t u = 0; u < 4; ++u) {
+        const double v = at(k + u);
+        lo[u] = std::min(lo[u], v);
+        hi[u] = std::max(hi[u], v);
+      }
+    for (; k < count; ++k) {
+      const double v = at(k);
+      lo[0] = std::min(lo[0], v);
+      hi[0] = std::max(hi[0], v);
+    }
+    return {std::min(std::min(lo[0], lo[1]), std::min(lo[2], lo[3])),
+            std::max(std::max(hi[0], hi[1]), std::max(hi[2], hi[3]))};
+  }
+
+  // 1 / g for a power of two g, exactly, without a division.
+  static double inverse_power_of_two(double g) {
+    const std::uint64_t exponent = std::bit_cast<std::uint64_t>(g) >> 52;
+    if (exponent == 0 || exponent > 2045) // subnormal, or 1 / g would be
+      return 1.0 / g;
+    return std::bit_cast<double>((std::uint64_t{2046} - exponent) << 52);
+  }
+
   // Geometric-mean scaling of rows and columns (at most four passes), then each column's largest
   // entry to 1; the objective is scaled so that its largest coefficient is 1.
-  void scale(std::vector<double>& work) {
-    // Entries are nonzero (zero terms are dropped when rows are added). Each pass scales the
-    // rows while it takes the columns' ranges, then the columns while it takes the rows' ranges
-    // for the next pass: two sweeps over the entries per pass.
-    // `work` holds 3m + 2n: the rows' ranges (filled by the constructor) and the spaces below.
+  //
+  // The passes only read: an entry's scaled value is its value times row_scale[i] times
+  // col_scale[j] (powers of two, so every product is exact in any order), and the values are
+  // scaled once at the end. A pass takes the columns' ranges by columns and the rows' by rows
+  // (from the problem's rows), so neither half scatters.
+  void scale(std::span<const row> rows) {
+    // Entries are nonzero (zero terms are dropped when rows are added).
+    std::vector<double> work(2 * m + n);
     const std::span<double> row_lo(work.data(), m);
     const std::span<double> row_hi(work.data() + m, m);
-    const std::span<double> f(work.data() + 2 * m, m);
-    const std::span<double> col_lo(work.data() + 3 * m, n);
-    const std::span<double> col_hi(work.data() + 3 * m + n, n);
-    const auto note_row = [&](std::size_t i, double v) {
-      row_lo[i] = std::min(row_lo[i], v);
-      row_hi[i] = std::max(row_hi[i], v);
-    };
-    const auto scale_rows_note_columns = [&] {
-      bool changed = false;
-      for (std::size_t i = 0; i < m; ++i) {
-        f[i] = row_hi[i] > 0.0 ? power_of_two(1.0 / std::sqrt(row_lo[i] * row_hi[i])) : 1.0;
-        row_scale[i] *= f[i];
-        b[i] *= f[i];
-        changed = changed || f[i] != 1.0;
-      }
-      for (std::size_t j = 0; j < n; ++j) {
-        double l = inf;
-        double h = 0.0;
-        for (std::size_t e = start[j]; e < start[j + 1]; ++e) {
-          value[e] *= f[index[e]];
-          l = std::min(l, std::abs(value[e]));
-          h = std::max(h, std::abs(value[e]));
-        }
-        col_lo[j] = l;
-        col_hi[j] = h;
-      }
-      return changed;
-    };
-    const auto scale_column = [&](std::size_t j, double g) {
-      g = power_of_two(g);
-      col_scale[j] *= g;
-      cost[j] *= g;
-      upper[j] /= g;
-      for (std::size_t e = start[j]; e < start[j + 1]; ++e) {
-        value[e] *= g;
-        note_row(index[e], std::abs(value[e]));
-      }
-      col_hi[j] *= g; // exact: a power of two
-      return g != 1.0;
-    };
-    // The quality of a scaling: the largest ratio of largest to smallest entry in a row.
-    const auto quality = [&] {
+    const std::span<double> col_hi(work.data() + 2 * m, n);
+    const std::span<double> r(row_scale);
+    const std::span<double> c(col_scale);
+    const bool has_split = std::any_of(vars.begin(), vars.end(),
+                                       [](const var_map& vm) { return vm.k == var_kind::split; });
+    // The rows' ranges at the current factors, and the quality of the scaling: the largest ratio
+    // of largest to smallest entry in a row (an empty row gives 0 / inf).
+    const auto row_ranges = [&] {
       double q = 1.0;
-      for (std::size_t i = 0; i < m; ++i)
-        if (row_hi[i] > 0.0)
-          q = std::max(q, row_hi[i] / row_lo[i]);
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::vector<term>& terms = rows[i].terms;
+        auto [l, h] = range_of(terms.size(), [&](std::size_t k) {
+          return std::abs(terms[k].coefficient) * c[vars[terms[k].variable].col];
+        });
+        const auto note = [&](double v) {
+          l = std::min(l, v);
+          h = std::max(h, v);
+        };
+        if (has_split)
+          for (const term& t : terms)
+            if (const var_map& vm = vars[t.variable]; vm.k == var_kind::split)
+              note(std::abs(t.coefficient) * c[vm.col2]);
+        if (slack[i] != none)
+          note(c[slack[i]]);
+        row_lo[i] = l * r[i];
+        row_hi[i] = h * r[i];
+        q = std::max(q, h / l);
+      }
       return q;
     };
+    double q = row_ranges();
     // A pass that changes nothing has reached the fixed point; one that improves the quality by
     // less than a tenth is not worth another (a dense matrix of similar entries stops after one).
-    double q = quality();
     for (int pass = 0; pass < 4; ++pass) {
-      bool changed = scale_rows_note_columns();
-      std::fill(row_lo.begin(), row_lo.end(), inf);
-      std::fill(row_hi.begin(), row_hi.end(), 0.0);
-      for (std::size_t j = 0; j < n; ++j)
-        if (col_hi[j] > 0.0)
-          changed = scale_column(j, 1.0 / std::sqrt(col_lo[j] * col_hi[j])) || changed;
-      const double next = quality();
+      bool changed = false;
+      for (std::size_t i = 0; i < m; ++i) {
+        const double f =
+            row_hi[i] > 0.0 ? power_of_two(1.0 / std::sqrt(row_lo[i] * row_hi[i])) : 1.0;
+        r[i] *= f;
+        changed = changed || f != 1.0;
+      }
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::size_t first = start[j];
+        const auto [l, h] = range_of(start[j + 1] - first, [&](std::size_t k) {
+          return std::abs(value[first + k]) * r[index[first + k]];
+        });
+        col_hi[j] = 0.0;
+        if (h > 0.0) {
+          const double g = power_of_two(1.0 / (c[j] * std::sqrt(l * h)));
+          changed = changed || g != 1.0;
+          c[j] *= g;
+          col_hi[j] = h * c[j];
+        }
+      }
+      const double next = row_ranges();
       if (!changed || !(next < 0.9 * q))
         break;
       q = next;
     }
-    for (std::size_t j = 0; j < n; ++j) { // each column's largest entry (kept by the passes) to 1
-      const double h = col_hi[j];
-      if (h > 0.0) {
-        const double g = power_of_two(1.0 / h);
-        col_scale[j] *= g;
-        cost[j] *= g;
-        upper[j] /= g;
-        for (std::size_t e = start[j]; e < start[j + 1]; ++e)
-          value[e] *= g;
-      }
+    for (std::size_t j = 0; j < n; ++j) // each column's largest entry to 1
+      if (col_hi[j] > 0.0)
+        c[j] *= power_of_two(1.0 / col_hi[j]);
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t e = start[j]; e < start[j + 1]; ++e)
+        value[e] *= r[index[e]] * c[j];
+      cost[j] *= c[j];
+      upper[j] *= inverse_power_of_two(c[j]);
     }
+    for (std::size_t i = 0; i < m; ++i)
+      b[i] *= r[i];
     double cmax = 0.0;
     for (std::size_t j = 0; j < n; ++j)
       cmax = std::max(cmax, std::abs(cost[j]));
