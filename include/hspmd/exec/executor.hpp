@@ -45,8 +45,12 @@ class executor {
 public:
   using backend_type = B;
 
-  /// Allocates every node's value and gradient and materializes the parameters from `seed`
-  /// (exec/parameter_init.hpp), so any rank can materialize any slice of any parameter.
+  /// Allocates the parameters (value and gradient), inputs and integer nodes and materializes
+  /// the parameters from `seed` (exec/parameter_init.hpp), so any rank can materialize any slice
+  /// of any parameter. Every other value and gradient is allocated when the executor is first
+  /// run or read (`forward`, `backward`, a node's `value` or `grad`): buffers that
+  /// `reuse_gradient_buffers` or `share_value_buffers` place in shared memory before that are
+  /// never allocated on their own, so the device's peak is the shared size, not the unshared.
   ///
   /// `layouts` (one per node, or none): where each node's value sits in the whole tensor when
   /// `g` is one rank's local graph (exec/lower.hpp); parameters, dropout masks, means, causal
@@ -72,21 +76,24 @@ public:
     s_.saved_index.resize(n);
     own_grad_.resize(n);
     pooled_.assign(n, false);
+    placed_.assign(n, false);
     zero_before_.resize(n);
     for (graph::node_id i = 0; i < n; ++i) {
       const graph::node& node = g[i];
-      const bool integral = node.type == dtype::i64;
-      if (integral)
+      if (node.type == dtype::i64) {
         s_.ids[i] = allocate_for<std::int64_t>(i, node.out.size(), "ids");
-      else if (is_view(node))
-        s_.value_views[i] = s_.value_views[node.inputs[0]].first(node.out.size());
-      else
+        placed_[i] = true;
+      } else if (node.kind == graph::op::parameter || node.kind == graph::op::input) {
         s_.value_views[i] = s_.values[i] = allocate_for<T>(i, node.out.size(), "value");
-      own_grad_[i] = allocate_for<T>(i, integral ? 0 : node.out.size(), "gradient");
-      s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
-      if (node.kind == graph::op::parameter)
-        initialize_parameter_on(i, seed);
+        placed_[i] = true;
+        if (node.kind == graph::op::parameter) {
+          own_grad_[i] = allocate_for<T>(i, node.out.size(), "gradient");
+          s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
+          initialize_parameter_on(i, seed);
+        }
+      }
     }
+    point_views();
   }
 
   [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
@@ -149,6 +156,7 @@ public:
 
   /// Runs every node; returns the loss.
   T forward() {
+    materialize();
     for (graph::node_id i = 0; i < g_.size(); ++i)
       forward_node(i);
     T loss{};
@@ -157,18 +165,108 @@ public:
   }
 
   /// d loss / d every node (inputs included). Gradients are recomputed from zero each call.
+  /// Segments given to `recompute` run their forward again just before their backward.
   void backward() {
     begin_backward();
-    for (graph::node_id i = static_cast<graph::node_id>(g_.size()); i-- > 0;)
+    for (graph::node_id i = static_cast<graph::node_id>(g_.size()); i-- > 0;) {
+      replay_segment_ending_at(i);
       backward_node(i);
+    }
+  }
+
+  /// Activation recomputation: inside each segment [first, last] of node ids (disjoint, in
+  /// order; a model's blocks, see `scope_segments`), the values that only nodes of the segment
+  /// read are not kept for the backward: all segments' such values share one buffer of the
+  /// largest segment's size, and the backward runs a segment's forward again just before the
+  /// segment's backward (dropout masks are drawn from the step, the node and the element, so
+  /// they come out the same). Parameters, inputs, the loss, values read outside their segment
+  /// (through views too) and values placed by `share_value_buffers` are kept. Costs one more
+  /// forward of the segments per step; gradients are bit-identical. Call before the executor
+  /// first runs; returns the shared buffer's bytes.
+  std::size_t recompute(const std::vector<std::pair<graph::node_id, graph::node_id>>& segments) {
+    if (!segment_of_.empty())
+      throw plan_error("executor", "recomputation segments are already set", "call recompute once");
+    const std::size_t n = g_.size();
+    segment_of_.assign(n, none_segment);
+    segments_.clear();
+    for (const auto& [first, last] : segments) {
+      if (first > last || last >= n || (!segments_.empty() && first <= segments_.back().last))
+        throw plan_error("executor",
+                         "recomputation segment [" + std::to_string(first) + ", " +
+                             std::to_string(last) + "] is empty, past the graph's " +
+                             std::to_string(n) + " nodes or not after the one before",
+                         "give disjoint node ranges in increasing order");
+      segments_.push_back({first, last, {}});
+      for (graph::node_id i = first; i <= last; ++i)
+        segment_of_[i] = segments_.size() - 1;
+    }
+    // A value read (directly or through its views) by a node outside its segment is kept.
+    std::vector<graph::node_id> owner(n); // a view's buffer is its source's
+    for (graph::node_id i = 0; i < n; ++i)
+      owner[i] = is_view(g_[i]) ? owner[g_[i].inputs[0]] : i;
+    std::vector<bool> kept(n, false);
+    for (graph::node_id i = 0; i < n; ++i)
+      for (graph::node_id in : g_[i].inputs)
+        if (segment_of_[owner[in]] != segment_of_[i])
+          kept[owner[in]] = true;
+    kept[owner[*g_.loss()]] = true;
+    constexpr std::size_t align = 16; // elements, as share_value_buffers
+    std::size_t total = 0;
+    std::vector<std::size_t> offset(n, 0);
+    for (segment& sg : segments_) {
+      std::size_t at = 0;
+      for (graph::node_id i = sg.first; i <= sg.last; ++i) {
+        const graph::node& node = g_[i];
+        if (kept[i] || placed_[i] || is_view(node) || node.type == dtype::i64 ||
+            node.kind == graph::op::parameter || node.kind == graph::op::input)
+          continue;
+        sg.internal.push_back(i);
+        offset[i] = at;
+        at += (node.out.size() + align - 1) / align * align;
+      }
+      total = std::max(total, at);
+    }
+    recompute_pool_ = allocate_for<T>(segments_.empty() ? 0 : segments_.front().first, total,
+                                      "recomputed values");
+    for (const segment& sg : segments_)
+      for (graph::node_id i : sg.internal) {
+        s_.value_views[i] = std::span<T>(recompute_pool_.data() + offset[i], g_[i].out.size());
+        s_.values[i] = backend_.template allocate<T>(0); // (frees it, if the executor ran)
+        placed_[i] = true;
+      }
+    point_views();
+    return total * sizeof(T);
+  }
+  /// The recomputation segments (after `recompute`): range and the nodes run again.
+  struct segment {
+    graph::node_id first, last;
+    std::vector<graph::node_id> internal; ///< recomputed in the backward, in forward order
+  };
+  [[nodiscard]] const std::vector<segment>& recompute_segments() const noexcept {
+    return segments_;
+  }
+  /// Runs the forward of the segment whose last node is `i` again, if there is one; drivers that
+  /// run the backward node by node (exec/distributed.hpp) call it before node i's backward.
+  void replay_segment_ending_at(graph::node_id i) {
+    if (segment_of_.empty() || segment_of_[i] == none_segment)
+      return;
+    const segment& sg = segments_[segment_of_[i]];
+    if (sg.last != i)
+      return;
+    for (graph::node_id j : sg.internal)
+      forward_node(j);
   }
 
   /// One node's forward (inputs and parameters: nothing). For drivers that interleave
   /// communication with the nodes (exec/distributed.hpp).
-  void forward_node(graph::node_id i) { timed_run(i, false); }
+  void forward_node(graph::node_id i) {
+    materialize();
+    timed_run(i, false);
+  }
   /// Zeroes every gradient and seeds d loss / d loss = 1 (shared gradient buffers are zeroed
   /// when they come into use, see `reuse_gradient_buffers`).
   void begin_backward() {
+    materialize();
     for (graph::node_id i = 0; i < g_.size(); ++i)
       if (!pooled_[i])
         fill(backend_, s_.grads[i].data(), s_.grads[i].size(), T{});
@@ -176,13 +274,14 @@ public:
   }
   /// One node's backward: adds its inputs' gradients (after `begin_backward`, in reverse order).
   void backward_node(graph::node_id i) {
-    enter_backward(i);
+    enter_backward(i); // (materializes)
     if (g_[i].type != dtype::i64)
       timed_run(i, true);
   }
   /// Zeroes the shared gradient buffers that come into use at node i's backward; drivers that
   /// run a node's backward themselves (a transfer's dual) call it first.
   void enter_backward(graph::node_id i) {
+    materialize();
     for (graph::node_id j : zero_before_[i])
       fill(backend_, s_.grads[j].data(), s_.grads[j].size(), T{});
   }
@@ -201,7 +300,7 @@ public:
                        "call reuse_gradient_buffers once, before the first backward");
     std::vector<std::size_t> sizes(g_.size());
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      sizes[i] = s_.grads[i].size();
+      sizes[i] = gradient_size(i);
     const auto plan = plan_gradient_memory(g_, sizes, keep, extra_users);
     try {
       pool_ = backend_.template allocate<T>(plan.pool_elements);
@@ -216,11 +315,11 @@ public:
       pooled_[i] = plan.pooled[i];
       zero_before_[i] = plan.zero_before[i];
       if (!pooled_[i]) {
-        bytes += own_grad_[i].size() * sizeof(T);
+        bytes += gradient_size(i) * sizeof(T);
         continue;
       }
-      s_.grads[i] = std::span<T>(pool_.data() + plan.offset[i], own_grad_[i].size());
-      own_grad_[i] = backend_.template allocate<T>(0);
+      s_.grads[i] = std::span<T>(pool_.data() + plan.offset[i], gradient_size(i));
+      own_grad_[i] = backend_.template allocate<T>(0); // (frees it, if the executor ran)
     }
     return bytes;
   }
@@ -242,28 +341,44 @@ public:
     return profiler_.per_node();
   }
 
-  [[nodiscard]] std::span<T> value(graph::node_id id) { return s_.value_views.at(id); }
-  [[nodiscard]] std::span<const T> value(graph::node_id id) const { return s_.value_views.at(id); }
+  /// Node `id`'s value. The const overload reads what is allocated: parameters, inputs, and
+  /// every other node once the executor has run (before that it throws naming the node).
+  [[nodiscard]] std::span<T> value(graph::node_id id) {
+    materialize();
+    return s_.value_views.at(id);
+  }
+  [[nodiscard]] std::span<const T> value(graph::node_id id) const {
+    allocated("value", id, s_.value_views.at(id).size() == value_size(id));
+    return s_.value_views[id];
+  }
   /// A copy of node `id`'s value in host memory (through the backend: any backend).
   [[nodiscard]] std::vector<T> value_to_host(graph::node_id id) {
-    return to_host(std::span<const T>(s_.value_views.at(id)));
+    return to_host(std::span<const T>(value(id)));
   }
   /// A copy of node `id`'s gradient in host memory (valid after the backward that made it).
   [[nodiscard]] std::vector<T> grad_to_host(graph::node_id id) {
-    return to_host(std::span<const T>(s_.grads.at(id)));
+    return to_host(std::span<const T>(grad(id)));
   }
   /// Overwrites node `id`'s value (a parameter's, typically) from host memory.
   void value_from_host(graph::node_id id, std::span<const T> data) {
-    if (data.size() != s_.value_views.at(id).size())
+    const std::span<T> v = value(id);
+    if (data.size() != v.size())
       throw shape_error("node \"" + g_[id].name + "\"",
-                        std::to_string(data.size()) + " values for " +
-                            std::to_string(s_.value_views[id].size()) + " elements",
+                        std::to_string(data.size()) + " values for " + std::to_string(v.size()) +
+                            " elements",
                         "one value per element of the node's (local) shape");
-    backend_.copy_from_host(s_.value_views[id].data(), data.data(), data.size());
+    backend_.copy_from_host(v.data(), data.data(), data.size());
   }
 
-  [[nodiscard]] std::span<T> grad(graph::node_id id) { return s_.grads.at(id); }
-  [[nodiscard]] std::span<const T> grad(graph::node_id id) const { return s_.grads.at(id); }
+  /// Node `id`'s gradient (the const overload: as `value`).
+  [[nodiscard]] std::span<T> grad(graph::node_id id) {
+    materialize();
+    return s_.grads.at(id);
+  }
+  [[nodiscard]] std::span<const T> grad(graph::node_id id) const {
+    allocated("gradient", id, s_.grads.at(id).size() == gradient_size(id));
+    return s_.grads[id];
+  }
   /// The value of an integer node (token ids, labels).
   [[nodiscard]] std::span<std::int64_t> ids(graph::node_id id) { return s_.ids.at(id); }
   [[nodiscard]] std::span<const std::int64_t> ids(graph::node_id id) const { return s_.ids.at(id); }
@@ -321,11 +436,10 @@ public:
     for (std::size_t k = 0; k < lives.size(); ++k) {
       const graph::node_id id = lives[k].first;
       s_.value_views[id] = std::span<T>(value_pool_.data() + offset[k], g_[id].out.size());
-      s_.values[id] = backend_.template allocate<T>(0);
+      s_.values[id] = backend_.template allocate<T>(0); // (frees it, if the executor ran)
+      placed_[id] = true;
     }
-    for (graph::node_id i = 0; i < g_.size(); ++i)
-      if (is_view(g_[i]))
-        s_.value_views[i] = s_.value_views[g_[i].inputs[0]].first(g_[i].out.size());
+    point_views();
     return total * sizeof(T);
   }
   /// Nodes whose value is a view of node `id`'s (reshapes of it, and of those).
@@ -360,6 +474,44 @@ private:
            g_[node.inputs[0]].type == node.type && g_[node.inputs[0]].out.size() >= node.out.size();
   }
 
+  [[nodiscard]] std::size_t value_size(graph::node_id i) const {
+    return g_[i].type == dtype::i64 ? 0 : g_[i].out.size();
+  }
+  [[nodiscard]] std::size_t gradient_size(graph::node_id i) const { return value_size(i); }
+
+  // Allocates the values and gradients not placed yet (see the constructor), once.
+  void materialize() {
+    if (materialized_)
+      return;
+    materialized_ = true;
+    for (graph::node_id i = 0; i < g_.size(); ++i) {
+      if (g_[i].type == dtype::i64)
+        continue;
+      if (!placed_[i] && !is_view(g_[i])) {
+        s_.value_views[i] = s_.values[i] = allocate_for<T>(i, value_size(i), "value");
+        placed_[i] = true;
+      }
+      if (!pooled_[i] && s_.grads[i].size() != gradient_size(i)) {
+        own_grad_[i] = allocate_for<T>(i, gradient_size(i), "gradient");
+        s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
+      }
+    }
+    point_views();
+  }
+  // A view reads its input's buffer, once that has one.
+  void point_views() {
+    for (graph::node_id i = 0; i < g_.size(); ++i)
+      if (is_view(g_[i]) && s_.value_views[g_[i].inputs[0]].size() >= g_[i].out.size())
+        s_.value_views[i] = s_.value_views[g_[i].inputs[0]].first(g_[i].out.size());
+  }
+  void allocated(const char* what, graph::node_id id, bool yes) const {
+    if (!yes)
+      throw plan_error("executor",
+                       std::string("the ") + what + " of graph node \"" + g_[id].name +
+                           "\" is not allocated before the executor first runs",
+                       "read it after a forward, or through a non-const executor");
+  }
+
   // Node i's buffer of n elements; a device out of memory is reported with the node it was for.
   template <class E>
   [[nodiscard]] typename B::template buffer<E> allocate_for(graph::node_id i, std::size_t n,
@@ -378,11 +530,11 @@ private:
   // and copied (once, at construction).
   void initialize_parameter_on(graph::node_id i, std::uint64_t seed) {
     if constexpr (host_memory_v<B>) {
-      initialize_parameter<T>(g_[i], layout(i), seed, value(i));
+      initialize_parameter<T>(g_[i], layout(i), seed, s_.value_views[i]);
     } else {
-      std::vector<T> staged(value(i).size());
+      std::vector<T> staged(s_.value_views[i].size());
       initialize_parameter<T>(g_[i], layout(i), seed, std::span<T>(staged));
-      backend_.copy_from_host(value(i).data(), staged.data(), staged.size());
+      backend_.copy_from_host(s_.value_views[i].data(), staged.data(), staged.size());
     }
   }
 
@@ -472,9 +624,53 @@ private:
   std::vector<buffer<T>> own_grad_; // nodes with a gradient buffer of their own
   buffer<T> pool_;                  // shared gradient buffers (reuse_gradient_buffers)
   buffer<T> value_pool_;            // shared working-copy values (share_value_buffers)
-  std::vector<bool> pooled_;        // the gradient of node i lies in pool_
+  buffer<T> recompute_pool_;        // the recomputed segments' values (recompute)
+  static constexpr std::size_t none_segment = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> segment_of_; // node i's recomputation segment, or none_segment
+  std::vector<segment> segments_;
+  std::vector<bool> pooled_;  // the gradient of node i lies in pool_
+  std::vector<bool> placed_;  // node i's value has its storage (see the constructor)
+  bool materialized_ = false; // every value and gradient has its storage
   std::vector<std::vector<graph::node_id>> zero_before_; // zeroed when node i's backward starts
 };
+
+/// Recomputation segments for `executor::recompute`, one per block of a model whose parameters
+/// are named `prefix` + block + "." + ... (e.g. "layers.3.attn.wq"): from the block's first
+/// parameter (created at its first use) to the last node that reads one of the block's
+/// parameters; blocks whose ranges overlap (shared weights) are merged.
+[[nodiscard]] inline std::vector<std::pair<graph::node_id, graph::node_id>>
+scope_segments(const graph::graph& g, std::string_view prefix = "layers.") {
+  std::vector<std::string> blocks; // in first-use order
+  std::vector<std::pair<graph::node_id, graph::node_id>> range;
+  std::vector<std::size_t> block_of(g.size(), static_cast<std::size_t>(-1));
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const std::string& name = g[i].name;
+    if (g[i].kind != graph::op::parameter || !name.starts_with(prefix))
+      continue;
+    const std::size_t dot = name.find('.', prefix.size());
+    const std::string block = name.substr(0, dot);
+    auto it = std::find(blocks.begin(), blocks.end(), block);
+    if (it == blocks.end()) {
+      blocks.push_back(block);
+      range.emplace_back(i, i);
+      it = blocks.end() - 1;
+    }
+    block_of[i] = static_cast<std::size_t>(it - blocks.begin());
+  }
+  for (graph::node_id i = 0; i < g.size(); ++i)
+    for (graph::node_id in : g[i].inputs)
+      if (block_of[in] != static_cast<std::size_t>(-1))
+        range[block_of[in]].second = std::max(range[block_of[in]].second, i);
+  std::ranges::sort(range);
+  std::vector<std::pair<graph::node_id, graph::node_id>> out;
+  for (const auto& r : range) {
+    if (!out.empty() && r.first <= out.back().second)
+      out.back().second = std::max(out.back().second, r.second);
+    else
+      out.push_back(r);
+  }
+  return out;
+}
 
 /// Writes the executor's per-op-kind profile as a table (see exec/op_profile.hpp).
 template <std::floating_point T, backend B>

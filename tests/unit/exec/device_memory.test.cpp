@@ -16,8 +16,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -285,8 +285,8 @@ TEST_CASE("as_column_major computes the row-major GEMM for every transpose and p
   std::uniform_real_distribution<double> u(-1, 1);
   for (const transpose ta : {transpose::no, transpose::yes})
     for (const transpose tb : {transpose::no, transpose::yes})
-      for (const auto [m, n, k] : {std::array<std::size_t, 3>{2, 3, 4}, {5, 1, 3}, {1, 7, 2},
-                                   {4, 4, 1}, {3, 5, 0}}) {
+      for (const auto [m, n, k] :
+           {std::array<std::size_t, 3>{2, 3, 4}, {5, 1, 3}, {1, 7, 2}, {4, 4, 1}, {3, 5, 0}}) {
         // Leading dimensions wider than the rows, as sub-blocks of larger matrices are.
         const std::size_t lda = (ta == transpose::no ? k : m) + 2;
         const std::size_t ldb = (tb == transpose::no ? n : k) + 1;
@@ -306,8 +306,8 @@ TEST_CASE("as_column_major computes the row-major GEMM for every transpose and p
         for (std::size_t i = 0; i < batch; ++i) {
           row_major_reference(ta, tb, m, n, k, 0.5, a.data() + i * stride_a, lda,
                               b.data() + i * stride_b, ldb, -1.5, want.data() + i * stride_c, ldc);
-          const auto g = exec::as_column_major(ta, tb, m, n, k, a.data(), lda, stride_a,
-                                               b.data(), ldb, stride_b);
+          const auto g = exec::as_column_major(ta, tb, m, n, k, a.data(), lda, stride_a, b.data(),
+                                               ldb, stride_b);
           CHECK(g.m == n);
           CHECK(g.n == m);
           exec::column_major_gemm<double> gi = g;
@@ -376,6 +376,61 @@ TEST_CASE("a device out of memory is reported with the graph node being allocate
   CHECK(std::isfinite(ex.forward()));
   ex.backward();
   CHECK(ex.reuse_gradient_buffers() > 0);
+}
+
+TEST_CASE("buffers shared before the executor first runs are never allocated on their own") {
+  // BERT-tiny on the counting device: construction allocates the parameters (values and
+  // gradients), the inputs and the token ids only; the intermediate gradients shared by
+  // reuse_gradient_buffers are never allocated one by one, so the step's peak stays below what
+  // every value and gradient with a buffer of its own would take.
+  models::bert_config cfg;
+  cfg.layers = 2;
+  cfg.hidden = 32;
+  cfg.heads = 2;
+  cfg.ffn = 64;
+  cfg.seq = 16;
+  cfg.vocab = 50;
+  const graph::graph g = models::trace_bert_lm<float>(cfg, 4);
+  std::size_t fixed = 0; // what construction allocates: parameters (value and gradient),
+                         // inputs, ids
+  std::size_t later = 0; // every other value and gradient, each in a buffer of its own
+  std::size_t grads = 0; // every gradient, the parameters' included
+  // (the counting device hands out blocks of rounded sizes)
+  const auto block = [](std::size_t bytes) { return limited_backend::pool::rounded(bytes); };
+  for (const graph::node& n : g.nodes()) {
+    const std::size_t floats = block(n.out.size() * sizeof(float));
+    if (n.type == dtype::i64) {
+      fixed += block(n.out.size() * sizeof(std::int64_t));
+      continue;
+    }
+    grads += floats;
+    if (n.kind == graph::op::parameter) {
+      fixed += 2 * floats;
+    } else if (n.kind == graph::op::input) {
+      fixed += floats;
+      later += floats;
+    } else {
+      const bool view = n.kind == graph::op::reshape && g[n.inputs[0]].type == n.type;
+      later += (view ? 1 : 2) * floats; // a reshape reads its input's buffer
+    }
+  }
+  exec::executor<float, limited_backend> ex(g, 3);
+  CHECK(ex.backend().memory().allocated_bytes == fixed);
+  CHECK_THROWS_WITH(std::as_const(ex).grad(*g.loss()), Catch::Contains("is not allocated before"));
+  const std::size_t gradient_bytes = ex.reuse_gradient_buffers(); // parameters' included
+  std::vector<std::int64_t> ids(4 * 16, 7);
+  ex.set_input("tokens", std::span<const std::int64_t>(ids));
+  ex.set_input("targets", std::span<const std::int64_t>(ids));
+  CHECK(std::isfinite(ex.forward()));
+  ex.backward();
+  const exec::memory_stats m = ex.backend().memory();
+  const std::size_t all_own = fixed + later; // what construction used to allocate
+  INFO("construction " << fixed << ", every buffer its own " << all_own << ", gradients " << grads
+                       << " (shared: " << gradient_bytes << "), peak " << m.peak_allocated_bytes);
+  REQUIRE(gradient_bytes < grads);
+  CHECK(m.peak_allocated_bytes < all_own);
+  CHECK(all_own - m.peak_allocated_bytes >= (grads - gradient_bytes) / 2);
+  CHECK(std::isfinite(std::as_const(ex).grad(*g.loss())[0]));
 }
 
 TEST_CASE("training holds its device memory flat after the second step (cache hits only)") {
