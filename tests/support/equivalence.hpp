@@ -97,8 +97,10 @@ result<T> single(const graph::graph& g, std::size_t id_limit, std::size_t steps)
 // MPI, or moves them directly with a device communicator `Comm`).
 template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
 result<T> distributed(const graph::graph& g, const synth::plan& p, Comm& comm, std::size_t id_limit,
-                      std::size_t steps) {
+                      std::size_t steps, bool recompute = false) {
   exec::distributed_executor<T, Comm, B> dx(g, p, comm, 7);
+  if (recompute) // the blocks' inner values made again in the backward
+    CHECK(dx.recompute() > 0);
   // Buckets of a few gradients each: many all-reduces in flight during the backward, started
   // and completed at different points (the default size puts these small models in one).
   dx.set_bucket_bytes(256);
@@ -161,6 +163,31 @@ void check_same(const result<T>& got, const result<T>& want, double tol, const s
   }
 }
 
+// `base` with every replicated parameter load kept split along the parameter's largest dimension
+// and all-gathered for use (FSDP).
+inline synth::plan fsdp_of(const graph::graph& g, synth::plan fsdp) {
+  fsdp.strategy += "+fsdp";
+  for (synth::plan_step& s : fsdp.steps) {
+    std::vector<synth::transfer> moved;
+    for (const synth::transfer& t : s.transfers) {
+      const auto& dims = g[t.tensor].out.dims;
+      if (t.kind != synth::transfer_kind::load || g[t.tensor].kind != graph::op::parameter ||
+          !t.to.is_replicated() || t.sfb) {
+        moved.push_back(t);
+        continue;
+      }
+      const auto d =
+          static_cast<std::size_t>(std::max_element(dims.begin(), dims.end()) - dims.begin());
+      const placement at = placement::split_along(d);
+      moved.push_back({synth::transfer_kind::load, t.tensor, at, at, t.algorithm, false});
+      moved.push_back(
+          {synth::transfer_kind::all_gather, t.tensor, at, t.to, uneven_algorithm::native, false});
+    }
+    s.transfers = std::move(moved);
+  }
+  return fsdp;
+}
+
 // Every plan strategy at every ratio vector for this rank count.
 // What the plans of a model must exercise on more than one rank (the default: a model with biased
 // linear layers and a vocabulary).
@@ -194,30 +221,10 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
           s.rule.in[0].dim() + 1 < g[g[s.node].inputs[0]].out.rank())
         t.sfb = true;
   plans.push_back(sfb);
-  // DP-CP with every replicated parameter kept split along its largest dimension and gathered
-  // for use (FSDP): the instructions the search emits when memory demands it (unit.synth checks
-  // that it does; synthesizing here would add a search per model to the suite's time).
-  synth::plan fsdp = plans[3];
-  fsdp.strategy = "dp-cp+fsdp";
-  for (synth::plan_step& s : fsdp.steps) {
-    std::vector<synth::transfer> moved;
-    for (const synth::transfer& t : s.transfers) {
-      const auto& dims = g[t.tensor].out.dims;
-      if (t.kind != synth::transfer_kind::load || g[t.tensor].kind != graph::op::parameter ||
-          !t.to.is_replicated() || t.sfb) {
-        moved.push_back(t);
-        continue;
-      }
-      const auto d =
-          static_cast<std::size_t>(std::max_element(dims.begin(), dims.end()) - dims.begin());
-      const placement at = placement::split_along(d);
-      moved.push_back({synth::transfer_kind::load, t.tensor, at, at, t.algorithm, false});
-      moved.push_back(
-          {synth::transfer_kind::all_gather, t.tensor, at, t.to, uneven_algorithm::native, false});
-    }
-    s.transfers = std::move(moved);
-  }
-  plans.push_back(std::move(fsdp));
+  // DP-CP with every replicated parameter kept split and gathered for use (FSDP): the
+  // instructions the search emits when memory demands it (unit.synth checks that it does;
+  // synthesizing here would add a search per model to the suite's time).
+  plans.push_back(fsdp_of(g, plans[3]));
   std::vector<std::vector<double>> ratios = {std::vector<double>(n, 1.0 / double(n))};
   if (n == 2)
     ratios.push_back({0.75, 0.25});

@@ -142,6 +142,54 @@ public:
   distributed_executor(const distributed_executor&) = delete;
   distributed_executor& operator=(const distributed_executor&) = delete;
 
+  /// Activation recomputation (exec::executor::recompute) over the model's blocks
+  /// (exec::scope_segments of the rank's graph): a block's inner values are not kept, and the
+  /// backward runs the block's forward again, its transfers included (collectives: every rank
+  /// replays the same block at the same point) and the FSDP copies it reads gathered again. Call
+  /// on every rank, before the first step. Returns the bytes of the shared buffer.
+  std::size_t recompute(std::string_view prefix = "layers.") {
+    const std::size_t n = prog_.local.size();
+    std::vector<bool> moved(n, false); // made by a transfer, which a replay runs again
+    for (const lowered_transfer& t : prog_.transfers)
+      if (t.what.kind != synth::transfer_kind::load)
+        moved[t.target] = true;
+    const std::size_t bytes = ex_.recompute(scope_segments(prog_.local, prefix), moved);
+    std::vector<bool> gathered(n, false);
+    for (const auto& at : regather_at_)
+      for (graph::node_id k : at)
+        gathered[k] = true;
+    // Per segment, what its replay runs in node order: its inner nodes, and the FSDP copies they
+    // read gathered again where the forward gathered them (copies share memory only where their
+    // lives do not overlap, so in forward order each is there while read); a copy gathered
+    // before the segment goes first.
+    replay_at_.assign(n, {});
+    for (const auto& sg : ex_.recompute_segments()) {
+      std::vector<bool> read(n, false);
+      for (graph::node_id j : sg.internal)
+        for (graph::node_id in : prog_.local[j].inputs) {
+          graph::node_id src = in; // a view's value is its source's
+          while (!gathered[src] && prog_.local[src].kind == graph::op::reshape &&
+                 !prog_.local[src].inputs.empty())
+            src = prog_.local[src].inputs[0];
+          read[src] = gathered[src];
+        }
+      std::vector<replay_item>& items = replay_at_[sg.last];
+      for (graph::node_id k = 0; k < sg.first; ++k)
+        if (read[k])
+          items.push_back({k, true});
+      std::size_t next = 0;
+      for (graph::node_id k = sg.first; k <= sg.last; ++k) {
+        if (read[k])
+          items.push_back({k, true});
+        if (next < sg.internal.size() && sg.internal[next] == k) {
+          items.push_back({k, false});
+          ++next;
+        }
+      }
+    }
+    return bytes;
+  }
+
   /// Bytes of the buffer that the FSDP-gathered parameter copies share (0 without any): each
   /// copy lives from its all-gather to its last reader, and the backward gathers it again
   /// before that reader's backward (see `share_gathered_parameters`).
@@ -232,6 +280,7 @@ public:
     ex_.begin_backward();
     std::size_t next = 0;
     for (graph::node_id i = static_cast<graph::node_id>(prog_.local.size()); i-- > 0;) {
+      replay(i);
       for (graph::node_id k : regather_at_[i]) // a gathered parameter, about to be read again
         traced_transfer(prog_.transfers[*prog_.transfer_of[k]], false);
       const auto t = prog_.transfer_of[i];
@@ -520,6 +569,20 @@ private:
       gathered_bytes_ = ex_.share_value_buffers(lives);
   }
 
+  // Before node i's backward: the forward of the recomputation segment ending at i again, its
+  // transfers included, with the FSDP copies it reads gathered again (see `recompute`).
+  void replay(graph::node_id i) {
+    if (replay_at_.empty())
+      return;
+    for (const replay_item& r : replay_at_[i]) {
+      const auto t = prog_.transfer_of[r.node];
+      if (r.gather || (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load))
+        traced_transfer(prog_.transfers[*t], false);
+      else
+        traced_compute(r.node, false);
+    }
+  }
+
   void transfer_forward(const lowered_transfer& t) {
     if (prog_.local[t.target].type == dtype::i64)
       moves_.forward(t, ex_.ids(*t.source), ex_.ids(t.target));
@@ -783,6 +846,11 @@ private:
   trace_recorder trace_;
   std::size_t gradient_bytes_ = 0;
   std::vector<std::vector<graph::node_id>> regather_at_; // gathered copies to make again there
+  struct replay_item {
+    graph::node_id node;
+    bool gather; // an FSDP copy gathered again, else an inner node's forward
+  };
+  std::vector<std::vector<replay_item>> replay_at_; // a segment's replay, at its last node
   std::size_t gathered_ = 0;
   std::size_t gathered_bytes_ = 0;
 };

@@ -58,6 +58,10 @@ public:
     dx_->local().set_precision(p);
   }
   void set_loss_scale(double scale) override { dx_->local().set_loss_scale(scale); }
+  std::size_t recompute() override {
+    recompute_ = true;
+    return dx_->recompute();
+  }
   double forward() override { return static_cast<double>(dx_->forward()); }
   void backward() override { dx_->backward(); }
   void accumulate(std::size_t micro, std::size_t count) override {
@@ -96,6 +100,8 @@ public:
       next->set_bucket_bytes(dx_->bucket_bytes());
       next->local().set_profiling(profiling_);
       next->local().set_precision(precision_);
+      if (recompute_)
+        next->recompute();
       next->trace() = std::move(dx_->trace());
       move_state(*dx_, *next, opt);
       dx_ = std::move(next);
@@ -206,6 +212,7 @@ private:
   std::string device_;
   bool profiling_ = false;
   exec::precision precision_ = exec::precision::f32;
+  bool recompute_ = false; // re-applied to a re-balanced executor
   gradient_accumulator<T, B> acc_;
 };
 

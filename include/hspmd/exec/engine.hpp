@@ -128,6 +128,9 @@ public:
   virtual void set_precision(exec::precision p) = 0;
   /// The backward's seed (f16's dynamic loss scale): gradients come out multiplied by it.
   virtual void set_loss_scale(double scale) = 0;
+  /// Activation recomputation of the model's blocks (exec::executor::recompute), before the
+  /// first forward; returns the bytes of the buffer the blocks' inner values share.
+  virtual std::size_t recompute() = 0;
   virtual double forward() = 0;
   virtual void backward() = 0;
   /// After micro-batch `micro` of `count` (count > 1): see gradient_accumulator::add.
@@ -212,6 +215,7 @@ public:
   void set_training(bool on) override { ex_.set_training(on); }
   void set_precision(exec::precision p) override { ex_.set_precision(p); }
   void set_loss_scale(double scale) override { ex_.set_loss_scale(scale); }
+  std::size_t recompute() override { return ex_.recompute(scope_segments(ex_.graph())); }
   double forward() override { return static_cast<double>(ex_.forward()); }
   void backward() override { ex_.backward(); }
   void accumulate(std::size_t micro, std::size_t count) override { acc_.add(ex_, micro, count); }

@@ -77,6 +77,7 @@ public:
     own_grad_.resize(n);
     pooled_.assign(n, false);
     placed_.assign(n, false);
+    shared_.assign(n, false);
     zero_before_.resize(n);
     for (graph::node_id i = 0; i < n; ++i) {
       const graph::node& node = g[i];
@@ -183,7 +184,12 @@ public:
   /// (through views too) and values placed by `share_value_buffers` are kept. Costs one more
   /// forward of the segments per step; gradients are bit-identical. Call before the executor
   /// first runs; returns the shared buffer's bytes.
-  std::size_t recompute(const std::vector<std::pair<graph::node_id, graph::node_id>>& segments) {
+  ///
+  /// `refilled` (one flag per node, or empty): input nodes that the driver fills again when it
+  /// replays a segment (exec/distributed.hpp: values moved from another rank); they are
+  /// recomputed like the others. Other inputs are kept.
+  std::size_t recompute(const std::vector<std::pair<graph::node_id, graph::node_id>>& segments,
+                        const std::vector<bool>& refilled = {}) {
     if (!segment_of_.empty())
       throw plan_error("executor", "recomputation segments are already set", "call recompute once");
     const std::size_t n = g_.size();
@@ -217,8 +223,9 @@ public:
       std::size_t at = 0;
       for (graph::node_id i = sg.first; i <= sg.last; ++i) {
         const graph::node& node = g_[i];
-        if (kept[i] || placed_[i] || is_view(node) || node.type == dtype::i64 ||
-            node.kind == graph::op::parameter || node.kind == graph::op::input)
+        if (kept[i] || shared_[i] || is_view(node) || node.type == dtype::i64 ||
+            node.kind == graph::op::parameter ||
+            (node.kind == graph::op::input && (refilled.empty() || !refilled.at(i))))
           continue;
         sg.internal.push_back(i);
         offset[i] = at;
@@ -245,16 +252,20 @@ public:
   [[nodiscard]] const std::vector<segment>& recompute_segments() const noexcept {
     return segments_;
   }
-  /// Runs the forward of the segment whose last node is `i` again, if there is one; drivers that
-  /// run the backward node by node (exec/distributed.hpp) call it before node i's backward.
-  void replay_segment_ending_at(graph::node_id i) {
+  /// The recomputation segment whose last node is `i`, or nullptr.
+  [[nodiscard]] const segment* segment_ending_at(graph::node_id i) const {
     if (segment_of_.empty() || segment_of_[i] == none_segment)
-      return;
+      return nullptr;
     const segment& sg = segments_[segment_of_[i]];
-    if (sg.last != i)
-      return;
-    for (graph::node_id j : sg.internal)
-      forward_node(j);
+    return sg.last == i ? &sg : nullptr;
+  }
+  /// Runs the forward of the segment whose last node is `i` again, if there is one (before node
+  /// i's backward). Drivers that move values between ranks replay a segment themselves
+  /// (exec/distributed.hpp).
+  void replay_segment_ending_at(graph::node_id i) {
+    if (const segment* sg = segment_ending_at(i))
+      for (graph::node_id j : sg->internal)
+        forward_node(j);
   }
 
   /// One node's forward (inputs and parameters: nothing). For drivers that interleave
@@ -344,8 +355,9 @@ public:
   /// Node `id`'s value. The const overload reads what is allocated: parameters, inputs, and
   /// every other node once the executor has run (before that it throws naming the node).
   [[nodiscard]] std::span<T> value(graph::node_id id) {
-    materialize();
-    return s_.value_views.at(id);
+    if (s_.value_views.at(id).size() != value_size(id))
+      materialize();
+    return s_.value_views[id];
   }
   [[nodiscard]] std::span<const T> value(graph::node_id id) const {
     allocated("value", id, s_.value_views.at(id).size() == value_size(id));
@@ -372,8 +384,9 @@ public:
 
   /// Node `id`'s gradient (the const overload: as `value`).
   [[nodiscard]] std::span<T> grad(graph::node_id id) {
-    materialize();
-    return s_.grads.at(id);
+    if (s_.grads.at(id).size() != gradient_size(id))
+      materialize();
+    return s_.grads[id];
   }
   [[nodiscard]] std::span<const T> grad(graph::node_id id) const {
     allocated("gradient", id, s_.grads.at(id).size() == gradient_size(id));
@@ -438,6 +451,7 @@ public:
       s_.value_views[id] = std::span<T>(value_pool_.data() + offset[k], g_[id].out.size());
       s_.values[id] = backend_.template allocate<T>(0); // (frees it, if the executor ran)
       placed_[id] = true;
+      shared_[id] = true;
     }
     point_views();
     return total * sizeof(T);
@@ -630,6 +644,7 @@ private:
   std::vector<segment> segments_;
   std::vector<bool> pooled_;  // the gradient of node i lies in pool_
   std::vector<bool> placed_;  // node i's value has its storage (see the constructor)
+  std::vector<bool> shared_;  // node i's value lies in value_pool_
   bool materialized_ = false; // every value and gradient has its storage
   std::vector<std::vector<graph::node_id>> zero_before_; // zeroed when node i's backward starts
 };
@@ -637,7 +652,8 @@ private:
 /// Recomputation segments for `executor::recompute`, one per block of a model whose parameters
 /// are named `prefix` + block + "." + ... (e.g. "layers.3.attn.wq"): from the block's first
 /// parameter (created at its first use) to the last node that reads one of the block's
-/// parameters; blocks whose ranges overlap (shared weights) are merged.
+/// parameters or a rank's moved copy of one; blocks whose ranges overlap (shared weights) are
+/// merged.
 [[nodiscard]] inline std::vector<std::pair<graph::node_id, graph::node_id>>
 scope_segments(const graph::graph& g, std::string_view prefix = "layers.") {
   std::vector<std::string> blocks; // in first-use order
@@ -656,6 +672,20 @@ scope_segments(const graph::graph& g, std::string_view prefix = "layers.") {
       it = blocks.end() - 1;
     }
     block_of[i] = static_cast<std::size_t>(it - blocks.begin());
+  }
+  // A rank's copy of a block's parameter moved from another rank ("layers.3.attn.wq@...", a
+  // lowered graph's transfer target) belongs to the block too.
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const std::string& name = g[i].name;
+    const std::size_t at = name.find('@');
+    if (at == std::string::npos || !name.starts_with(prefix))
+      continue;
+    if (const auto p = g.find(std::string_view(name).substr(0, at));
+        p && block_of[*p] != static_cast<std::size_t>(-1)) {
+      block_of[i] = block_of[*p];
+      auto& r = range[block_of[i]];
+      r = {std::min(r.first, i), std::max(r.second, i)};
+    }
   }
   for (graph::node_id i = 0; i < g.size(); ++i)
     for (graph::node_id in : g[i].inputs)

@@ -83,6 +83,9 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
   app.add_option("--cluster", o.cluster,
                  "train on every rank of an MPI job (mpirun -np N, one rank per device of this "
                  "cluster file); one process when absent");
+  app.add_flag("--recompute", o.recompute,
+               "recompute each block's activations in the backward instead of keeping them "
+               "(one more forward of the blocks per step, a block's activations in memory)");
   app.add_option("--plan", o.plan,
                  "with --cluster: synth (default), dp-ev, dp-cp, tp, or a plan JSON file");
   app.add_flag("--calibrate", o.calibrate,

@@ -120,6 +120,10 @@ struct train_options {
   /// loss scaling: a step whose gradients overflow is skipped and the scale halved). Float
   /// models only.
   exec::precision precision = exec::precision::f32;
+  /// Activation recomputation: each of the model's blocks (parameters named "layers.<k>.")
+  /// keeps only what leaves it for the backward and runs its forward again there (one more
+  /// forward of the blocks per step; exec::executor::recompute).
+  bool recompute = false;
 
   std::string cluster; ///< cluster file: train on every rank of an MPI job; empty: one process
   std::optional<hspmd::cluster> cluster_spec; ///< a cluster already read (instead of the file)

@@ -257,6 +257,7 @@ private:
     engine_ = make_single_engine();
     engine_->set_profiling(o_.profile);
     engine_->set_precision(o_.precision);
+    recompute(*engine_, true);
     if (o_.out != nullptr) {
       describe(*o_.out, engine_->device());
       if (o_.print_graph)
@@ -449,6 +450,7 @@ private:
       e->set_bucket_bytes(static_cast<std::size_t>(o_.bucket_mb * 1024.0 * 1024.0));
     e->set_profiling(o_.profile);
     e->set_precision(o_.precision);
+    recompute(*e, is_root);
     if (is_root && o_.out != nullptr)
       print(*o_.out,
             "gradients: %.2f MiB on rank 0 in shared buffers (%.2f MiB with one per tensor "
@@ -687,6 +689,7 @@ private:
         {"clip", num(o_.clip)},
         {"optimizer", typeid(Optimizer).name()},
         {"precision", std::string(name(o_.precision))},
+        {"recompute", on(o_.recompute)},
         {"device", o_.device},
         {"plan", o_.plan.empty() ? "synth" : o_.plan},
         {"calibrate", on(o_.calibrate)},
@@ -744,6 +747,23 @@ private:
             "gradients and reductions in float%s\n",
             std::string(name(o_.precision)).c_str(),
             o_.precision == exec::precision::f16 ? ", dynamic loss scaling" : "");
+  }
+
+  // Activation recomputation when asked for; `say`: print what it keeps (rank 0).
+  template <class E>
+  void recompute(E& e, bool say) {
+    if (!o_.recompute)
+      return;
+    const std::size_t bytes = e.recompute();
+    if (bytes == 0)
+      throw config_error("--recompute", "the model has no blocks to recompute",
+                         "name block parameters \"layers.<k>.\" (the zoo's models do), or drop "
+                         "--recompute");
+    if (say && o_.out != nullptr)
+      print(*o_.out,
+            "recompute: each block's activations made again in the backward; %.2f MiB "
+            "hold one block's at a time\n",
+            static_cast<double>(bytes) / (1024.0 * 1024.0));
   }
 
   // What this rank is doing, named if a wait times out.
@@ -938,6 +958,7 @@ private:
                 {"kind", "counter-based: initial values by seed, dropout by seed and micro-batch "
                          "index; nothing else to restore"}};
     m["precision"] = std::string(name(o_.precision));
+    m["recompute"] = o_.recompute;
     if (loss_scale) {
       const auto ls = loss_scale->save();
       m["loss_scale"] = {{"scale", ls.scale}, {"clean_steps", ls.clean}, {"skipped", ls.skipped}};

@@ -1,5 +1,6 @@
 // Llama-small trains under mpirun like the single process, for every plan and ratio vector
-// (tests/support/equivalence.hpp), f32 and f64; with fused attention in f64.
+// (tests/support/equivalence.hpp), f32 and f64; with fused attention in f64; with recomputed
+// blocks.
 #include <hspmd/models/llama.hpp>
 
 #include "../../support/equivalence.hpp"
@@ -45,4 +46,33 @@ TEST_CASE("Llama-small with fused attention: distributed training equals the sin
   // partial where the queries are split.
   equivalence<double>("llama-fused", models::trace_llama_lm<double>(c, 4), 40, 1e-10, 1e6,
                       {"attention:split", "all_gather", "reduce_scatter", "vocab-parallel"});
+}
+
+TEST_CASE("Llama-small with recomputed blocks: distributed training equals the single process") {
+  // Each block's forward runs again in the backward, its transfers included (TP's collectives,
+  // FSDP's gathers made again first). At 2 ranks, even and 3:1, f64.
+  mpi_communicator comm;
+  if (comm.size() != 2)
+    return;
+  models::llama_config c;
+  c.layers = 2;
+  c.hidden = 16;
+  c.heads = 2;
+  c.ffn = 24;
+  c.seq = 6;
+  c.vocab = 40;
+  c.fused_attention = true;
+  const graph::graph g = models::trace_llama_lm<double>(c, 4);
+  const auto want = single<double>(g, 40, default_steps);
+  const cluster cl = make_cluster(2, 1e6);
+  const synth::plan dp_cp = synth::make_baseline(g, cl, synth::baseline::dp_cp, {}, "llama");
+  for (const synth::plan& base :
+       {synth::make_baseline(g, cl, synth::baseline::tp, {}, "llama"), fsdp_of(g, dp_cp)})
+    for (const std::vector<double>& r : {std::vector<double>{0.5, 0.5}, {0.75, 0.25}}) {
+      synth::plan p = base;
+      for (auto& seg : p.ratios)
+        seg = r;
+      check_same(distributed<double>(g, p, comm, 40, default_steps, true), want, 1e-10,
+                 "llama recomputed, " + p.strategy + " at " + std::to_string(r[0]));
+    }
 }
