@@ -165,14 +165,18 @@ public:
     replay_at_.assign(n, {});
     for (const auto& sg : ex_.recompute_segments()) {
       std::vector<bool> read(n, false);
-      for (graph::node_id j : sg.internal)
-        for (graph::node_id in : prog_.local[j].inputs) {
-          graph::node_id src = in; // a view's value is its source's
-          while (!gathered[src] && prog_.local[src].kind == graph::op::reshape &&
-                 !prog_.local[src].inputs.empty())
-            src = prog_.local[src].inputs[0];
-          read[src] = gathered[src];
-        }
+      const auto note = [&](graph::node_id src) {
+        while (!gathered[src] && prog_.local[src].kind == graph::op::reshape &&
+               !prog_.local[src].inputs.empty())
+          src = prog_.local[src].inputs[0]; // a view's value is its source's
+        read[src] = read[src] || gathered[src];
+      };
+      for (graph::node_id j : sg.internal) {
+        for (graph::node_id in : prog_.local[j].inputs)
+          note(in);
+        if (const auto t = prog_.transfer_of[j]; t && prog_.transfers[*t].source)
+          note(*prog_.transfers[*t].source); // a version moved from a copy
+      }
       std::vector<replay_item>& items = replay_at_[sg.last];
       for (graph::node_id k = 0; k < sg.first; ++k)
         if (read[k])
