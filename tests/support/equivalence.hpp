@@ -163,6 +163,19 @@ void check_same(const result<T>& got, const result<T>& want, double tol, const s
   }
 }
 
+// `base` (DP-CP) with every eligible weight gradient by SFB instead of all-reduce.
+inline synth::plan sfb_of(const graph::graph& g, synth::plan sfb) {
+  sfb.strategy += "+sfb";
+  for (synth::plan_step& s : sfb.steps)
+    for (synth::transfer& t : s.transfers)
+      if ((s.kind == graph::op::linear || s.kind == graph::op::matmul) &&
+          t.kind == synth::transfer_kind::load && t.tensor == g[s.node].inputs[1] &&
+          t.to.is_replicated() && s.rule.in[0].is_split() &&
+          s.rule.in[0].dim() + 1 < g[g[s.node].inputs[0]].out.rank())
+        t.sfb = true;
+  return sfb;
+}
+
 // `base` with every replicated parameter load kept split along the parameter's largest dimension
 // and all-gathered for use (FSDP).
 inline synth::plan fsdp_of(const graph::graph& g, synth::plan fsdp) {
@@ -211,16 +224,7 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
   for (auto b : {synth::baseline::dp_ev, synth::baseline::dp_cp, synth::baseline::tp})
     plans.push_back(synth::make_baseline(g, c, b, {}, model));
   // DP-CP with every eligible weight gradient by SFB instead of all-reduce.
-  synth::plan sfb = plans[3];
-  sfb.strategy = "dp-cp+sfb";
-  for (synth::plan_step& s : sfb.steps)
-    for (synth::transfer& t : s.transfers)
-      if ((s.kind == graph::op::linear || s.kind == graph::op::matmul) &&
-          t.kind == synth::transfer_kind::load && t.tensor == g[s.node].inputs[1] &&
-          t.to.is_replicated() && s.rule.in[0].is_split() &&
-          s.rule.in[0].dim() + 1 < g[g[s.node].inputs[0]].out.rank())
-        t.sfb = true;
-  plans.push_back(sfb);
+  plans.push_back(sfb_of(g, plans[3]));
   // DP-CP with every replicated parameter kept split and gathered for use (FSDP): the
   // instructions the search emits when memory demands it (unit.synth checks that it does;
   // synthesizing here would add a search per model to the suite's time).

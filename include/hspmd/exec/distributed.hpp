@@ -153,7 +153,17 @@ public:
     for (const lowered_transfer& t : prog_.transfers)
       if (t.what.kind != synth::transfer_kind::load)
         moved[t.target] = true;
-    const std::size_t bytes = ex_.recompute(scope_segments(prog_.local, prefix), moved);
+    // A transfer reads its source outside the graph's edges; SFB reads its layer's input after
+    // the backward.
+    std::vector<std::pair<graph::node_id, graph::node_id>> reads;
+    for (const lowered_transfer& t : prog_.transfers)
+      if (t.source)
+        reads.emplace_back(*t.source, t.target);
+    std::vector<graph::node_id> keep;
+    for (graph::node_id w : sfb_params_)
+      keep.push_back(prog_.local[*sole_user(w)].inputs[0]);
+    const std::size_t bytes =
+        ex_.recompute(scope_segments(prog_.local, prefix), moved, reads, keep);
     std::vector<bool> gathered(n, false);
     for (const auto& at : regather_at_)
       for (graph::node_id k : at)

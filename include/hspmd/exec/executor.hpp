@@ -45,10 +45,11 @@ class executor {
 public:
   using backend_type = B;
 
-  /// Allocates the parameters (value and gradient), inputs and integer nodes and materializes
-  /// the parameters from `seed` (exec/parameter_init.hpp), so any rank can materialize any slice
-  /// of any parameter. Every other value and gradient is allocated when the executor is first
-  /// run or read (`forward`, `backward`, a node's `value` or `grad`): buffers that
+  /// Allocates the parameters (value and gradient) and integer nodes and materializes the
+  /// parameters from `seed` (exec/parameter_init.hpp), so any rank can materialize any slice of
+  /// any parameter. Every other value and gradient -- inputs too: on a rank, values moved from
+  /// other ranks are inputs -- is allocated when the executor is first run, fed or read
+  /// (`forward`, `backward`, `set_input`, a node's `value` or `grad`): buffers that
   /// `reuse_gradient_buffers` or `share_value_buffers` place in shared memory before that are
   /// never allocated on their own, so the device's peak is the shared size, not the unshared.
   ///
@@ -84,14 +85,12 @@ public:
       if (node.type == dtype::i64) {
         s_.ids[i] = allocate_for<std::int64_t>(i, node.out.size(), "ids");
         placed_[i] = true;
-      } else if (node.kind == graph::op::parameter || node.kind == graph::op::input) {
+      } else if (node.kind == graph::op::parameter) {
         s_.value_views[i] = s_.values[i] = allocate_for<T>(i, node.out.size(), "value");
         placed_[i] = true;
-        if (node.kind == graph::op::parameter) {
-          own_grad_[i] = allocate_for<T>(i, node.out.size(), "gradient");
-          s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
-          initialize_parameter_on(i, seed);
-        }
+        own_grad_[i] = allocate_for<T>(i, node.out.size(), "gradient");
+        s_.grads[i] = std::span<T>(own_grad_[i].data(), own_grad_[i].size());
+        initialize_parameter_on(i, seed);
       }
     }
     point_views();
@@ -139,7 +138,7 @@ public:
   /// Feeds a floating-point input node by name.
   void set_input(std::string_view name, std::span<const T> data) {
     const graph::node_id id = input(name, false);
-    if (data.size() != s_.value_views[id].size())
+    if (data.size() != value(id).size())
       throw shape_error("input \"" + std::string(name) + "\"",
                         std::to_string(data.size()) + " values for shape " + g_[id].out.to_string(),
                         "one value per element");
@@ -187,9 +186,15 @@ public:
   ///
   /// `refilled` (one flag per node, or empty): input nodes that the driver fills again when it
   /// replays a segment (exec/distributed.hpp: values moved from another rank); they are
-  /// recomputed like the others. Other inputs are kept.
-  std::size_t recompute(const std::vector<std::pair<graph::node_id, graph::node_id>>& segments,
-                        const std::vector<bool>& refilled = {}) {
+  /// recomputed like the others. Other inputs are kept. `extra_users` (from, to): to reads
+  /// from's value outside the graph's edges (a transfer); `keep`: values read after the backward
+  /// (a driver's own use). A recomputed value read from outside the executor (`value`) after the
+  /// forward holds whatever segment ran last.
+  std::size_t
+  recompute(const std::vector<std::pair<graph::node_id, graph::node_id>>& segments,
+            const std::vector<bool>& refilled = {},
+            const std::vector<std::pair<graph::node_id, graph::node_id>>& extra_users = {},
+            const std::vector<graph::node_id>& keep = {}) {
     if (!segment_of_.empty())
       throw plan_error("executor", "recomputation segments are already set", "call recompute once");
     const std::size_t n = g_.size();
@@ -215,6 +220,11 @@ public:
       for (graph::node_id in : g_[i].inputs)
         if (segment_of_[owner[in]] != segment_of_[i])
           kept[owner[in]] = true;
+    for (const auto& [from, to] : extra_users)
+      if (segment_of_[owner[from]] != segment_of_[to])
+        kept[owner[from]] = true;
+    for (graph::node_id id : keep)
+      kept[owner[id]] = true;
     kept[owner[*g_.loss()]] = true;
     constexpr std::size_t align = 16; // elements, as share_value_buffers
     std::size_t total = 0;
@@ -415,6 +425,9 @@ public:
     if (value_pool_.size() != 0)
       throw plan_error("executor", "value buffers are already shared",
                        "call share_value_buffers once");
+    if (!segment_of_.empty())
+      throw plan_error("executor", "share_value_buffers after recompute",
+                       "share the working copies first, then set the recomputation segments");
     constexpr std::size_t align = 16; // elements: every copy starts on a 64-byte line
     struct placed {
       std::size_t offset, size;

@@ -50,7 +50,8 @@ TEST_CASE("Llama-small with fused attention: distributed training equals the sin
 
 TEST_CASE("Llama-small with recomputed blocks: distributed training equals the single process") {
   // Each block's forward runs again in the backward, its transfers included (TP's collectives,
-  // FSDP's gathers made again first). At 2 ranks, even and 3:1, f64.
+  // FSDP's gathers made again), and SFB's layer inputs are kept for after the backward. At 2
+  // ranks, even and 3:1, f64.
   mpi_communicator comm;
   if (comm.size() != 2)
     return;
@@ -66,8 +67,8 @@ TEST_CASE("Llama-small with recomputed blocks: distributed training equals the s
   const auto want = single<double>(g, 40, default_steps);
   const cluster cl = make_cluster(2, 1e6);
   const synth::plan dp_cp = synth::make_baseline(g, cl, synth::baseline::dp_cp, {}, "llama");
-  for (const synth::plan& base :
-       {synth::make_baseline(g, cl, synth::baseline::tp, {}, "llama"), fsdp_of(g, dp_cp)})
+  for (const synth::plan& base : {synth::make_baseline(g, cl, synth::baseline::tp, {}, "llama"),
+                                  fsdp_of(g, dp_cp), sfb_of(g, dp_cp)})
     for (const std::vector<double>& r : {std::vector<double>{0.5, 0.5}, {0.75, 0.25}}) {
       synth::plan p = base;
       for (auto& seg : p.ratios)
