@@ -13,7 +13,10 @@
 using namespace hspmd;
 using namespace hspmd::test;
 
-TEST_CASE("Llama-small: distributed training equals the single process (f32, f64)") {
+namespace {
+
+// Llama-small: 2 blocks, hidden 16, 2 heads, SwiGLU 24, 6 tokens, vocabulary 40.
+models::llama_config small() {
   models::llama_config c;
   c.layers = 2;
   c.hidden = 16;
@@ -21,6 +24,13 @@ TEST_CASE("Llama-small: distributed training equals the single process (f32, f64
   c.ffn = 24;
   c.seq = 6;
   c.vocab = 40;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("Llama-small: distributed training equals the single process (f32, f64)") {
+  models::llama_config c = small();
   // No biases; the plans must still split the bias-free projections both ways, rotate split
   // sequences and heads, and take the vocabulary apart.
   const std::vector<std::string> must = {"all_gather", "reduce_scatter", "matmul:split->partial",
@@ -34,13 +44,7 @@ TEST_CASE("Llama-small with fused attention: distributed training equals the sin
   // attention op takes and 10 s of the suite's time.
   if (mpi_communicator().size() != 3)
     return;
-  models::llama_config c;
-  c.layers = 2;
-  c.hidden = 16;
-  c.heads = 2;
-  c.ffn = 24;
-  c.seq = 6;
-  c.vocab = 40;
+  models::llama_config c = small();
   c.fused_attention = true;
   // The attention op splits by heads or batch (TP, DP) and its key and value gradients come back
   // partial where the queries are split.
@@ -55,13 +59,7 @@ TEST_CASE("Llama-small with recomputed blocks: distributed training equals the s
   mpi_communicator comm;
   if (comm.size() != 2)
     return;
-  models::llama_config c;
-  c.layers = 2;
-  c.hidden = 16;
-  c.heads = 2;
-  c.ffn = 24;
-  c.seq = 6;
-  c.vocab = 40;
+  models::llama_config c = small();
   c.fused_attention = true;
   const graph::graph g = models::trace_llama_lm<double>(c, 4);
   const auto want = single<double>(g, 40, default_steps);
