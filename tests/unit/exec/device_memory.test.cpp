@@ -348,6 +348,18 @@ private:
 };
 static_assert(exec::backend<limited_backend>);
 
+// BERT-tiny (dropout on), batch 4 of 16 tokens, vocabulary 50.
+graph::graph bert_tiny() {
+  models::bert_config cfg;
+  cfg.layers = 2;
+  cfg.hidden = 32;
+  cfg.heads = 2;
+  cfg.ffn = 64;
+  cfg.seq = 16;
+  cfg.vocab = 50;
+  return models::trace_bert_lm<float>(cfg, 4);
+}
+
 } // namespace
 
 TEST_CASE("a device out of memory is reported with the graph node being allocated") {
@@ -383,14 +395,7 @@ TEST_CASE("buffers shared before the executor first runs are never allocated on 
   // gradients) and the token ids only; the intermediate gradients shared by
   // reuse_gradient_buffers are never allocated one by one, so the step's peak stays below what
   // every value and gradient with a buffer of its own would take.
-  models::bert_config cfg;
-  cfg.layers = 2;
-  cfg.hidden = 32;
-  cfg.heads = 2;
-  cfg.ffn = 64;
-  cfg.seq = 16;
-  cfg.vocab = 50;
-  const graph::graph g = models::trace_bert_lm<float>(cfg, 4);
+  const graph::graph g = bert_tiny();
   std::size_t fixed = 0; // what construction allocates: parameters (value and gradient), ids
   std::size_t later = 0; // every other value and gradient, each in a buffer of its own
   std::size_t grads = 0; // every gradient, the parameters' included
@@ -434,14 +439,7 @@ TEST_CASE("buffers shared before the executor first runs are never allocated on 
 TEST_CASE("training holds its device memory flat after the second step (cache hits only)") {
   // BERT-tiny with dropout, two micro-batches per step, clipping and Adam, through the trainer's
   // engine on a device backend whose buffers come from the caching allocator.
-  models::bert_config cfg;
-  cfg.layers = 2;
-  cfg.hidden = 32;
-  cfg.heads = 2;
-  cfg.ffn = 64;
-  cfg.seq = 16;
-  cfg.vocab = 50;
-  const graph::graph g = models::trace_bert_lm<float>(cfg, 4);
+  const graph::graph g = bert_tiny();
   exec::backend_engine<float, exec::adam, limited_backend> e(g, 3);
   exec::adam opt(1e-3);
   std::mt19937_64 rng(5);
