@@ -2,7 +2,8 @@
 """Synthesis time and memory against the device count.
 
     python3 bench/synth_scale.py [--devices 64,256,1024,4096] [--model bert,llama-7b,...]
-                                 [--layers N] [--baselines] [--hierarchical] [--svg out.svg]
+                                 [--layers N] [--batch-fraction F] [--baselines] [--hierarchical]
+                                 [--svg out.svg]
                                  [-- extra hspmd-plan flags]
 
 Builds nothing: run `cmake --build --preset release --target hspmd-plan` first. For each count n
@@ -11,7 +12,8 @@ it writes a cluster of n/8 nodes of 8 GPUs, a quarter of the nodes each H100, A1
 nodes, runs hspmd-plan on it and prints the synthesis time hspmd-plan reports (search, LP), the
 whole run's wall time and peak memory, and the synthesized plan's predicted step, or why no plan
 fits. With --hierarchical it also prints the two-level plan (hspmd-plan --hierarchical): its
-synthesis time, predicted step, and the one-level plan's step over it. With --svg it also plots the first model's synthesis time against devices (log-log).
+synthesis time, predicted step, and the one-level plan's step over it. With --svg it also plots
+each model's synthesis time against devices (log-log, one line per model).
 """
 import argparse
 import json
@@ -51,28 +53,39 @@ def run(cmd):
     return proc.returncode, out, time.perf_counter() - t0, usage.ru_maxrss
 
 
-def svg(rows, path):
+COLORS = ["steelblue", "darkorange", "seagreen", "firebrick", "purple"]
+
+
+def svg(series, path):
+    """series: {model: [(devices, seconds), ...]}, one line per model (log-log)."""
     import math
-    w, h, pad = 480, 320, 50
-    xs = [math.log10(r[0]) for r in rows]
-    ys = [math.log10(max(r[1], 1e-3)) for r in rows]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
+    w, h, pad = 520, 340, 55
+    pts_all = [p for rows in series.values() for p in rows]
+    xs_all = [math.log10(p[0]) for p in pts_all]
+    ys_all = [math.log10(max(p[1], 1e-3)) for p in pts_all]
+    x0, x1 = min(xs_all), max(xs_all)
+    y0, y1 = math.floor(min(ys_all)), math.ceil(max(ys_all))
     if y1 == y0:
         y1 += 1
 
     def px(x, y):
         return (pad + (x - x0) / (x1 - x0 or 1) * (w - 2 * pad),
                 h - pad - (y - y0) / (y1 - y0) * (h - 2 * pad))
-    pts = " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(x, y) for x, y in zip(xs, ys)))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-size="11">',
              f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>',
-             f'<polyline points="{pts}" fill="none" stroke="steelblue" stroke-width="2"/>']
-    for r, x, y in zip(rows, xs, ys):
-        a, b = px(x, y)
-        parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="steelblue"/>')
-        parts.append(f'<text x="{a:.1f}" y="{h - pad + 15}" text-anchor="middle">{r[0]}</text>')
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>']
+    ticks = sorted({p[0] for p in pts_all})
+    for n in ticks:
+        a, _ = px(math.log10(n), y0)
+        parts.append(f'<text x="{a:.1f}" y="{h - pad + 15}" text-anchor="middle">{n}</text>')
+    for k, (model, rows) in enumerate(series.items()):
+        color = COLORS[k % len(COLORS)]
+        xy = [px(math.log10(n), math.log10(max(t, 1e-3))) for n, t in rows]
+        pts = " ".join(f"{a:.1f},{b:.1f}" for a, b in xy)
+        parts.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for a, b in xy:
+            parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="{color}"/>')
+        parts.append(f'<text x="{pad + 10}" y="{pad + 14 * k}" fill="{color}">{model}</text>')
     for e in range(y0, y1 + 1):
         a, b = px(x0, e)
         parts.append(f'<text x="{pad - 5}" y="{b + 4:.1f}" text-anchor="end">{10 ** e:g} s</text>')
@@ -87,26 +100,34 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--devices", default="64,256,1024,4096")
     ap.add_argument("--model", default="bert",
-                    help="one or more models or presets, comma-separated (e.g. bert,llama-7b)")
+                    help="one or more models or presets, comma-separated (e.g. bert,llama-7b); "
+                         "model@F gives that model a batch of F times the device count")
     ap.add_argument("--layers", help="override the model's layer count")
     ap.add_argument("--baselines", action="store_true", help="also price DP-EV, DP-CP and TP")
     ap.add_argument("--hierarchical", action="store_true",
                     help="also synthesize the two-level plan and compare")
+    ap.add_argument("--batch-fraction", type=float,
+                    help="batch = this fraction of the device count (e.g. 0.21875 = 7/32)")
     ap.add_argument("--svg")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     tool = os.path.join(ROOT, "build/release/tools/hspmd-plan")
-    rows = []
+    series = {}
     print(f"{'model':>10} {'devices':>8} {'synthesis':>10} {'search':>8} {'LP':>8} {'run':>8} "
           f"{'peak MiB':>9}  predicted step")
     with tempfile.TemporaryDirectory() as d:
-        for model in a.model.split(","):
+        for spec in a.model.split(","):
+            # "model@F": this model's batch is F times the device count (else --batch-fraction)
+            model, _, own = spec.partition("@")
+            fraction = float(own) if own else a.batch_fraction
             for n in (int(x) for x in a.devices.split(",")):
                 path = os.path.join(d, f"c{n}.json")
                 cluster(n, path)
                 cmd = [tool, "--model", model, "--cluster", path] + a.extra
                 if a.layers:
                     cmd += ["--layers", a.layers]
+                if fraction:
+                    cmd += ["--batch", str(max(1, round(n * fraction)))]
                 if not a.baselines:
                     cmd.append("--no-baselines")
                 if a.hierarchical:
@@ -124,7 +145,8 @@ def main():
                                     f"({two.group(1)}): step {two_step.group(1)} (slowest node "
                                     f"{two_step.group(2)}, across {two_step.group(3)}){vs}")
                     else:
-                        err = re.search(r"hspmd-plan: (.*)", out)
+                        err = (re.search(r"two-level plan: none \(the one-level plan stands\): "
+                                         r"(.*)", out) or re.search(r"hspmd-plan: (.*)", out))
                         two_text = (f"\n{'':>10} {'':>8} {'-':>10}  two-level: "
                                     f"{err.group(1) if err else out.strip().splitlines()[-1]}")
                 m = re.search(r"synthesis: ([0-9.]+) s \(search ([0-9.]+) s.*LP ([0-9.]+) s\)", out)
@@ -138,13 +160,12 @@ def main():
                           flush=True)
                     continue
                 step = re.search(r"^synth +(\S+ \S+)", out, re.M)
-                if model == a.model.split(",")[0]:
-                    rows.append((n, float(m.group(1))))
+                series.setdefault(model, []).append((n, float(m.group(1))))
                 print(f"{model:>10} {n:>8} {m.group(1):>8} s {m.group(2):>6} s {m.group(3):>6} s "
                       f"{wall:>6.2f} s {peak / 1024:>9.0f}  {step.group(1) if step else '?'}"
                       f"{two_text}", flush=True)
-    if a.svg and rows:
-        svg(rows, a.svg)
+    if a.svg and series:
+        svg(series, a.svg)
         print(f"wrote {a.svg}")
 
 

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 namespace {
@@ -88,6 +89,13 @@ int main(int argc, char** argv) {
                  "before use, FSDP-style: auto (when nothing fits otherwise), never, always")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "never", "always"}));
+  std::string recompute = "auto";
+  app.add_option("--recompute", recompute,
+                 "recompute each block's activations in the backward instead of keeping them "
+                 "(priced: one more forward of the blocks, one block's activations at a time): "
+                 "auto (when nothing fits otherwise), never, always")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "never", "always"}));
   std::string precision = "f32";
   app.add_option("--precision", precision,
                  "the run's precision: bf16 or f16 prices GEMMs at each device's bf16_speed "
@@ -111,6 +119,10 @@ int main(int argc, char** argv) {
     so.search.shard_parameters = sharding == "never"    ? sharding_mode::never
                                  : sharding == "always" ? sharding_mode::always
                                                         : sharding_mode::when_needed;
+    using recompute_mode = hspmd::synth::search_options::recomputation;
+    so.search.recompute = recompute == "never"    ? recompute_mode::never
+                          : recompute == "always" ? recompute_mode::always
+                                                  : recompute_mode::when_needed;
     so.gemm_type = precision == "bf16"  ? hspmd::dtype::bf16
                    : precision == "f16" ? hspmd::dtype::f16
                                         : hspmd::dtype::f32;
@@ -165,7 +177,7 @@ int main(int argc, char** argv) {
       std::printf("one-level synthesis: no plan: %s\n", one_level_error.c_str());
     else
       std::printf("synthesis: %.3f s (search %.3f s in %zu round(s), %zu states expanded; LP "
-                  "%.3f s)%s%s\n",
+                  "%.3f s)%s%s%s\n",
                   std::chrono::duration<double>(t2 - t1).count(), plan.stats.search_seconds,
                   plan.stats.rounds, plan.stats.expanded, plan.stats.lp_seconds,
                   plan.stats.optimal ? ""
@@ -175,7 +187,10 @@ int main(int argc, char** argv) {
                   plan.stats.fsdp_fallback
                       ? "\n  (nothing fitted in the full search: the plan is data parallel with "
                         "sharded parameters, FSDP, searched in that space)"
-                      : "");
+                      : "",
+                  plan.recompute ? "\n  (activations recomputed: each block's made again in the "
+                                   "backward, one block's held at a time)"
+                                 : "");
     std::printf("\n%-8s %14s %14s %14s %10s\n", "plan", "step time", "compute", "comm", "speedup");
     if (one_level_error.empty())
       std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),
@@ -185,21 +200,34 @@ int main(int argc, char** argv) {
                      hspmd::synth::baseline::tp}) {
         try {
           const auto p = hspmd::synth::make_baseline(g, c, b, so, model);
-          std::printf("%-8s %14s %14s %14s %9.2fx\n", std::string(hspmd::synth::name(b)).c_str(),
+          std::printf("%-8s %14s %14s %14s %9.2fx%s\n", std::string(hspmd::synth::name(b)).c_str(),
                       seconds(p.step_time).c_str(), seconds(p.compute_time).c_str(),
                       seconds(p.comm_time).c_str(),
-                      one_level_error.empty() ? p.step_time / plan.step_time : 0.0);
+                      one_level_error.empty() ? p.step_time / plan.step_time : 0.0,
+                      p.recompute ? "  (recomputed)" : "");
         } catch (const hspmd::plan_error& e) {
           std::printf("%-8s %s\n", std::string(hspmd::synth::name(b)).c_str(), e.what());
         }
       }
     std::printf("(speedup: the baseline's predicted step time over synth's)\n");
+    // Where one level has a plan and two levels do not, the one-level plan stands (said, not
+    // fatal); with neither, the two-level error ends the run.
+    std::optional<hspmd::synth::hierarchical_plan> two_level;
     if (hierarchical) {
       hspmd::synth::hierarchical_options ho;
       ho.inner = so;
-      const auto h = hspmd::synth::synthesize_hierarchical(
-          [&](std::size_t rows) { return hspmd::models::trace_model<float>(model, mo, rows); },
-          batch, c, ho, model);
+      try {
+        two_level = hspmd::synth::synthesize_hierarchical(
+            [&](std::size_t rows) { return hspmd::models::trace_model<float>(model, mo, rows); },
+            batch, c, ho, model);
+      } catch (const hspmd::plan_error& e) {
+        if (!one_level_error.empty())
+          throw;
+        std::printf("\ntwo-level plan: none (the one-level plan stands): %s\n", e.what());
+      }
+    }
+    if (two_level) {
+      const auto& h = *two_level;
       const auto [lo, hi] = std::ranges::minmax(h.node_batch);
       double peak = 0.0;
       for (std::size_t d = 0; d < c.size(); ++d)

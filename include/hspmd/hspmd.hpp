@@ -31,6 +31,7 @@
 #include <hspmd/lp/problem.hpp>
 #include <hspmd/lp/simplex.hpp>
 
+#include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>

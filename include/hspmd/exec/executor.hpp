@@ -20,6 +20,7 @@
 #include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/parameter_init.hpp>
+#include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
 
@@ -663,56 +664,11 @@ private:
 };
 
 /// Recomputation segments for `executor::recompute`, one per block of a model whose parameters
-/// are named `prefix` + block + "." + ... (e.g. "layers.3.attn.wq"): from the block's first
-/// parameter (created at its first use) to the last node that reads one of the block's
-/// parameters or a rank's moved copy of one; blocks whose ranges overlap (shared weights) are
-/// merged.
+/// are named `prefix` + block + "." + ... (e.g. "layers.3.attn.wq"; graph::block_ranges, which
+/// the planner prices recomputation with).
 [[nodiscard]] inline std::vector<std::pair<graph::node_id, graph::node_id>>
 scope_segments(const graph::graph& g, std::string_view prefix = "layers.") {
-  std::vector<std::string> blocks; // in first-use order
-  std::vector<std::pair<graph::node_id, graph::node_id>> range;
-  std::vector<std::size_t> block_of(g.size(), static_cast<std::size_t>(-1));
-  for (graph::node_id i = 0; i < g.size(); ++i) {
-    const std::string& name = g[i].name;
-    if (g[i].kind != graph::op::parameter || !name.starts_with(prefix))
-      continue;
-    const std::size_t dot = name.find('.', prefix.size());
-    const std::string block = name.substr(0, dot);
-    auto it = std::find(blocks.begin(), blocks.end(), block);
-    if (it == blocks.end()) {
-      blocks.push_back(block);
-      range.emplace_back(i, i);
-      it = blocks.end() - 1;
-    }
-    block_of[i] = static_cast<std::size_t>(it - blocks.begin());
-  }
-  // A rank's copy of a block's parameter moved from another rank ("layers.3.attn.wq@...", a
-  // lowered graph's transfer target) belongs to the block too.
-  for (graph::node_id i = 0; i < g.size(); ++i) {
-    const std::string& name = g[i].name;
-    const std::size_t at = name.find('@');
-    if (at == std::string::npos || !name.starts_with(prefix))
-      continue;
-    if (const auto p = g.find(std::string_view(name).substr(0, at));
-        p && block_of[*p] != static_cast<std::size_t>(-1)) {
-      block_of[i] = block_of[*p];
-      auto& r = range[block_of[i]];
-      r = {std::min(r.first, i), std::max(r.second, i)};
-    }
-  }
-  for (graph::node_id i = 0; i < g.size(); ++i)
-    for (graph::node_id in : g[i].inputs)
-      if (block_of[in] != static_cast<std::size_t>(-1))
-        range[block_of[in]].second = std::max(range[block_of[in]].second, i);
-  std::ranges::sort(range);
-  std::vector<std::pair<graph::node_id, graph::node_id>> out;
-  for (const auto& r : range) {
-    if (!out.empty() && r.first <= out.back().second)
-      out.back().second = std::max(out.back().second, r.second);
-    else
-      out.push_back(r);
-  }
-  return out;
+  return graph::block_ranges(g, prefix);
 }
 
 /// Writes the executor's per-op-kind profile as a table (see exec/op_profile.hpp).

@@ -365,6 +365,8 @@ private:
     so.gemm_type = o_.precision == exec::precision::bf16  ? dtype::bf16
                    : o_.precision == exec::precision::f16 ? dtype::f16
                                                           : dtype::f32;
+    if (o_.recompute) // planned with it: its replays priced, its memory counted
+      so.search.recompute = synth::search_options::recomputation::always;
     // The device first: calibration measures rank 0's compute where the run will compute.
     const auto* device_entry = distributed_device(comm);
     if (device_entry != nullptr && o_.rebalance != 0.0)
@@ -420,6 +422,11 @@ private:
       plan_ = synth::make_baseline(g_, cluster_, synth::baseline::tp, so, o_.name);
     else
       plan_ = synth::load_plan(which, g_);
+    if (o_.recompute && !plan_->recompute && !scope_segments(g_).empty()) {
+      plan_->recompute = true; // a plan file made without it: priced with it
+      synth::evaluate(*plan_, cost_model_for(cluster_), plan_->ratios);
+    }
+    o_.recompute = o_.recompute || plan_->recompute; // the plan's memory counts on it
     const double plan_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (is_root && !o_.save_plan.empty())

@@ -45,6 +45,7 @@
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/placement.hpp>
+#include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/graph/rules.hpp>
@@ -177,10 +178,27 @@ using ratio_table = std::vector<std::vector<double>>;
   return {best, at};
 }
 
+/// The smallest and largest share of each segment of a ratio table (what a collective's cost
+/// curve piece depends on).
+struct share_range {
+  std::vector<double> lo, hi; ///< per segment
+  share_range() = default;
+  explicit share_range(const ratio_table& r) {
+    for (const auto& seg : r) {
+      lo.push_back(seg.empty() ? 0.0 : *std::min_element(seg.begin(), seg.end()));
+      hi.push_back(seg.empty() ? 0.0 : *std::max_element(seg.begin(), seg.end()));
+    }
+  }
+};
+
 /// Optimizer FLOPs per parameter element (Adam: two moments, bias correction, update).
 inline constexpr double optimizer_flops_per_element = 12.0;
 /// Copies of a parameter a device keeps: the value, its gradient, Adam's two moments.
 inline constexpr double parameter_copies = 4.0;
+
+/// The share of an op's forward + backward work that is its forward (a product's backward runs
+/// two GEMMs to the forward's one): what recomputation runs again.
+inline constexpr double forward_share = 1.0 / 3.0;
 
 /// Bytes of weight gradients all-reduced together (one latency per bucket).
 inline constexpr double gradient_bucket_bytes = 4.0 * 1024.0 * 1024.0;
@@ -232,7 +250,7 @@ public:
   cost_model(const graph::graph& g, const cluster& c, segment_map segments,
              std::optional<compute_profile> profile = std::nullopt, dtype gemm_type = dtype::f32)
       : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()),
-        profile_(std::move(profile)),
+        profile_(std::move(profile)), blocks_(graph::layout_blocks(g, graph::block_ranges(g))),
         sixteen_bit_(gemm_type == dtype::bf16 || gemm_type == dtype::f16) {
     if (profile_ && (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
                      !(profile_->optimizer_seconds_per_element >= 0.0) ||
@@ -266,6 +284,14 @@ public:
     use_rates_ =
         c.devices.front().has_rates() &&
         (!profile_ || std::ranges::all_of(profile_->rates, [](double r) { return r > 0.0; }));
+    for (std::size_t k = 0; k < op_class_count; ++k)
+      for (const device_spec& dv : c.devices) {
+        const auto cls = static_cast<op_class>(k);
+        rate_[k].push_back(cls == op_class::gemm && sixteen_bit_ && dv.bf16_speed > 0.0
+                               ? dv.bf16_speed
+                           : use_rates_ ? dv.rates[k]
+                                        : dv.speed);
+      }
   }
 
   [[nodiscard]] const graph::graph& graph() const noexcept { return *g_; }
@@ -305,11 +331,47 @@ public:
 
   /// Forward + backward compute of node `id` under `r`, per device.
   [[nodiscard]] device_costs compute(graph::node_id id, const graph::rule& r) const {
-    double flops = node_flops(id);
-    if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
-      flops += 4.0 * static_cast<double>((*g_)[(*g_)[id].inputs[0]].out.dims[0]);
-    return work(flops, r.split_work ? split_segment(id, r) : std::nullopt,
+    return work(rule_flops(id, r), r.split_work ? split_segment(id, r) : std::nullopt,
                 op_class_of((*g_)[id].kind));
+  }
+  /// Adds every device's `compute(id, r)` at `ratios` to `per_device`; returns the largest and
+  /// its device (max_at of it, without building a cost per device).
+  std::pair<double, std::size_t> add_compute(graph::node_id id, const graph::rule& r,
+                                             const ratio_table& ratios,
+                                             std::vector<double>& per_device) const {
+    const double flops = rule_flops(id, r);
+    const std::optional<std::size_t> seg = r.split_work ? split_segment(id, r) : std::nullopt;
+    const std::vector<double>& rate = rate_[static_cast<std::size_t>(op_class_of((*g_)[id].kind))];
+    const std::vector<double>* share = seg ? &ratios.at(*seg) : nullptr;
+    double best = 0.0;
+    std::size_t at = 0;
+    for (std::size_t d = 0; d < rate.size(); ++d) {
+      const double v = share != nullptr ? flops / rate[d] * (*share)[d] : flops / rate[d];
+      per_device[d] += v;
+      if (v > best) {
+        best = v;
+        at = d;
+      }
+    }
+    return {best, at};
+  }
+  /// The largest device's `compute(id, r)` at `ratios` (max_at of it, without building a cost
+  /// per device).
+  [[nodiscard]] double compute_max(graph::node_id id, const graph::rule& r,
+                                   const ratio_table& ratios) const {
+    const double flops = rule_flops(id, r);
+    const std::optional<std::size_t> seg = r.split_work ? split_segment(id, r) : std::nullopt;
+    const std::vector<double>& rate = rate_[static_cast<std::size_t>(op_class_of((*g_)[id].kind))];
+    double best = 0.0;
+    if (seg) {
+      const std::vector<double>& share = ratios.at(*seg);
+      for (std::size_t d = 0; d < rate.size(); ++d)
+        best = std::max(best, flops / rate[d] * share[d]);
+    } else {
+      for (std::size_t d = 0; d < rate.size(); ++d)
+        best = std::max(best, flops / rate[d]);
+    }
+    return best;
   }
 
   /// Ops whose work is a GEMM (a 16-bit run's tensor-core rate applies).
@@ -332,35 +394,61 @@ public:
   }
 
   /// Seconds of communication of `t` (forward and backward), per device, at `ratios` (which
-  /// pick the piece of each cost curve).
+  /// pick the piece of each cost curve). Every device's is the same function of its own share
+  /// (`comm_of`); empty when there is none.
   [[nodiscard]] device_costs comm(const transfer& t, const ratio_table& ratios) const {
+    const std::optional<linear_cost> c = comm_of(t, ratios);
+    return c ? device_costs(devices(), *c) : device_costs{};
+  }
+  /// The largest device's communication seconds of `t` at `ratios` (max_at of `comm`, without
+  /// building a cost per device); `range`: the ratios' share_range, where the caller keeps it.
+  [[nodiscard]] double comm_max(const transfer& t, const ratio_table& ratios) const {
+    return comm_max(t, ratios, share_range(ratios));
+  }
+  [[nodiscard]] double comm_max(const transfer& t, const ratio_table& ratios,
+                                const share_range& range) const {
+    const std::optional<linear_cost> c = comm_of(t, range);
+    if (!c)
+      return 0.0;
+    double v = c->constant;
+    for (const auto& [seg, a] : c->terms)
+      v += a * (a >= 0.0 ? range.hi.at(seg) : range.lo.at(seg));
+    if (c->terms.size() > 1) // shares of several segments: device by device
+      return max_at(device_costs(devices(), *c), ratios).first;
+    return std::max(v, 0.0);
+  }
+  /// The communication of `t` as a function of a device's shares, the same on every device
+  /// (see the file comment), or nothing when it has none.
+  [[nodiscard]] std::optional<linear_cost> comm_of(const transfer& t,
+                                                   const ratio_table& ratios) const {
+    return comm_of(t, share_range(ratios));
+  }
+  [[nodiscard]] std::optional<linear_cost> comm_of(const transfer& t,
+                                                   const share_range& range) const {
     const double b = bytes(t.tensor);
     const std::size_t n = devices();
     const double nd = static_cast<double>(n);
     switch (t.kind) {
     case transfer_kind::slice:
     case transfer_kind::to_partial:
-      return {};
+      return std::nullopt;
     case transfer_kind::load: {
       if (!is_parameter(t.tensor) || !t.to.is_replicated() || n == 1)
-        return {};
+        return std::nullopt;
       if (!t.sfb) {
         const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
-        return uniform(p.alpha * std::min(1.0, b / gradient_bucket_bytes) + p.beta * b);
+        return linear_cost{p.alpha * std::min(1.0, b / gradient_bucket_bytes) + p.beta * b, {}};
       }
       // SFB: all-gather the layer's input rows and output-gradient rows (native algorithm).
       const auto [x, dy, seg] = sfb_factors(t.tensor);
       const double fb = x + dy;
-      const double share = 1.0 - min_share(ratios, seg);
+      const double share = 1.0 - range.lo.at(seg);
       const alpha_beta p = params(collective::all_gather_v, uneven_algorithm::native, fb * share);
-      device_costs c(n);
-      for (std::size_t d = 0; d < n; ++d)
-        c[d] = {p.alpha + p.beta * fb, {{seg, -p.beta * fb}}};
-      return c;
+      return linear_cost{p.alpha + p.beta * fb, {{seg, -p.beta * fb}}};
     }
     case transfer_kind::all_reduce: {
       const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
-      return uniform(2.0 * (p.alpha + p.beta * b)); // forward and its dual
+      return linear_cost{2.0 * (p.alpha + p.beta * b), {}}; // forward and its dual
     }
     case transfer_kind::all_gather:
     case transfer_kind::reduce_scatter: {
@@ -370,7 +458,7 @@ public:
                                                                  : collective::reduce_scatter_v;
       const collective bwd = t.kind == transfer_kind::all_gather ? collective::reduce_scatter_v
                                                                  : collective::all_gather_v;
-      device_costs c(n);
+      linear_cost c;
       // An FSDP-gathered parameter is gathered again for the backward (its copy is not kept).
       const std::array<collective, 3> ops = {fwd, bwd, fwd};
       const std::size_t count = is_gathered_parameter(t) ? 3 : 2;
@@ -378,16 +466,14 @@ public:
         const collective op = ops[o];
         const uneven_algorithm a = t.algorithm;
         if (a == uneven_algorithm::padded) {
-          const double x = (nd - 1.0) * b * max_share(ratios, seg);
+          const double x = (nd - 1.0) * b * range.hi.at(seg);
           const alpha_beta p = params(op, a, x);
-          for (std::size_t d = 0; d < n; ++d)
-            add(c[d], p.alpha, seg, p.beta * (nd - 1.0) * b);
+          add(c, p.alpha, seg, p.beta * (nd - 1.0) * b);
         } else {
-          const double x = b * (1.0 - min_share(ratios, seg));
+          const double x = b * (1.0 - range.lo.at(seg));
           const alpha_beta p = params(op, a, x);
           const double latency = a == uneven_algorithm::grouped ? nd : 1.0;
-          for (std::size_t d = 0; d < n; ++d)
-            add(c[d], latency * p.alpha + p.beta * b, seg, -p.beta * b);
+          add(c, latency * p.alpha + p.beta * b, seg, -p.beta * b);
         }
       }
       return c;
@@ -396,14 +482,11 @@ public:
       const std::size_t seg = segments_.of(t.tensor, t.from.dim());
       const double per = b * (nd - 1.0) / nd * static_cast<double>(link_sharing_);
       const alpha_beta& p =
-          params(collective::all_to_all_v, uneven_algorithm::native, per * max_share(ratios, seg));
-      device_costs c(n);
-      for (std::size_t d = 0; d < n; ++d)
-        c[d] = {2.0 * p.alpha, {{seg, 2.0 * p.beta * per}}};
-      return c;
+          params(collective::all_to_all_v, uneven_algorithm::native, per * range.hi.at(seg));
+      return linear_cost{2.0 * p.alpha, {{seg, 2.0 * p.beta * per}}};
     }
     }
-    return {};
+    return std::nullopt;
   }
 
   /// Compute a transfer adds: the optimizer's update of a loaded parameter, and with SFB the
@@ -438,13 +521,14 @@ public:
     return c;
   }
 
-  /// Bytes device d keeps for tensor `t` at placement `p` (parameters: 4 copies).
+  /// Bytes device d keeps for tensor `t` at placement `p` (parameters: 4 copies); the same
+  /// function of its share on every device (`memory_of`).
   [[nodiscard]] device_costs memory(graph::node_id t, placement p) const {
+    return device_costs(devices(), memory_of(t, p));
+  }
+  [[nodiscard]] linear_cost memory_of(graph::node_id t, placement p) const {
     const double b = bytes(t) * (is_parameter(t) ? parameter_copies : 1.0);
-    device_costs c(devices());
-    for (auto& x : c)
-      x = p.is_split() ? linear_cost{0.0, {{segments_.of(t, p.dim()), b}}} : linear_cost{b, {}};
-    return c;
+    return p.is_split() ? linear_cost{0.0, {{segments_.of(t, p.dim()), b}}} : linear_cost{b, {}};
   }
 
   /// Bytes device d keeps for what transfer `t` makes: a loaded parameter keeps its value,
@@ -452,25 +536,78 @@ public:
   /// tied weight's second use) is a working copy like an activation, except an FSDP gather,
   /// whose copy is transient (none here; `gathered_parameter_peak` in plan.hpp).
   [[nodiscard]] device_costs transfer_memory(const transfer& t) const {
+    return device_costs(devices(), transfer_memory_of(t));
+  }
+  [[nodiscard]] linear_cost transfer_memory_of(const transfer& t) const {
     if (t.kind == transfer_kind::load || !is_parameter(t.tensor))
-      return memory(t.tensor, t.to);
+      return memory_of(t.tensor, t.to);
     if (is_gathered_parameter(t)) // transient (see is_gathered_parameter)
-      return device_costs(devices());
-    device_costs c = memory(t.tensor, t.to);
-    for (auto& x : c) {
-      x.constant /= parameter_copies;
-      for (auto& term : x.terms)
-        term.second /= parameter_copies;
-    }
+      return {};
+    linear_cost c = memory_of(t.tensor, t.to);
+    c.constant /= parameter_copies;
+    for (auto& term : c.terms)
+      term.second /= parameter_copies;
     return c;
   }
 
   /// Bytes device d keeps for the output of op `t` at placement `p`: a reshape's output is a
   /// view of its input (nothing new); every other output is kept for the backward.
-  [[nodiscard]] device_costs output_memory(graph::node_id t, placement p) const {
-    if ((*g_)[t].kind == graph::op::reshape)
-      return device_costs(devices());
-    return memory(t, p);
+  [[nodiscard]] linear_cost output_memory_of(graph::node_id t, placement p) const {
+    return (*g_)[t].kind == graph::op::reshape ? linear_cost{} : memory_of(t, p);
+  }
+
+  /// Activation recomputation (exec::executor::recompute over the model's blocks,
+  /// graph/blocks.hpp): the values it does not keep are computed again when the backward reaches
+  /// their block. Memory: such a value is held only while its block runs (a plan keeps the
+  /// largest block's at once, not every block's); time: its op's forward runs twice, and a
+  /// collective that made a working copy for it runs its forward again (an FSDP copy it reads is
+  /// gathered once more). `none` below: kept.
+  static constexpr std::size_t none = graph::block_layout::none;
+  [[nodiscard]] const graph::block_layout& blocks() const noexcept { return blocks_; }
+  /// Whether the model has blocks to recompute.
+  [[nodiscard]] bool has_blocks() const noexcept { return !blocks_.ranges.empty(); }
+  /// The block whose replay computes op `id`'s output again, or `none` (kept).
+  [[nodiscard]] std::size_t recomputed_block(graph::node_id id) const {
+    return blocks_.recomputed[id] ? blocks_.block_of[id] : none;
+  }
+  /// The block whose replay makes transfer `t`'s copy again (fused before op `at`), or `none`:
+  /// a copy of a value that only nodes of `at`'s block read (loads and FSDP copies: none, those
+  /// are kept or counted apart).
+  [[nodiscard]] std::size_t recomputed_copy_block(const transfer& t, graph::node_id at) const {
+    if (t.kind == transfer_kind::load || t.kind == transfer_kind::to_partial ||
+        is_gathered_parameter(t))
+      return none;
+    const std::size_t b = blocks_.readers_in[t.tensor];
+    return b != none && b == blocks_.block_of[at] ? b : none;
+  }
+  /// Compute the replay adds to op `id` under `r` (empty when its output is kept).
+  [[nodiscard]] device_costs replay_compute(graph::node_id id, const graph::rule& r) const {
+    if (recomputed_block(id) == none)
+      return {};
+    return scaled(compute(id, r), forward_share);
+  }
+  /// The share of transfer `t`'s communication (fused before op `at`) that the replay runs
+  /// again: its forward collective (1/2 of the forward-backward pair) where its copy is
+  /// recomputed, an FSDP copy that a recomputed op reads gathered once more (1/3 of its three
+  /// gathers), else 0.
+  [[nodiscard]] double replay_share(const transfer& t, graph::node_id at) const {
+    if (is_gathered_parameter(t))
+      return recomputed_block(at) != none ? 1.0 / 3.0 : 0.0;
+    return recomputed_copy_block(t, at) != none ? 0.5 : 0.0;
+  }
+  /// Communication the replay adds to transfer `t` fused before op `at` (see `replay_share`).
+  [[nodiscard]] device_costs replay_comm(const transfer& t, graph::node_id at,
+                                         const ratio_table& ratios) const {
+    const double f = replay_share(t, at);
+    return f > 0.0 ? scaled(comm(t, ratios), f) : device_costs{};
+  }
+  [[nodiscard]] static device_costs scaled(device_costs c, double f) {
+    for (auto& x : c) {
+      x.constant *= f;
+      for (auto& term : x.terms)
+        term.second *= f;
+    }
+    return c;
   }
 
   /// Can parameter `w` have its gradient by SFB? (One consumer, a matmul or linear whose input
@@ -497,10 +634,7 @@ public:
 
   /// Device d's rate (flop/s) for work of class `c` in this model's precision.
   [[nodiscard]] double device_rate(std::size_t d, op_class c) const {
-    const device_spec& dv = cluster_->devices.at(d);
-    if (c == op_class::gemm && sixteen_bit_ && dv.bf16_speed > 0.0)
-      return dv.bf16_speed;
-    return use_rates_ ? dv.rates[static_cast<std::size_t>(c)] : dv.speed;
+    return rate_[static_cast<std::size_t>(c)].at(d);
   }
 
   /// The per-device linear cost of `flops` of work of class `cls`, split by segment `seg` or
@@ -528,6 +662,13 @@ public:
   }
 
 private:
+  [[nodiscard]] double rule_flops(graph::node_id id, const graph::rule& r) const {
+    double flops = node_flops(id);
+    if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
+      flops += 4.0 * static_cast<double>((*g_)[(*g_)[id].inputs[0]].out.dims[0]);
+    return flops;
+  }
+
   // The rate the profile's seconds of class `c` convert to work at (the measured device's).
   [[nodiscard]] double profile_rate(op_class c) const {
     if (c == op_class::gemm && sixteen_bit_ && profile_->gemm_speed > 0.0)
@@ -554,12 +695,6 @@ private:
         return;
       }
     c.terms.emplace_back(seg, coef);
-  }
-  [[nodiscard]] static double max_share(const ratio_table& r, std::size_t seg) {
-    return *std::max_element(r.at(seg).begin(), r.at(seg).end());
-  }
-  [[nodiscard]] static double min_share(const ratio_table& r, std::size_t seg) {
-    return *std::min_element(r.at(seg).begin(), r.at(seg).end());
   }
 
   // The single consumer of parameter w when it is the weight (operand 1) of a matmul/linear.
@@ -597,8 +732,10 @@ private:
   segment_map segments_;
   collective_cost_model collectives_;
   std::optional<compute_profile> profile_;
-  bool sixteen_bit_ = false;     // GEMMs at the devices' bf16 rates
-  bool use_rates_ = false;       // ops at the devices' class rates
+  graph::block_layout blocks_;                           // the model's blocks, for recomputation
+  std::array<std::vector<double>, op_class_count> rate_; // [class][device] flop/s
+  bool sixteen_bit_ = false;                             // GEMMs at the devices' bf16 rates
+  bool use_rates_ = false;                               // ops at the devices' class rates
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
 };
 

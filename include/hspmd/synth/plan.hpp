@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ struct plan {
   std::vector<std::string> segment_names{"batch"};
   ratio_table ratios; ///< [segment][device]
   std::vector<plan_step> steps;
+  /// Activation recomputation over the model's blocks (graph/blocks.hpp): priced in the step
+  /// time and memory, and run by the executor that trains the plan (its trainer applies it).
+  bool recompute = false;
   double step_time = 0.0;     ///< predicted seconds per training step
   double compute_time = 0.0;  ///< its compute part
   double comm_time = 0.0;     ///< its communication part
@@ -116,42 +120,48 @@ namespace detail {
     double bytes;
   };
   std::vector<life> lives;
-  std::vector<std::pair<graph::node_id, placement>> made;
-  for (std::size_t s = 0; s < steps.size(); ++s)
-    for (const transfer& t : steps[s].transfers) {
-      if (!m.is_gathered_parameter(t) ||
-          std::ranges::find(made, std::pair{t.tensor, t.to}) != made.end())
-        continue; // an earlier step's copy serves this one too
-      made.emplace_back(t.tensor, t.to);
-      std::vector<std::pair<graph::node_id, placement>> alias = {{t.tensor, t.to}};
-      const auto is_alias = [&](graph::node_id x, placement p) {
-        return std::ranges::find(alias, std::pair{x, p}) != alias.end();
-      };
-      std::size_t last = s;
-      for (std::size_t u = s; u < steps.size(); ++u) {
-        const plan_step& st = steps[u];
-        const auto& ins = g[st.node].inputs;
-        bool reads = false;
-        for (std::size_t k = 0; k < ins.size() && k < st.rule.arity; ++k)
-          reads = reads || is_alias(ins[k], st.rule.in[k]);
-        for (const transfer& o : st.transfers)
-          reads = reads || (o.kind != transfer_kind::load && !(u == s && &o == &t) &&
-                            is_alias(o.tensor, o.from));
-        if (!reads)
-          continue;
-        last = u;
-        if (detail::is_view(m, st.node))
-          alias.emplace_back(st.node, st.rule.out);
-      }
-      lives.push_back({s, last, m.working_copy_bytes(t.tensor)});
-    }
-  double peak = 0.0;
+  // Each copy and each view of one, (tensor, placement code) -> its life. One pass over the
+  // steps: a step's own gathers first, then what it reads extends the lives it reads.
+  std::map<std::pair<graph::node_id, std::size_t>, std::size_t> alias;
+  const auto life_of = [&](graph::node_id x, placement p) -> life* {
+    const auto it = alias.find({x, code_of(p)});
+    return it == alias.end() ? nullptr : &lives[it->second];
+  };
   for (std::size_t s = 0; s < steps.size(); ++s) {
-    double live = 0.0;
-    for (const life& l : lives)
-      if (l.from <= s && s <= l.to)
-        live += l.bytes;
-    peak = std::max(peak, live);
+    const plan_step& st = steps[s];
+    for (const transfer& t : st.transfers)
+      if (m.is_gathered_parameter(t) &&
+          alias.emplace(std::pair{t.tensor, code_of(t.to)}, lives.size()).second)
+        lives.push_back({s, s, m.working_copy_bytes(t.tensor)});
+    const auto& ins = g[st.node].inputs;
+    std::optional<std::size_t> viewed; // the life a view step reads
+    for (std::size_t k = 0; k < ins.size() && k < st.rule.arity; ++k)
+      if (life* l = life_of(ins[k], st.rule.in[k])) {
+        l->to = s;
+        viewed = alias.at({ins[k], code_of(st.rule.in[k])});
+      }
+    for (const transfer& o : st.transfers)
+      if (o.kind != transfer_kind::load)
+        if (life* l = life_of(o.tensor, o.from)) {
+          l->to = s;
+          viewed = alias.at({o.tensor, code_of(o.from)});
+        }
+    if (viewed && detail::is_view(m, st.node))
+      alias.emplace(std::pair{st.node, code_of(st.rule.out)}, *viewed);
+  }
+  // The most bytes alive at once: sweep the lives' starts and ends.
+  std::vector<std::pair<std::size_t, double>> events; // (step, +bytes at from / -bytes after to)
+  for (const life& l : lives) {
+    events.emplace_back(2 * l.from, l.bytes);
+    events.emplace_back(2 * l.to + 1, -l.bytes);
+  }
+  std::ranges::sort(events, [](const auto& x, const auto& y) { return x.first < y.first; });
+  double peak = 0.0;
+  double live = 0.0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    live += events[i].second;
+    if (i + 1 == events.size() || events[i + 1].first != events[i].first)
+      peak = std::max(peak, live);
   }
   return peak;
 }
@@ -172,10 +182,10 @@ inline constexpr double backward_share = 2.0 / 3.0;
   double queue_end = 0.0;
   double total = 0.0;
   for (auto s = p.steps.rbegin(); s != p.steps.rend(); ++s) {
-    t += backward_share * max_at(m.compute(s->node, s->rule), ratios).first;
+    t += backward_share * m.compute_max(s->node, s->rule, ratios);
     for (const transfer& tr : s->transfers)
       if (m.is_gradient_all_reduce(tr)) {
-        const double c = max_at(m.comm(tr, ratios), ratios).first;
+        const double c = m.comm_max(tr, ratios);
         queue_end = std::max(queue_end, t) + c;
         total += c;
       }
@@ -184,50 +194,114 @@ inline constexpr double backward_share = 2.0 / 3.0;
 }
 } // namespace detail
 
+/// What each device keeps for plan `p` (besides the FSDP copies of `gathered_parameter_peak`):
+/// calls `f(tensor, placement, bytes, block)` for every output and transfer copy the memory
+/// model counts (bytes: the same function of a device's shares on every device), with `block` the
+/// recomputation block that holds it only while it runs
+/// (`cost_model::none`: kept all step). A device needs what is kept plus its largest block's.
+template <class F>
+void visit_memory(const plan& p, const cost_model& m, F&& f) {
+  constexpr std::size_t none = cost_model::none;
+  std::vector<bool> sfb_input; // an SFB layer's input is read after the backward: kept
+  if (p.recompute)
+    for (const plan_step& s : p.steps)
+      for (const transfer& t : s.transfers)
+        if (t.sfb) {
+          sfb_input.resize(m.graph().size(), false);
+          sfb_input[m.graph()[s.node].inputs[0]] = true;
+        }
+  const auto block_of = [&](graph::node_id t, std::size_t b) {
+    return !p.recompute || b == none || (!sfb_input.empty() && sfb_input[t]) ? none : b;
+  };
+  for (const plan_step& s : p.steps) {
+    for (const transfer& t : s.transfers)
+      if (t.kind != transfer_kind::to_partial || t.tensor != s.node)
+        f(t.tensor, t.to, m.transfer_memory_of(t),
+          block_of(t.tensor, m.recomputed_copy_block(t, s.node)));
+    if (!detail::is_view(m, s.node))
+      f(s.node, s.rule.out, m.memory_of(s.node, s.rule.out),
+        block_of(s.node, m.recomputed_block(s.node)));
+  }
+}
+
+/// As linear functions of a device's shares (the same on every device): what plan `p` keeps all
+/// step, and what each recomputation block holds while it runs (see `visit_memory`; no FSDP
+/// copies).
+struct memory_terms {
+  linear_cost kept;
+  std::vector<std::optional<linear_cost>> blocks; ///< (none: a block with nothing recomputed)
+};
+/// (`kept_first`: a constant the kept terms start from.)
+[[nodiscard]] inline memory_terms memory_terms_of(const plan& p, const cost_model& m,
+                                                  double kept_first = 0.0) {
+  memory_terms out;
+  out.kept.constant = kept_first;
+  const auto add = [](linear_cost& to, const linear_cost& c) {
+    to.constant += c.constant;
+    for (const auto& term : c.terms)
+      to.terms.push_back(term);
+  };
+  visit_memory(p, m, [&](graph::node_id, placement, const linear_cost& c, std::size_t b) {
+    if (b == cost_model::none) {
+      add(out.kept, c);
+      return;
+    }
+    if (b >= out.blocks.size())
+      out.blocks.resize(b + 1);
+    if (!out.blocks[b])
+      out.blocks[b].emplace();
+    add(*out.blocks[b], c);
+  });
+  return out;
+}
+
 /// Evaluates a program at `ratios`: fills each step's compute / comm / bottleneck and the
 /// plan's totals (the overlap credit included) and per-device memory.
 inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   p.ratios = ratios;
   p.compute_time = 0.0;
   p.comm_time = 0.0;
-  std::vector<linear_cost> mem(m.devices());
-  const auto add_mem = [&](const device_costs& c) {
-    for (std::size_t d = 0; d < c.size(); ++d) {
-      mem[d].constant += c[d].constant;
-      for (const auto& term : c[d].terms)
-        mem[d].terms.push_back(term);
-    }
-  };
   p.device_compute.assign(m.devices(), 0.0);
   const auto add_compute = [&](const device_costs& dc) {
     for (std::size_t d = 0; d < dc.size(); ++d)
       p.device_compute[d] += value_at(dc[d], ratios, d);
   };
   for (plan_step& s : p.steps) {
-    add_compute(m.compute(s.node, s.rule));
-    for (const transfer& t : s.transfers)
-      add_compute(m.transfer_compute(t));
-    const auto [c, at] = max_at(m.compute(s.node, s.rule), ratios);
+    const auto [c, at] = m.add_compute(s.node, s.rule, ratios, p.device_compute);
+    std::vector<device_costs> extra; // the transfers' compute (optimizer, SFB)
+    for (const transfer& t : s.transfers) {
+      extra.push_back(m.transfer_compute(t));
+      add_compute(extra.back());
+    }
     s.compute = c;
     s.bottleneck = at;
     s.comm = max_at(m.rule_comm(s.node, s.rule, ratios), ratios).first;
-    for (const transfer& t : s.transfers) {
-      s.comm += max_at(m.comm(t, ratios), ratios).first;
-      s.compute += max_at(m.transfer_compute(t), ratios).first;
-      if (t.kind != transfer_kind::to_partial || t.tensor != s.node)
-        add_mem(m.transfer_memory(t));
+    for (std::size_t k = 0; k < s.transfers.size(); ++k) {
+      s.comm += m.comm_max(s.transfers[k], ratios);
+      s.compute += max_at(extra[k], ratios).first;
     }
-    if (!detail::is_view(m, s.node))
-      add_mem(m.memory(s.node, s.rule.out));
+    if (p.recompute) {
+      const device_costs replay = m.replay_compute(s.node, s.rule);
+      add_compute(replay);
+      s.compute += max_at(replay, ratios).first;
+      for (const transfer& t : s.transfers)
+        s.comm += m.replay_share(t, s.node) * m.comm_max(t, ratios);
+    }
     p.compute_time += s.compute;
     p.comm_time += s.comm;
   }
   p.overlap_time = m.overlap() * detail::hideable_gradient_time(p, m, ratios);
   p.step_time = p.compute_time + p.comm_time - p.overlap_time;
   const double gathered = gathered_parameter_peak(p.steps, m);
+  const memory_terms mem = memory_terms_of(p, m);
   p.memory.assign(m.devices(), 0.0);
-  for (std::size_t d = 0; d < m.devices(); ++d)
-    p.memory[d] = value_at(mem[d], ratios, d) + gathered;
+  for (std::size_t d = 0; d < m.devices(); ++d) {
+    double block = 0.0;
+    for (const auto& b : mem.blocks)
+      if (b)
+        block = std::max(block, value_at(*b, ratios, d));
+    p.memory[d] = value_at(mem.kept, ratios, d) + block + gathered;
+  }
 }
 
 /// A plan from a search result, evaluated at `ratios`.
@@ -239,6 +313,7 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   p.strategy = std::move(strategy);
   p.graph_hash = graph_hash(m.graph());
   p.graph_nodes = m.graph().size();
+  p.recompute = r.recomputed;
   p.cluster_name = m.cluster().name;
   p.cluster_fingerprint = fingerprint(m.cluster());
   for (const auto& d : m.cluster().devices)
@@ -272,6 +347,8 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   j["segments"] = {{"policy", p.segments == segment_policy::one ? "one" : "batch_and_model"},
                    {"names", p.segment_names}};
   j["ratios"] = p.ratios;
+  if (p.recompute) // (absent when off: plans without it keep their hash)
+    j["recompute"] = true;
   j["step_time"] = p.step_time;
   j["compute_time"] = p.compute_time;
   j["comm_time"] = p.comm_time;
@@ -415,6 +492,8 @@ inline std::uint64_t plan::hash() const {
       src.fail("ratios", "a segment's shares do not cover the devices or do not sum to 1",
                std::to_string(p.device_names.size()) + " shares summing to 1");
   }
+  if (j.contains("recompute"))
+    p.recompute = flag(j, "", "recompute");
   p.step_time = num(j, "", "step_time");
   p.compute_time = num(j, "", "compute_time");
   p.comm_time = num(j, "", "comm_time");
@@ -599,6 +678,10 @@ namespace detail {
   std::ostringstream o;
   char line[512];
   o << "placements: R replicated, P partial, S<d> split along dimension d\n";
+  if (p.recompute)
+    o << "activations recomputed: the " << m.blocks().ranges.size()
+      << " blocks' inner values are made again in the backward (their ops' forward priced "
+         "twice), one block's held at a time\n";
   std::snprintf(line, sizeof line, "%-5s %-16s %-34s %-34s %-10s %-10s %s\n", "step", "op", "node",
                 "placements in -> out", "compute", "comm", "bottleneck");
   o << line;

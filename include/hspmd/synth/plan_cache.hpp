@@ -90,6 +90,11 @@ namespace detail {
     << o.search.memory_pareto << " algorithms";
   for (auto a : o.search.algorithms)
     s << " " << static_cast<int>(a);
+  // (only where not the default: keys of plans cached before these options stay the same)
+  if (o.search.shard_parameters != search_options::parameter_sharding::when_needed)
+    s << " sharding " << static_cast<int>(o.search.shard_parameters);
+  if (o.search.recompute != search_options::recomputation::when_needed)
+    s << " recompute " << static_cast<int>(o.search.recompute);
   return s.str();
 }
 

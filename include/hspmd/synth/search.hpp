@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <queue>
 #include <string>
@@ -70,6 +71,14 @@ struct search_options {
   /// Whether `search` retries with `memory_pareto` when nothing fits (false: fail fast; the
   /// two-level planner's node searches, whose failures are covered by other node classes).
   bool pareto_retry = true;
+  /// Activation recomputation over the model's blocks (cost_model::recomputed_block): a
+  /// block's inner values are held only while it runs and computed again in the backward.
+  /// `when_needed`: only when no plan fits in memory without it (parameters sharded or not).
+  enum class recomputation : unsigned char {
+    never,
+    when_needed,
+    always
+  } recompute = recomputation::when_needed;
 };
 
 /// One step of a found program.
@@ -89,6 +98,7 @@ struct search_result {
   double lower_bound = 0.0;        ///< no program in the space costs less
   bool optimal = false;            ///< the search finished: cost == optimum
   bool sharded_parameters = false; ///< parameters kept split and gathered for use (FSDP)
+  bool recomputed = false;         ///< activations recomputed over the model's blocks
   std::size_t expanded = 0;
   std::size_t generated = 0;
   double seconds = 0.0;
@@ -105,11 +115,16 @@ struct fact {
   friend bool operator==(const fact&, const fact&) = default;
 };
 
+/// A state's memory, device independent: [0, 3) what is kept all step, [3, 6) the current
+/// recomputation block's values, [6, 9) the largest finished block's (each a constant and a
+/// coefficient per segment; blocks only under recomputation).
+using memory_vector = std::array<double, 9>;
+
 struct search_state {
   std::size_t step = 0;
   std::vector<fact> facts; ///< sorted by tensor
   double g = 0.0;
-  std::array<double, 3> memory{}; ///< constant, per-segment coefficients (device independent)
+  memory_vector memory{};
   std::size_t parent = std::numeric_limits<std::size_t>::max();
   std::size_t choice = 0; ///< index into the choices of the search
   bool closed = false;
@@ -135,7 +150,7 @@ struct search_state {
 class searcher {
 public:
   searcher(const cost_model& m, ratio_table ratios, search_options opt = {})
-      : m_(&m), g_(&m.graph()), ratios_(std::move(ratios)), opt_(std::move(opt)) {
+      : m_(&m), g_(&m.graph()), ratios_(std::move(ratios)), opt_(std::move(opt)), range_(ratios_) {
     prepare();
   }
 
@@ -148,6 +163,16 @@ public:
     index_.clear();
     by_step_.assign(order_.size() + 2, {});
     prune_ = true;
+    // Some device cannot hold every tensor even at its smallest placement: no state fits, and
+    // expanding them would only spend the budget finding that out.
+    if (opt_.check_memory)
+      for (std::size_t d = 0; d < floor_.size(); ++d)
+        if (floor_[d] > capacity_[d]) {
+          res.memory_message = memory_failure();
+          res.seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          return res;
+        }
     detail::search_state s0;
     states_.push_back(s0);
     index_[detail::hash_facts(0, {})].push_back(0);
@@ -282,6 +307,10 @@ private:
     step_of_.assign(n, std::numeric_limits<std::size_t>::max());
     for (std::size_t k = 0; k < order_.size(); ++k)
       step_of_[order_[k]] = k;
+    recompute_ = opt_.recompute == search_options::recomputation::always && m_->has_blocks();
+    block_at_.clear();
+    for (graph::node_id id : order_)
+      block_at_.push_back(m_->blocks().block_of[id]);
     last_use_.assign(n, 0);
     uses_.assign(n, 0);
     for (std::size_t k = 0; k < order_.size(); ++k)
@@ -300,8 +329,11 @@ private:
       for (const graph::rule& r : graph::rules_of(*g_, id))
         if ((!pin || r.out == *pin) && (!opt_.allow_rule || opt_.allow_rule(id, r)))
           rules_[k].push_back(r);
+      // (under recomputation a recomputed op's forward runs twice)
+      const double replay =
+          recompute_ && m_->recomputed_block(id) != cost_model::none ? forward_share : 0.0;
       for (const graph::rule& r : rules_[k])
-        rule_cost_[k].emplace_back(max_at(m_->compute(id, r), ratios_).first,
+        rule_cost_[k].emplace_back(m_->compute_max(id, r, ratios_) * (1.0 + replay),
                                    max_at(m_->rule_comm(id, r, ratios_), ratios_).first);
       if (rules_[k].empty())
         throw plan_error("synthesis: node \"" + (*g_)[id].name + "\"",
@@ -329,9 +361,24 @@ private:
     }
     for (const auto& d : m_->cluster().devices)
       capacity_.push_back(static_cast<double>(d.memory));
+    // Devices with the same memory and shares fit alike: each such class is checked once, at
+    // its first device (a cluster has a few kinds, not a thousand).
+    fit_classes_.clear();
+    {
+      std::map<std::array<double, 3>, std::size_t> seen;
+      for (std::size_t d = 0; d < capacity_.size(); ++d) {
+        std::array<double, 3> key{capacity_[d], 0.0, 0.0};
+        for (std::size_t s = 0; s < ratios_.size() && s < 2; ++s)
+          key[1 + s] = ratios_[s][d];
+        if (seen.emplace(key, d).second)
+          fit_classes_.push_back({capacity_[d], {key[1], key[2]}, d});
+      }
+    }
     // A lower bound of any plan's memory per device: every op output and every input or
-    // parameter at its smallest placement on that device.
+    // parameter at its smallest placement on that device (under recomputation, a block's
+    // values only for the largest block).
     floor_.assign(capacity_.size(), reserve_);
+    std::vector<std::vector<double>> block_floor(recompute_ ? m_->blocks().ranges.size() : 0);
     // (Each placement's costs are built once for all devices: built once per device, this was
     // quadratic in the devices, 80 % of synthesis time at 256.)
     std::vector<double> best(floor_.size());
@@ -339,13 +386,16 @@ private:
                               bool output) {
       std::fill(best.begin(), best.end(), std::numeric_limits<double>::infinity());
       for (placement p : options) {
-        const device_costs c = output ? m_->output_memory(t, p) : m_->memory(t, p);
+        const linear_cost c = output ? m_->output_memory_of(t, p) : m_->memory_of(t, p);
         for (std::size_t d = 0; d < floor_.size(); ++d)
-          best[d] = std::min(best[d], value_at(c[d], ratios_, d));
+          best[d] = std::min(best[d], value_at(c, ratios_, d));
       }
+      const std::size_t b = output && recompute_ ? m_->recomputed_block(t) : cost_model::none;
+      std::vector<double>& to = b == cost_model::none ? floor_ : block_floor[b];
+      to.resize(floor_.size(), 0.0);
       for (std::size_t d = 0; d < floor_.size(); ++d)
         if (std::isfinite(best[d]))
-          floor_[d] += best[d];
+          to[d] += best[d];
     };
     for (std::size_t k = 0; k < order_.size(); ++k) {
       std::vector<placement> outs;
@@ -361,6 +411,12 @@ private:
         if (load_allowed(t, placement_of_code(c)))
           loads.push_back(placement_of_code(c));
       smallest(loads, t, false);
+    }
+    for (std::size_t d = 0; d < floor_.size(); ++d) {
+      double most = 0.0;
+      for (const auto& b : block_floor)
+        most = b.empty() ? most : std::max(most, b[d]);
+      floor_[d] += most;
     }
     pareto_ = opt_.check_memory && opt_.memory_pareto;
   }
@@ -419,8 +475,8 @@ private:
   // and the loads of parameters it alone uses.
   [[nodiscard]] double unavoidable(std::size_t k, const graph::rule& r) const {
     const graph::node_id id = order_[k];
-    double c = max_at(m_->compute(id, r), ratios_).first +
-               max_at(m_->rule_comm(id, r, ratios_), ratios_).first;
+    double c =
+        m_->compute_max(id, r, ratios_) + max_at(m_->rule_comm(id, r, ratios_), ratios_).first;
     (void)k;
     const graph::node& n = (*g_)[id];
     for (std::size_t i = 0; i < r.arity; ++i) {
@@ -558,7 +614,7 @@ private:
         (std::uint64_t{static_cast<std::uint8_t>(t.algorithm)} << 4U) | (t.sfb ? 1U : 0U);
     if (const auto it = prices_.find(key); it != prices_.end())
       return it->second;
-    const std::pair<double, double> v{max_at(m_->comm(t, ratios_), ratios_).first,
+    const std::pair<double, double> v{m_->comm_max(t, ratios_, range_),
                                       max_at(m_->transfer_compute(t), ratios_).first};
     prices_.emplace(key, v);
     return v;
@@ -677,15 +733,22 @@ private:
     ch.rule = ri;
     ch.compute = rule_cost_[k][ri].first;
     ch.comm = rule_cost_[k][ri].second;
-    std::array<double, 3> mem = states_[id].memory;
+    detail::memory_vector mem = states_[id].memory;
+    if (recompute_ && k > 0 && block_at_[k] != block_at_[k - 1]) { // a block ended
+      for (std::size_t i = 3; i < 6; ++i) {
+        mem[i + 3] = std::max(mem[i + 3], mem[i]);
+        mem[i] = 0.0;
+      }
+    }
     // A loaded parameter keeps its value, gradient and optimizer state; a converted copy of it
-    // is a working copy like any activation.
-    const auto add_memory = [&](graph::node_id t, placement p, bool loaded) {
+    // is a working copy like any activation. `block`: held only while the block runs.
+    const auto add_memory = [&](graph::node_id t, placement p, bool loaded, bool block) {
       const double b = m_->bytes(t) * (loaded && m_->is_parameter(t) ? parameter_copies : 1.0);
+      const std::size_t at = block ? 3 : 0;
       if (p.is_split())
-        mem[1 + m_->segments().of(t, p.dim())] += b;
+        mem[at + 1 + m_->segments().of(t, p.dim())] += b;
       else
-        mem[0] += b;
+        mem[at] += b;
     };
     const auto find = [&](graph::node_id t) -> detail::fact* {
       const auto it =
@@ -726,10 +789,17 @@ private:
         const auto [comm, compute] = priced(tr);
         ch.comm += comm;
         ch.compute += compute;
+        if (recompute_)
+          ch.comm += comm * m_->replay_share(tr, nid);
         // A gathered copy is in the reserve where the search keeps one (sharded parameters);
         // elsewhere it is counted whole, as if kept.
         if (!(reserve_ > 0.0 && m_->is_gathered_parameter(tr)))
-          add_memory(t, tr.to, tr.kind == transfer_kind::load);
+          add_memory(t, tr.to, tr.kind == transfer_kind::load,
+                     recompute_ && m_->recomputed_copy_block(tr, nid) != cost_model::none);
+        // SFB reads its layer's input after the backward: kept (counted twice if it was a
+        // block's value: an over-estimate)
+        if (recompute_ && tr.sfb && m_->recomputed_block(n.inputs[0]) != cost_model::none)
+          add_memory(n.inputs[0], r.in[0], false, false);
         held = static_cast<detail::mask_t>(held | detail::bit(tr.to));
       }
       if (f == nullptr) {
@@ -744,7 +814,7 @@ private:
     }
     // The output (a reshape's is a view); the loss becomes partial (free from replicated).
     if (n.kind != graph::op::reshape)
-      add_memory(nid, r.out, false);
+      add_memory(nid, r.out, false, recompute_ && m_->recomputed_block(nid) != cost_model::none);
     detail::mask_t out_mask = detail::bit(r.out);
     if (g_->loss() == nid && !r.out.is_partial()) {
       ch.transfers.push_back({transfer_kind::to_partial, nid, r.out, partial{}});
@@ -761,7 +831,7 @@ private:
     const double g = states_[id].g + ch.compute + ch.comm;
     const std::uint64_t h = detail::hash_facts(k + 1, facts);
     auto& bucket = index_[h];
-    const auto mem_le = [](const std::array<double, 3>& a, const std::array<double, 3>& b) {
+    const auto mem_le = [](const detail::memory_vector& a, const detail::memory_vector& b) {
       for (std::size_t i = 0; i < a.size(); ++i)
         if (a[i] > b[i] * (1.0 + 1e-12))
           return false;
@@ -826,12 +896,14 @@ private:
     emit(states_.size() - 1);
   }
 
-  [[nodiscard]] bool fits(const std::array<double, 3>& mem) {
-    const auto& segs = ratios_;
-    for (std::size_t d = 0; d < capacity_.size(); ++d) {
-      double need = mem[0] + reserve_;
-      for (std::size_t s = 0; s < segs.size() && s < 2; ++s)
-        need += mem[1 + s] * segs[s][d];
+  [[nodiscard]] bool fits(const detail::memory_vector& mem) {
+    for (const fit_class& fc : fit_classes_) {
+      const std::size_t d = fc.device;
+      std::array<double, 3> part{}; // kept (with the reserve), current block, largest finished
+      for (std::size_t i = 0; i < 3; ++i)
+        part[i] = (mem[3 * i] + (i == 0 ? reserve_ : 0.0)) + mem[3 * i + 1] * fc.share[0] +
+                  mem[3 * i + 2] * fc.share[1];
+      const double need = part[0] + std::max(part[1], part[2]);
       if (need > capacity_[d]) {
         const double over = need - capacity_[d];
         if (over < least_over_) {
@@ -909,9 +981,18 @@ private:
   mutable std::unordered_map<std::uint64_t, std::pair<double, double>> prices_;
   std::vector<double> h_;
   std::vector<double> capacity_;
-  double reserve_ = 0.0;      // room for gathered parameter copies (sharded searches)
-  std::vector<double> floor_; ///< per device: no plan needs less memory
-  bool pareto_ = false;       ///< keep states that trade cost for memory
+  share_range range_; // of ratios_
+  struct fit_class {
+    double capacity;
+    std::array<double, 2> share; ///< per segment (0 where there is no second)
+    std::size_t device;          ///< its first device
+  };
+  std::vector<fit_class> fit_classes_;
+  double reserve_ = 0.0;              // room for gathered parameter copies (sharded searches)
+  bool recompute_ = false;            // activations recomputed over the model's blocks
+  std::vector<std::size_t> block_at_; // per step: the block its node lies in
+  std::vector<double> floor_;         ///< per device: no plan needs less memory
+  bool pareto_ = false;               ///< keep states that trade cost for memory
   std::vector<detail::search_state> states_;
   std::vector<choice> choices_;
   std::unordered_map<std::uint64_t, std::vector<std::size_t>> index_;
@@ -922,7 +1003,9 @@ private:
 };
 
 /// Runs A* on `m` at `ratios`. States with equal facts merge keeping the cheaper; when that
-/// finds nothing within memory, the search runs again keeping the smaller too.
+/// finds nothing within memory, the search runs again keeping the smaller too. Where the options
+/// say `when_needed`, it then shards parameters (FSDP), and then recomputes activations (with
+/// parameters whole, then sharded), each only if nothing fits without it.
 [[nodiscard]] inline search_result search(const cost_model& m, const ratio_table& ratios,
                                           const search_options& opt = {}) {
   using sharding = search_options::parameter_sharding;
@@ -930,6 +1013,7 @@ private:
     searcher s(m, ratios, o);
     search_result r = s.run();
     r.sharded_parameters = o.shard_parameters == sharding::always;
+    r.recomputed = o.recompute == search_options::recomputation::always && m.has_blocks();
     if (r.found || !o.check_memory || o.memory_pareto || !o.pareto_retry ||
         r.memory_message.empty())
       return r;
@@ -938,25 +1022,42 @@ private:
     searcher again(m, ratios, careful);
     search_result r2 = again.run();
     r2.sharded_parameters = r.sharded_parameters;
+    r2.recomputed = r.recomputed;
     r2.expanded += r.expanded;
     r2.generated += r.generated;
     r2.seconds += r.seconds;
     return r2;
   };
-  search_result r = once(opt);
-  if (r.found || opt.shard_parameters != sharding::when_needed || !opt.check_memory ||
-      r.memory_message.empty())
+  const auto merge = [](search_result later, const search_result& before) {
+    later.expanded += before.expanded;
+    later.generated += before.generated;
+    later.seconds += before.seconds;
+    if (!later.found && later.memory_message.empty())
+      later.memory_message = before.memory_message;
+    return later;
+  };
+  // Parameters whole, then (nothing fits) sharded and gathered for use (FSDP).
+  const auto sharded_if_needed = [&](const search_options& o) {
+    search_result r = once(o);
+    if (r.found || o.shard_parameters != sharding::when_needed || !o.check_memory ||
+        r.memory_message.empty())
+      return r;
+    search_options sharded = o;
+    sharded.shard_parameters = sharding::always;
+    return merge(once(sharded), r);
+  };
+  using recomputation = search_options::recomputation;
+  search_options first = opt;
+  if (opt.recompute == recomputation::when_needed)
+    first.recompute = recomputation::never;
+  search_result r = sharded_if_needed(first);
+  if (r.found || opt.recompute != recomputation::when_needed || !opt.check_memory ||
+      r.memory_message.empty() || !m.has_blocks())
     return r;
-  // Nothing fits with whole parameters on every device: shard them (FSDP) and search again.
-  search_options sharded = opt;
-  sharded.shard_parameters = sharding::always;
-  search_result r2 = once(sharded);
-  r2.expanded += r.expanded;
-  r2.generated += r.generated;
-  r2.seconds += r.seconds;
-  if (!r2.found && r2.memory_message.empty())
-    r2.memory_message = r.memory_message;
-  return r2;
+  // Still nothing fits: recompute the blocks' activations instead of keeping them.
+  search_options again = opt;
+  again.recompute = recomputation::always;
+  return merge(sharded_if_needed(again), r);
 }
 
 } // namespace hspmd::synth

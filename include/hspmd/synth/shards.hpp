@@ -179,28 +179,44 @@ private:
   const shard_classes classes(g, p);
   const std::size_t n = m.devices();
   std::vector<double> mem(n, gathered_parameter_peak(p.steps, m));
-  const auto add = [&](graph::node_id t, placement where, const device_costs& c) {
+  std::vector<std::vector<double>> blocks; // recomputation blocks' values, while they run
+  std::map<std::pair<std::size_t, std::size_t>, std::vector<std::size_t>> cuts;
+  const auto add = [&](graph::node_id t, placement where, const linear_cost& c, std::size_t block) {
+    std::vector<double>* to = &mem;
+    if (block != cost_model::none) {
+      if (block >= blocks.size())
+        blocks.resize(block + 1);
+      blocks[block].resize(n, 0.0);
+      to = &blocks[block];
+    }
     if (!where.is_split()) {
       for (std::size_t d = 0; d < n; ++d)
-        mem[d] += value_at(c[d], ratios, d);
+        (*to)[d] += value_at(c, ratios, d);
       return;
     }
     const std::size_t dim = where.dim();
-    const auto len = classes.lengths(t, dim, ratios.at(m.segments().of(t, dim)));
+    // (shard_classes::lengths, the cut of each unit count and segment made once: tensors of a
+    // model share a few, and cutting sorts the devices)
+    const std::size_t seg = m.segments().of(t, dim);
+    const std::size_t units = classes.units(t, dim);
+    auto cut = cuts.find({units, seg});
+    if (cut == cuts.end())
+      cut = cuts.emplace(std::pair{units, seg}, shard_lengths(units, ratios.at(seg))).first;
+    const std::vector<std::size_t>& len = cut->second;
+    const std::size_t per_unit = g[t].out.dims[dim] / units;
     const auto extent = static_cast<double>(g[t].out.dims[dim]);
-    for (std::size_t d = 0; d < n; ++d) {
-      double per_whole = 0.0; // the bytes of the whole tensor the terms scale
-      for (const auto& term : c[d].terms)
-        per_whole += term.second;
-      mem[d] += c[d].constant + per_whole * static_cast<double>(len[d]) / extent;
-    }
+    double per_whole = 0.0; // the bytes of the whole tensor the terms scale
+    for (const auto& term : c.terms)
+      per_whole += term.second;
+    for (std::size_t d = 0; d < n; ++d)
+      (*to)[d] += c.constant + per_whole * static_cast<double>(len[d] * per_unit) / extent;
   };
-  for (const plan_step& s : p.steps) {
-    for (const transfer& t : s.transfers)
-      if (t.kind != transfer_kind::to_partial || t.tensor != s.node)
-        add(t.tensor, t.to, m.transfer_memory(t));
-    if (!detail::is_view(m, s.node))
-      add(s.node, s.rule.out, m.memory(s.node, s.rule.out));
+  visit_memory(p, m, add);
+  for (std::size_t d = 0; d < n; ++d) {
+    double most = 0.0;
+    for (const auto& b : blocks)
+      most = b.empty() ? most : std::max(most, b[d]);
+    mem[d] += most;
   }
   return mem;
 }

@@ -97,8 +97,36 @@ struct merged_step {
     q.devices.push_back(d.name);
     q.capacity.push_back(static_cast<double>(d.memory));
   }
-  // FSDP-gathered copies: at most this many bytes of them at once, on every device.
-  q.memory.assign(n, linear_cost{gathered_parameter_peak(p.steps, m), {}});
+  // FSDP-gathered copies: at most this many bytes of them at once, on every device; what is
+  // kept, and the recomputation block that holds the most at `at` (blocks alike, as a model's
+  // layers are: one block's values stand for the largest).
+  {
+    memory_terms mem = memory_terms_of(p, m, gathered_parameter_peak(p.steps, m));
+    const linear_cost* largest = nullptr;
+    double most = -1.0;
+    for (const auto& b : mem.blocks)
+      if (b)
+        if (const double v = max_at(device_costs(n, *b), at).first; v > most) {
+          most = v;
+          largest = &*b;
+        }
+    if (largest != nullptr) {
+      mem.kept.constant += largest->constant;
+      for (const auto& term : largest->terms)
+        mem.kept.terms.push_back(term);
+    }
+    term_list merged; // per segment (once, not per device)
+    for (const auto& [seg, v] : mem.kept.terms) {
+      auto it =
+          std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == seg; });
+      if (it == merged.end())
+        merged.emplace_back(seg, v);
+      else
+        it->second += v;
+    }
+    mem.kept.terms = std::move(merged);
+    q.memory.assign(n, mem.kept);
+  }
   std::map<detail::shape_key, detail::merged_step> groups;
   double constant = 0.0;
   std::vector<ratio_step> kept;
@@ -171,21 +199,11 @@ struct merged_step {
       consider(m.transfer_compute(t), 0,
                t.sfb ? "SFB weight gradient of " + m.graph()[t.tensor].name
                      : "optimizer of " + m.graph()[t.tensor].name);
-      if (t.kind != transfer_kind::to_partial || t.tensor != s.node) {
-        const device_costs mem = m.transfer_memory(t);
-        for (std::size_t d = 0; d < n; ++d) {
-          q.memory[d].constant += mem[d].constant;
-          for (const auto& term : mem[d].terms)
-            q.memory[d].terms.push_back(term);
-        }
-      }
+      if (p.recompute)
+        consider(m.replay_comm(t, s.node, at), 1, what + " (replayed)");
     }
-    const device_costs mem = m.output_memory(s.node, s.rule.out);
-    for (std::size_t d = 0; d < n; ++d) {
-      q.memory[d].constant += mem[d].constant;
-      for (const auto& term : mem[d].terms)
-        q.memory[d].terms.push_back(term);
-    }
+    if (p.recompute)
+      consider(m.replay_compute(s.node, s.rule), 0, s.name + " (replayed)");
   }
   for (auto& [key, grp] : groups) {
     if (grp.members > 1)
@@ -201,19 +219,6 @@ struct merged_step {
     st.name = "replicated work and fixed-size collectives";
     st.compute.assign(n, linear_cost{constant, {}});
     q.steps.push_back(std::move(st));
-  }
-  // Merge memory terms per segment.
-  for (auto& mem : q.memory) {
-    term_list merged;
-    for (const auto& [s, a] : mem.terms) {
-      auto it =
-          std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == s; });
-      if (it == merged.end())
-        merged.emplace_back(s, a);
-      else
-        it->second += a;
-    }
-    mem.terms = std::move(merged);
   }
   return q;
 }
@@ -287,6 +292,26 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
   }
 }
 
+/// `fit_whole_shards`, or false where it fails and planning again with activations recomputed
+/// may fit (the options leave it to the planner and the plan does not recompute yet).
+[[nodiscard]] inline bool fits_whole_shards(plan& p, const cost_model& m,
+                                            const synth_options& opt) {
+  const bool may_recompute = opt.search.recompute == search_options::recomputation::when_needed &&
+                             !p.recompute && m.has_blocks();
+  try {
+    fit_whole_shards(p, m);
+  } catch (const plan_error&) {
+    if (!may_recompute)
+      throw;
+    return false;
+  }
+  return true;
+}
+[[nodiscard]] inline synth_options recomputing(synth_options o) {
+  o.search.recompute = search_options::recomputation::always;
+  return o;
+}
+
 /// The search options of a baseline (see the file comment): data parallel (split along the
 /// batch only, parameters whole or, where memory needs it, kept in shards and gathered for use:
 /// FSDP) or tensor parallel (no batch split).
@@ -342,35 +367,62 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
         !have && opt.search.check_memory &&
         opt.search.shard_parameters != search_options::parameter_sharding::never &&
         !opt.search.allow_rule && !opt.search.allow_load;
-    search_options first = so;
-    if (may_fall_back)
+    const auto add_counts = [](search_result& to, const search_result& from) {
+      to.expanded += from.expanded;
+      to.generated += from.generated;
+      to.seconds += from.seconds;
+    };
+    // The fast search; where nothing fits, the FSDP space; then the slow retries.
+    const auto with_fallback = [&](const search_options& base) {
+      search_options first = base;
       first.pareto_retry = false;
-    search_result res = search(m, r, first);
-    if (!res.found && may_fall_back && !res.memory_message.empty()) {
+      search_result res = search(m, r, first);
+      if (res.found || res.memory_message.empty())
+        return res;
       // The search spends its budget on cheap partial plans that keep activations whole and
       // run out of memory layers later (deep models on small devices). Data parallelism with
       // sharded parameters (FSDP) keeps the least per device: search that space, which the
       // full one contains, so the result is still a plan of the synthesizer's space.
-      search_options dp = detail::baseline_search(g, m.segments(), baseline::dp_cp, so);
+      search_options dp = detail::baseline_search(g, m.segments(), baseline::dp_cp, base);
       dp.shard_parameters = search_options::parameter_sharding::always;
       search_result fallback = search(m, r, dp);
-      fallback.expanded += res.expanded;
-      fallback.generated += res.generated;
-      fallback.seconds += res.seconds;
+      add_counts(fallback, res);
       if (fallback.found) {
-        res = std::move(fallback);
         so = dp; // later rounds search the same space at the LP's ratios
         fell_back = true;
-      } else if (so.pareto_retry) { // the slow retries after all
-        search_result full = search(m, r, so);
-        full.expanded += fallback.expanded;
-        full.generated += fallback.generated;
-        full.seconds += fallback.seconds;
-        res = std::move(full);
+        return fallback;
+      }
+      if (!base.pareto_retry)
+        return fallback;
+      search_result full = search(m, r, base);
+      add_counts(full, fallback);
+      return full;
+    };
+    search_result res;
+    using recomputation = search_options::recomputation;
+    if (!may_fall_back) {
+      res = search(m, r, so);
+    } else if (so.recompute != recomputation::when_needed || !m.has_blocks()) {
+      res = with_fallback(so);
+    } else {
+      // Activations recomputed only where nothing fits without (the FSDP space included).
+      search_options keep = so;
+      keep.recompute = recomputation::never;
+      res = with_fallback(keep);
+      if (!res.found && !res.memory_message.empty()) {
+        search_options again = so;
+        again.recompute = recomputation::always;
+        search_result rc = with_fallback(again);
+        add_counts(rc, res);
+        if (!rc.found && rc.memory_message.empty())
+          rc.memory_message = res.memory_message;
+        res = std::move(rc);
       }
     }
     if (res.sharded_parameters) // later rounds need not find out again
       so.shard_parameters = search_options::parameter_sharding::always;
+    if (res.recomputed)
+      so.recompute = search_options::recomputation::always;
     stats.expanded += res.expanded;
     stats.generated += res.generated;
     stats.search_seconds += res.seconds;
@@ -390,6 +442,13 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
       break;
     best = std::move(cur);
     have = true;
+    if (round == 0 && opt.search.check_memory) {
+      // Whole rows that do not fit now rarely fit at the LP's ratios: go to recomputation
+      // (where it may help) without the LP rounds.
+      plan probe = best;
+      if (!detail::fits_whole_shards(probe, m, opt))
+        break;
+    }
     if (!opt.solve_lp || c.size() == 1)
       break;
     const auto lp_start = std::chrono::steady_clock::now();
@@ -411,8 +470,15 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
     best = std::move(moved);
     r = sol.ratios;
   }
-  if (opt.search.check_memory)
-    detail::fit_whole_shards(best, m);
+  if (opt.search.check_memory && !detail::fits_whole_shards(best, m, opt)) {
+    // Whole rows do not fit where continuous shares did: plan again recomputing activations.
+    plan again = synthesize(g, c, detail::recomputing(opt), std::move(model));
+    again.stats.expanded += stats.expanded;
+    again.stats.generated += stats.generated;
+    again.stats.search_seconds += stats.search_seconds;
+    again.stats.lp_seconds += stats.lp_seconds;
+    return again;
+  }
   best.stats.rounds = stats.rounds;
   best.stats.expanded = stats.expanded;
   best.stats.generated = stats.generated;
@@ -432,9 +498,14 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
   const search_result res = search(m, r, so);
   if (!res.found)
     detail::fail_no_plan(m, res);
-  plan p = make_plan(res, m, r, std::move(model), std::string(name(b)));
-  if (opt.search.check_memory)
-    detail::fit_whole_shards(p, m);
+  plan p = make_plan(res, m, r, model, std::string(name(b)));
+  if (opt.search.check_memory && !detail::fits_whole_shards(p, m, opt)) {
+    plan again = make_baseline(g, c, b, detail::recomputing(opt), std::move(model));
+    again.stats.expanded += res.expanded;
+    again.stats.generated += res.generated;
+    again.stats.search_seconds += res.seconds;
+    return again;
+  }
   p.stats.expanded = res.expanded;
   p.stats.generated = res.generated;
   p.stats.search_seconds = res.seconds;

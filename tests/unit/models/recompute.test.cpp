@@ -2,11 +2,16 @@
 // again instead of keeping its values; losses and gradients stay bit-identical, and the values
 // kept for the backward shrink.
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/graph/blocks.hpp>
 #include <hspmd/models/bert.hpp>
 #include <hspmd/models/llama.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#include "../../support/test_cluster.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -123,4 +128,58 @@ TEST_CASE("recomputation segments are checked") {
   ok.recompute({{5, 9}});
   CHECK_THROWS_WITH(ok.recompute({{10, 12}}), Catch::Contains("already set"));
   CHECK(exec::scope_segments(g, "nothing.").empty());
+}
+
+TEST_CASE("the planner prices what the executor recomputes: the same values, one block's buffer") {
+  models::bert_config b;
+  b.layers = 3;
+  b.hidden = 32;
+  b.heads = 2;
+  b.ffn = 64;
+  b.seq = 8;
+  b.vocab = 40;
+  b.dropout = 0.1;
+  models::llama_config l;
+  l.layers = 2;
+  l.hidden = 32;
+  l.heads = 4;
+  l.ffn = 48;
+  l.seq = 8;
+  l.vocab = 30;
+  l.fused_attention = true;
+  for (const graph::graph& g :
+       {models::trace_bert_lm<float>(b, 2), models::trace_llama_lm<float>(l, 2)}) {
+    exec::executor<float> ex(g, 1);
+    const std::size_t pool = ex.recompute(exec::scope_segments(g));
+    std::vector<bool> run_again(g.size(), false);
+    std::size_t count = 0;
+    for (const auto& s : ex.recompute_segments())
+      for (graph::node_id i : s.internal) {
+        run_again[i] = true;
+        ++count;
+      }
+    const graph::block_layout layout = graph::layout_blocks(g, graph::block_ranges(g));
+    for (graph::node_id i = 0; i < g.size(); ++i) {
+      CAPTURE(g[i].name);
+      CHECK(run_again[i] == layout.recomputed[i]);
+    }
+    // One device: the plan's largest block (its ops' outputs; the plan's copies between
+    // placements are not made by one process) is the executor's shared buffer, up to its
+    // alignment (16 elements per value).
+    const cluster one = test::make_cluster({1e12});
+    synth::synth_options o;
+    o.search.recompute = synth::search_options::recomputation::always;
+    const synth::plan p = synth::synthesize(g, one, o);
+    REQUIRE(p.recompute);
+    const synth::cost_model m(g, one, synth::segment_map(g, p.segments));
+    std::vector<double> per_block(layout.ranges.size(), 0.0);
+    for (const synth::plan_step& s : p.steps)
+      if (const std::size_t k = m.recomputed_block(s.node); k != synth::cost_model::none)
+        per_block.at(k) += synth::value_at(m.memory_of(s.node, s.rule.out), p.ratios, 0);
+    const double largest = *std::max_element(per_block.begin(), per_block.end());
+    CAPTURE(pool, largest, count);
+    CHECK(largest > 0.0);
+    CHECK(largest <= static_cast<double>(pool));
+    CHECK(static_cast<double>(pool) <= largest + 64.0 * static_cast<double>(count));
+  }
 }

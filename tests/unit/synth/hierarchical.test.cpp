@@ -82,8 +82,10 @@ TEST_CASE("A two-level plan keeps every device within its memory, moving rows of
   // budget: a small one keeps the test short under the sanitizers.
   synth::hierarchical_options o;
   o.node_search_expansions = 3000;
-  // Parameters whole: sharded (FSDP), node 0 holds its speed-proportional rows after all.
+  // Parameters whole and activations kept: sharded (FSDP) or recomputed, node 0 holds its
+  // speed-proportional rows after all.
   o.inner.search.shard_parameters = synth::search_options::parameter_sharding::never;
+  o.inner.search.recompute = synth::search_options::recomputation::never;
   const auto h = synth::synthesize_hierarchical(bert, 40, tight, o);
   CHECK(h.node_batch[0] < free.node_batch[0]);
   for (std::size_t d = 0; d < tight.size(); ++d)

@@ -488,8 +488,9 @@ TEST_CASE("a deep model the search cannot fit within its budget falls back to da
         CHECK(t.to.is_split()); // sharded
   }
   CHECK(plan_from_json(to_json(p), g, "plan.json").stats.fsdp_fallback);
-  // Without sharding there is nothing to fall back to.
+  // Without sharding (or recomputation) there is nothing to fall back to.
   opt.search.shard_parameters = search_options::parameter_sharding::never;
+  opt.search.recompute = search_options::recomputation::never;
   CHECK_THROWS_WITH(synthesize(g, c, opt, "llama"), Catch::Contains("no plan fits in memory"));
 }
 

@@ -1,0 +1,142 @@
+#pragma once
+// A model's blocks (its repeated layers) as node ranges, and which values activation
+// recomputation does not keep: the one rule that the executor (exec::executor::recompute) runs
+// and the planner (synth/cost.hpp) prices.
+//
+// A block is named by its parameters: "layers.3.attn.wq" belongs to block "layers.3". Its range
+// runs from its first parameter (created at its first use) to the last node that reads one of
+// its parameters, or a rank's moved copy of one ("layers.3.attn.wq@..." in a lowered graph);
+// blocks whose ranges overlap (shared weights) are merged. Under recomputation a value computed
+// inside a block and read only by nodes of the same block (through views too) is not kept for
+// the backward: it is computed again when the backward reaches the block.
+
+#include <hspmd/graph/ir.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hspmd::graph {
+
+/// An inclusive range of node ids.
+using node_range = std::pair<node_id, node_id>;
+
+/// The blocks of `g` whose parameters are named `prefix` + block + "." + ..., in node order (see
+/// the file comment); empty when no parameter has the prefix.
+[[nodiscard]] inline std::vector<node_range> block_ranges(const graph& g,
+                                                          std::string_view prefix = "layers.") {
+  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::vector<std::string> blocks; // in first-use order
+  std::vector<node_range> range;
+  std::vector<std::size_t> block_of(g.size(), none);
+  for (node_id i = 0; i < g.size(); ++i) {
+    const std::string& name = g[i].name;
+    if (g[i].kind != op::parameter || !name.starts_with(prefix))
+      continue;
+    const std::string block = name.substr(0, name.find('.', prefix.size()));
+    auto it = std::find(blocks.begin(), blocks.end(), block);
+    if (it == blocks.end()) {
+      blocks.push_back(block);
+      range.emplace_back(i, i);
+      it = blocks.end() - 1;
+    }
+    block_of[i] = static_cast<std::size_t>(it - blocks.begin());
+  }
+  for (node_id i = 0; i < g.size(); ++i) {
+    const std::string& name = g[i].name;
+    const std::size_t at = name.find('@');
+    if (at == std::string::npos || !name.starts_with(prefix))
+      continue;
+    if (const auto p = g.find(std::string_view(name).substr(0, at)); p && block_of[*p] != none) {
+      block_of[i] = block_of[*p];
+      auto& r = range[block_of[i]];
+      r = {std::min(r.first, i), std::max(r.second, i)};
+    }
+  }
+  for (node_id i = 0; i < g.size(); ++i)
+    for (node_id in : g[i].inputs)
+      if (block_of[in] != none)
+        range[block_of[in]].second = std::max(range[block_of[in]].second, i);
+  std::ranges::sort(range);
+  std::vector<node_range> out;
+  for (const auto& r : range) {
+    if (!out.empty() && r.first <= out.back().second)
+      out.back().second = std::max(out.back().second, r.second);
+    else
+      out.push_back(r);
+  }
+  return out;
+}
+
+/// Whether node `n` of `g` is a view of its input (a reshape that reads its input's elements
+/// where they lie: same type, no more elements).
+[[nodiscard]] inline bool is_view(const graph& g, const node& n) {
+  return n.kind == op::reshape && n.inputs.size() == 1 && g[n.inputs[0]].type == n.type &&
+         g[n.inputs[0]].out.size() >= n.out.size();
+}
+
+/// Where each node lies among `ranges` (disjoint, in order) and which values recomputation does
+/// not keep.
+struct block_layout {
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::vector<node_range> ranges;
+  std::vector<std::size_t> block_of; ///< per node: the range holding it, or `none`
+  /// Per node: its value is computed again in the backward instead of kept (see the file
+  /// comment; parameters, inputs, views, integer values and the loss are kept).
+  std::vector<bool> recomputed;
+  /// Per node: the block all of its readers lie in (a working copy of it made for them lives
+  /// only there), or `none`.
+  std::vector<std::size_t> readers_in;
+};
+
+/// The layout of `ranges` over `g` (from `block_ranges`); `extra_readers` (from, to): node to
+/// reads from's value outside the graph's edges.
+[[nodiscard]] inline block_layout
+layout_blocks(const graph& g, std::vector<node_range> ranges,
+              const std::vector<std::pair<node_id, node_id>>& extra_readers = {}) {
+  constexpr std::size_t none = block_layout::none;
+  const std::size_t n = g.size();
+  block_layout b;
+  b.ranges = std::move(ranges);
+  b.block_of.assign(n, none);
+  for (std::size_t k = 0; k < b.ranges.size(); ++k)
+    for (node_id i = b.ranges[k].first; i <= b.ranges[k].second && i < n; ++i)
+      b.block_of[i] = k;
+  std::vector<node_id> owner(n); // a view's value is its source's
+  for (node_id i = 0; i < n; ++i)
+    owner[i] = is_view(g, g[i]) ? owner[g[i].inputs[0]] : i;
+  std::vector<bool> kept(n, false);
+  b.readers_in.assign(n, none);
+  std::vector<bool> read(n, false);
+  const auto reads = [&](node_id from, node_id to) {
+    if (b.block_of[owner[from]] != b.block_of[to])
+      kept[owner[from]] = true;
+    const std::size_t at = b.block_of[to];
+    if (!read[from]) {
+      read[from] = true;
+      b.readers_in[from] = at;
+    } else if (b.readers_in[from] != at) {
+      b.readers_in[from] = none;
+    }
+  };
+  for (node_id i = 0; i < n; ++i)
+    for (node_id in : g[i].inputs)
+      reads(in, i);
+  for (const auto& [from, to] : extra_readers)
+    reads(from, to);
+  if (const auto loss = g.loss())
+    kept[owner[*loss]] = true;
+  b.recomputed.assign(n, false);
+  for (node_id i = 0; i < n; ++i) {
+    const node& x = g[i];
+    b.recomputed[i] = b.block_of[i] != none && !kept[i] && !is_view(g, x) && x.type != dtype::i64 &&
+                      x.kind != op::parameter && x.kind != op::input;
+  }
+  return b;
+}
+
+} // namespace hspmd::graph
