@@ -169,6 +169,7 @@ TEST_CASE("the planner prices what the executor recomputes: the same values, one
     const cluster one = test::make_cluster({1e12});
     synth::synth_options o;
     o.search.recompute = synth::search_options::recomputation::always;
+    o.search.max_expansions = 2000; // (one device: any program, all cost the same)
     const synth::plan p = synth::synthesize(g, one, o);
     REQUIRE(p.recompute);
     const synth::cost_model m(g, one, synth::segment_map(g, p.segments));
