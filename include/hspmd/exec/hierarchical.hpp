@@ -55,6 +55,8 @@ public:
     if (rows_ == 0)
       return;
     inner_.emplace(node_graph, p.node_plan(where_.node), node_comm_, seed);
+    if (p.node_plan(where_.node).recompute) // the node program's memory counts on it
+      inner_->recompute();
     const graph::node& loss = node_graph[*node_graph.loss()];
     const bool summed = loss.kind == graph::op::sum ||
                         (loss.kind == graph::op::cross_entropy && loss.attrs.scalar == 0.0);

@@ -88,8 +88,8 @@ struct block_layout {
   /// Per node: its value is computed again in the backward instead of kept (see the file
   /// comment; parameters, inputs, views, integer values and the loss are kept).
   std::vector<bool> recomputed;
-  /// Per node: the block all of its readers lie in (a working copy of it made for them lives
-  /// only there), or `none`.
+  /// Per node: the block all of its readers (through views too) lie in (a working copy of it
+  /// made for them lives only there), or `none`.
   std::vector<std::size_t> readers_in;
 };
 
@@ -112,15 +112,22 @@ layout_blocks(const graph& g, std::vector<node_range> ranges,
   std::vector<bool> kept(n, false);
   b.readers_in.assign(n, none);
   std::vector<bool> read(n, false);
+  const auto note_reader = [&](node_id t, std::size_t at) {
+    if (!read[t]) {
+      read[t] = true;
+      b.readers_in[t] = at;
+    } else if (b.readers_in[t] != at) {
+      b.readers_in[t] = none;
+    }
+  };
+  // A reader of a view reads its source's buffer too (a working copy's view is the copy's).
   const auto reads = [&](node_id from, node_id to) {
     if (b.block_of[owner[from]] != b.block_of[to])
       kept[owner[from]] = true;
-    const std::size_t at = b.block_of[to];
-    if (!read[from]) {
-      read[from] = true;
-      b.readers_in[from] = at;
-    } else if (b.readers_in[from] != at) {
-      b.readers_in[from] = none;
+    note_reader(from, b.block_of[to]);
+    for (node_id v = from; v != owner[v];) {
+      v = g[v].inputs[0];
+      note_reader(v, b.block_of[to]);
     }
   };
   for (node_id i = 0; i < n; ++i)

@@ -289,7 +289,7 @@ struct node_fit {
   std::vector<plan> programs;
   const auto add = [&](plan p) {
     for (const plan& q : programs)
-      if (q.steps == p.steps)
+      if (q.steps == p.steps && q.recompute == p.recompute)
         return;
     programs.push_back(std::move(p));
   };

@@ -202,25 +202,28 @@ inline constexpr double backward_share = 2.0 / 3.0;
 template <class F>
 void visit_memory(const plan& p, const cost_model& m, F&& f) {
   constexpr std::size_t none = cost_model::none;
-  std::vector<bool> sfb_input; // an SFB layer's input is read after the backward: kept
+  // An SFB layer's input is read after the backward: the version its product reads (the
+  // tensor at that placement, made by its op or by a transfer) is kept.
+  std::vector<std::pair<graph::node_id, placement>> sfb_input;
   if (p.recompute)
     for (const plan_step& s : p.steps)
       for (const transfer& t : s.transfers)
-        if (t.sfb) {
-          sfb_input.resize(m.graph().size(), false);
-          sfb_input[m.graph()[s.node].inputs[0]] = true;
-        }
-  const auto block_of = [&](graph::node_id t, std::size_t b) {
-    return !p.recompute || b == none || (!sfb_input.empty() && sfb_input[t]) ? none : b;
+        if (t.sfb)
+          sfb_input.emplace_back(m.graph()[s.node].inputs[0], s.rule.in[0]);
+  const auto block_of = [&](graph::node_id t, placement at, std::size_t b) {
+    return !p.recompute || b == none ||
+                   std::ranges::find(sfb_input, std::pair{t, at}) != sfb_input.end()
+               ? none
+               : b;
   };
   for (const plan_step& s : p.steps) {
     for (const transfer& t : s.transfers)
       if (t.kind != transfer_kind::to_partial || t.tensor != s.node)
         f(t.tensor, t.to, m.transfer_memory_of(t),
-          block_of(t.tensor, m.recomputed_copy_block(t, s.node)));
+          block_of(t.tensor, t.to, m.recomputed_copy_block(t, s.node)));
     if (!detail::is_view(m, s.node))
       f(s.node, s.rule.out, m.memory_of(s.node, s.rule.out),
-        block_of(s.node, m.recomputed_block(s.node)));
+        block_of(s.node, s.rule.out, m.recomputed_block(s.node)));
   }
 }
 

@@ -404,7 +404,8 @@ private:
       smallest(outs, order_[k], true);
     }
     for (graph::node_id t = 0; t < n; ++t) {
-      if ((*g_)[t].kind != graph::op::input && (*g_)[t].kind != graph::op::parameter)
+      if (((*g_)[t].kind != graph::op::input && (*g_)[t].kind != graph::op::parameter) ||
+          uses_[t] == 0) // (one no op reads is never loaded)
         continue;
       std::vector<placement> loads;
       for (std::size_t c = 0; c < 2 + (*g_)[t].out.rank(); ++c)

@@ -392,8 +392,12 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
         fell_back = true;
         return fallback;
       }
-      if (!base.pareto_retry)
-        return fallback;
+      if (!base.pareto_retry) {           // the first search's answer (and why), all of the work
+        res.expanded = fallback.expanded; // (the fallback's counts include the first's)
+        res.generated = fallback.generated;
+        res.seconds = fallback.seconds;
+        return res;
+      }
       search_result full = search(m, r, base);
       add_counts(full, fallback);
       return full;
@@ -442,13 +446,6 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
       break;
     best = std::move(cur);
     have = true;
-    if (round == 0 && opt.search.check_memory) {
-      // Whole rows that do not fit now rarely fit at the LP's ratios: go to recomputation
-      // (where it may help) without the LP rounds.
-      plan probe = best;
-      if (!detail::fits_whole_shards(probe, m, opt))
-        break;
-    }
     if (!opt.solve_lp || c.size() == 1)
       break;
     const auto lp_start = std::chrono::steady_clock::now();
