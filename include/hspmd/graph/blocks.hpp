@@ -6,7 +6,9 @@
 // A block is named by its parameters: "layers.3.attn.wq" belongs to block "layers.3". Its range
 // runs from its first parameter (created at its first use) to the last node that reads one of
 // its parameters, or a rank's moved copy of one ("layers.3.attn.wq@..." in a lowered graph);
-// blocks whose ranges overlap (shared weights) are merged. Under recomputation a value computed
+// blocks whose ranges overlap (shared weights) are merged. In a lowered graph, copies moved in
+// just before the first parameter that only the block reads belong to it too (the planner counts
+// a copy for a block's op in the block). Under recomputation a value computed
 // inside a block and read only by nodes of the same block (through views too) is not kept for
 // the backward: it is computed again when the backward reaches the block.
 
@@ -68,6 +70,23 @@ using node_range = std::pair<node_id, node_id>;
       out.back().second = std::max(out.back().second, r.second);
     else
       out.push_back(r);
+  }
+  // In a rank's program, the copies moved in for a block's first op ("x@..." inputs) may come
+  // just before the block's first parameter: those only the block reads belong to it.
+  std::vector<node_id> last_reader(g.size(), 0);
+  std::vector<bool> read(g.size(), false);
+  for (node_id i = 0; i < g.size(); ++i)
+    for (node_id in : g[i].inputs) {
+      last_reader[in] = std::max(last_reader[in], i);
+      read[in] = true;
+    }
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    auto& [first, last] = out[k];
+    const node_id floor = k == 0 ? 0 : out[k - 1].second + 1;
+    while (first > floor && g[first - 1].kind == op::input &&
+           g[first - 1].name.find('@') != std::string::npos && read[first - 1] &&
+           last_reader[first - 1] <= last)
+      --first;
   }
   return out;
 }

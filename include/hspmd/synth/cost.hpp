@@ -251,7 +251,6 @@ public:
              std::optional<compute_profile> profile = std::nullopt, dtype gemm_type = dtype::f32)
       : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()),
         profile_(std::move(profile)), blocks_(graph::layout_blocks(g, graph::block_ranges(g))),
-        first_op_(first_ops(g, blocks_)),
         sixteen_bit_(gemm_type == dtype::bf16 || gemm_type == dtype::f16) {
     if (profile_ && (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
                      !(profile_->optimizer_seconds_per_element >= 0.0) ||
@@ -572,16 +571,14 @@ public:
     return blocks_.recomputed[id] ? blocks_.block_of[id] : none;
   }
   /// The block whose replay makes transfer `t`'s copy again (fused before op `at`), or `none`:
-  /// a copy of a value that only nodes of `at`'s block read, made after the block's first op
-  /// (loads and FSDP copies: none, those are kept or counted apart).
+  /// a copy of a value that only nodes of `at`'s block read (loads and FSDP copies: none, those
+  /// are kept or counted apart; graph::block_ranges puts a copy for a block's first op in it).
   [[nodiscard]] std::size_t recomputed_copy_block(const transfer& t, graph::node_id at) const {
     if (t.kind == transfer_kind::load || t.kind == transfer_kind::to_partial ||
         is_gathered_parameter(t))
       return none;
     const std::size_t b = blocks_.readers_in[t.tensor];
-    // (A copy made for a block's first op may come before the block's first parameter in a
-    // rank's program, where its recomputation segment starts: kept, to be safe.)
-    return b != none && b == blocks_.block_of[at] && at != first_op_[b] ? b : none;
+    return b != none && b == blocks_.block_of[at] ? b : none;
   }
   /// Compute the replay adds to op `id` under `r` (empty when its output is kept).
   [[nodiscard]] device_costs replay_compute(graph::node_id id, const graph::rule& r) const {
@@ -665,17 +662,6 @@ public:
   }
 
 private:
-  [[nodiscard]] static std::vector<graph::node_id> first_ops(const graph::graph& g,
-                                                             const graph::block_layout& b) {
-    std::vector<graph::node_id> out;
-    for (const auto& [first, last] : b.ranges) {
-      graph::node_id i = first;
-      while (i < last && (g[i].kind == graph::op::parameter || g[i].kind == graph::op::input))
-        ++i;
-      out.push_back(i);
-    }
-    return out;
-  }
   [[nodiscard]] double rule_flops(graph::node_id id, const graph::rule& r) const {
     double flops = node_flops(id);
     if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
@@ -746,8 +732,7 @@ private:
   segment_map segments_;
   collective_cost_model collectives_;
   std::optional<compute_profile> profile_;
-  graph::block_layout blocks_;           // the model's blocks, for recomputation
-  std::vector<graph::node_id> first_op_; // per block: its first op (not a parameter or input)
+  graph::block_layout blocks_;                           // the model's blocks, for recomputation
   std::array<std::vector<double>, op_class_count> rate_; // [class][device] flop/s
   bool sixteen_bit_ = false;                             // GEMMs at the devices' bf16 rates
   bool use_rates_ = false;                               // ops at the devices' class rates
