@@ -58,9 +58,9 @@ std::size_t internal_bytes(const graph::graph& g) {
   return n;
 }
 
-} // namespace
-
-TEST_CASE("recomputing BERT's blocks (dropout on) gives the same loss and gradients, bit for bit") {
+// Three BERT blocks with dropout, two Llama blocks with fused attention: small enough for the
+// sanitizers.
+models::bert_config small_bert() {
   models::bert_config c;
   c.layers = 3;
   c.hidden = 32;
@@ -69,6 +69,24 @@ TEST_CASE("recomputing BERT's blocks (dropout on) gives the same loss and gradie
   c.seq = 8;
   c.vocab = 40;
   c.dropout = 0.1;
+  return c;
+}
+models::llama_config small_llama() {
+  models::llama_config c;
+  c.layers = 2;
+  c.hidden = 32;
+  c.heads = 4;
+  c.ffn = 48;
+  c.seq = 8;
+  c.vocab = 30;
+  c.fused_attention = true;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("recomputing BERT's blocks (dropout on) gives the same loss and gradients, bit for bit") {
+  const models::bert_config c = small_bert();
   const graph::graph g = models::trace_bert_lm<float>(c, 2);
   const auto segments = exec::scope_segments(g);
   REQUIRE(segments.size() == 3);
@@ -91,14 +109,7 @@ TEST_CASE("recomputing BERT's blocks (dropout on) gives the same loss and gradie
 }
 
 TEST_CASE("recomputing Llama's blocks (fused attention) gives the same loss and gradients") {
-  models::llama_config c;
-  c.layers = 2;
-  c.hidden = 32;
-  c.heads = 4;
-  c.ffn = 48;
-  c.seq = 8;
-  c.vocab = 30;
-  c.fused_attention = true;
+  const models::llama_config c = small_llama();
   const graph::graph g = models::trace_llama_lm<double>(c, 2);
   REQUIRE(exec::scope_segments(g).size() == 2);
   std::size_t kept = 0;
@@ -131,22 +142,8 @@ TEST_CASE("recomputation segments are checked") {
 }
 
 TEST_CASE("the planner prices what the executor recomputes: the same values, one block's buffer") {
-  models::bert_config b;
-  b.layers = 3;
-  b.hidden = 32;
-  b.heads = 2;
-  b.ffn = 64;
-  b.seq = 8;
-  b.vocab = 40;
-  b.dropout = 0.1;
-  models::llama_config l;
-  l.layers = 2;
-  l.hidden = 32;
-  l.heads = 4;
-  l.ffn = 48;
-  l.seq = 8;
-  l.vocab = 30;
-  l.fused_attention = true;
+  const models::bert_config b = small_bert();
+  const models::llama_config l = small_llama();
   for (const graph::graph& g :
        {models::trace_bert_lm<float>(b, 2), models::trace_llama_lm<float>(l, 2)}) {
     exec::executor<float> ex(g, 1);
