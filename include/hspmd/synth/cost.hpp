@@ -323,7 +323,7 @@ public:
   }
   /// Whether `t` makes an FSDP working copy: a parameter all-gathered from its shards for use.
   /// The copy lives only from its gather to its last reader, and again in the backward (the
-  /// executor gathers it a second time): `transfer_memory` leaves it out, and a plan's memory
+  /// executor gathers it a second time): `transfer_memory_of` leaves it out, and a plan's memory
   /// counts the most such copies alive at once (plan.hpp, `gathered_parameter_peak`).
   [[nodiscard]] bool is_gathered_parameter(const transfer& t) const {
     return t.kind == transfer_kind::all_gather && is_parameter(t.tensor);
@@ -521,23 +521,17 @@ public:
     return c;
   }
 
-  /// Bytes device d keeps for tensor `t` at placement `p` (parameters: 4 copies); the same
-  /// function of its share on every device (`memory_of`).
-  [[nodiscard]] device_costs memory(graph::node_id t, placement p) const {
-    return device_costs(devices(), memory_of(t, p));
-  }
+  /// Bytes a device keeps for tensor `t` at placement `p` (parameters: 4 copies), as a function
+  /// of its share: the same on every device.
   [[nodiscard]] linear_cost memory_of(graph::node_id t, placement p) const {
     const double b = bytes(t) * (is_parameter(t) ? parameter_copies : 1.0);
     return p.is_split() ? linear_cost{0.0, {{segments_.of(t, p.dim()), b}}} : linear_cost{b, {}};
   }
 
-  /// Bytes device d keeps for what transfer `t` makes: a loaded parameter keeps its value,
+  /// Bytes a device keeps for what transfer `t` makes: a loaded parameter keeps its value,
   /// gradient and optimizer state (4 copies); a parameter converted to another placement (a
   /// tied weight's second use) is a working copy like an activation, except an FSDP gather,
   /// whose copy is transient (none here; `gathered_parameter_peak` in plan.hpp).
-  [[nodiscard]] device_costs transfer_memory(const transfer& t) const {
-    return device_costs(devices(), transfer_memory_of(t));
-  }
   [[nodiscard]] linear_cost transfer_memory_of(const transfer& t) const {
     if (t.kind == transfer_kind::load || !is_parameter(t.tensor))
       return memory_of(t.tensor, t.to);
