@@ -11,9 +11,11 @@
 // Pricing is Dantzig's (most negative reduced cost); after a run of degenerate pivots it switches
 // to Bland's rule (lowest index), which cannot cycle, until a pivot makes progress. The ratio test
 // takes the smallest step within a tolerance and breaks ties by the lowest variable index;
-// entering variables may also just move to their other bound ("bound flip"). The basis is
-// re-inverted from the original data every 50 pivots and before the answer is read, and the
-// answer is re-checked against the original rows and bounds.
+// entering variables may also just move to their other bound ("bound flip"). The tableau is
+// re-inverted from the original data every 50 pivots (or every row count, when larger). The
+// optimal answer is checked against the original data by its residuals (confirm_by_residuals);
+// where that cannot vouch for it, it is recomputed from an LU factorization of the basis
+// (confirm). Either way the answer is re-checked against the original rows and bounds.
 //
 // Nothing here throws for an infeasible or unbounded problem: the status says so. The same input
 // gives bit-identical output on every rank and every run.
@@ -162,7 +164,7 @@ public:
     // Confirm from the original data (an LU factorization of the basis: values, duals, reduced
     // costs); a drifted tableau is re-inverted and gets a few more tries.
     for (int attempt = 0; s2 == status::optimal && attempt < 3; ++attempt) {
-      if (confirm())
+      if (confirm_by_residuals() || confirm())
         break;
       if (!refactor())
         return finish(res, status::numerical_trouble, "the optimal basis is singular");
@@ -621,6 +623,57 @@ private:
         if (const double v = column[i * width_]; v != 0.0)
           add(i, v);
     });
+  }
+
+  // Checks the tableau's optimal answer against the original (scaled) data by its residuals, with
+  // no factorization: the basic values must solve B x_B = b - N x_N and the duals y B = c_B, each
+  // within its tolerance, and the reduced costs recomputed from those duals must still be
+  // optimal. The duals come from the slacks' reduced costs (a slack's is minus its row's dual
+  // times its coefficient, zero when it is basic), so every row needs a slack and no artificial
+  // may be basic; otherwise, or when a check fails, confirm() recomputes the answer from an LU
+  // factorization. A tableau that passes is an exact answer of a problem within the tolerances
+  // of this one (the backward error the factorization's answer has too), at the cost of one pass
+  // over the nonzeros.
+  bool confirm_by_residuals() {
+    confirmed_ = false;
+    for (std::size_t i = 0; i < m_; ++i)
+      if (sf_.slack[i] == none || is_artificial(basic_[i]))
+        return false;
+    if (!primal_feasible())
+      return false;
+    const std::vector<double> v = std_values();
+    std::vector<double>& r = work_;
+    r = sf_.b;
+    for (std::size_t j = 0; j < n_; ++j)
+      if (const double x = v[j]; x != 0.0)
+        for (std::size_t e = sf_.start[j]; e < sf_.start[j + 1]; ++e)
+          r[sf_.index[e]] -= sf_.value[e] * x;
+    const double primal_tol = feasibility_scale();
+    for (std::size_t i = 0; i < m_; ++i)
+      if (!(std::abs(r[i]) <= primal_tol))
+        return false;
+    std::vector<double> y(m_, 0.0);
+    for (std::size_t i = 0; i < m_; ++i)
+      if (const std::size_t s = sf_.slack[i]; !is_basic_[s])
+        y[i] = -d_[s] / sf_.value[sf_.start[s]];
+    std::vector<double> d(width_, 0.0);
+    for (std::size_t j = 0; j < n_; ++j) {
+      double dj = cost_[j];
+      for (std::size_t e = sf_.start[j]; e < sf_.start[j + 1]; ++e)
+        dj -= sf_.value[e] * y[sf_.index[e]];
+      if (!is_basic_[j])
+        d[j] = dj;
+      else if (!(std::abs(dj) <= opt_.optimality_tolerance))
+        return false;
+    }
+    std::swap(d, d_);
+    if (!dual_feasible()) {
+      std::swap(d, d_);
+      return false;
+    }
+    y_ = std::move(y);
+    confirmed_ = true;
+    return true;
   }
 
   // Recomputes the basic values, the duals and the reduced costs of the phase-2 objective from
