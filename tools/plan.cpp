@@ -4,11 +4,13 @@
 //   hspmd-plan --model vgg19 --cluster clusters/mixed-8.json --explain --json plan.json
 //   hspmd-plan --graph my_model.json --cluster clusters/emulated-3.json   # any traced model
 //   hspmd-plan --model llama-7b --cluster big.json --hierarchical  # also the two-level plan
+//   hspmd-plan --model bert --cluster clusters/emulated-2.json --simulate --trace sim.json
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/io/cli.hpp>
 #include <hspmd/io/json_input.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/sim/step.hpp>
 #include <hspmd/synth/hierarchical.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -22,11 +24,75 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace {
 
 std::string seconds(double s) {
   return hspmd::synth::seconds_text(s);
+}
+
+// Simulates one step of the synthesized plan and the baselines and prints them next to the
+// cost model's predictions; writes the synthesized plan's simulated trace to `trace_file`.
+void print_simulation(const hspmd::graph::graph& g, const hspmd::cluster& c,
+                      const hspmd::synth::synth_options& so, const hspmd::synth::plan& plan,
+                      const std::vector<hspmd::synth::plan>& baselines,
+                      const std::string& trace_file) {
+  const hspmd::synth::cost_model m(g, c, hspmd::synth::segment_map(g, so.segments), std::nullopt,
+                                   so.gemm_type);
+  std::printf("\nsimulated step (device by device in the executor's order, whole shards, "
+              "gradient buckets in flight; overlap %.2f):\n",
+              c.overlap);
+  std::printf("%-8s %14s %14s %8s %14s %s\n", "plan", "cost model", "simulated", "sim/cm",
+              "grad exposed",
+              "slowest device: computing (held by buckets) / collectives / waiting");
+  hspmd::sim::options o;
+  if (!trace_file.empty()) {
+    if (c.size() <= 16) {
+      for (std::size_t d = 0; d < c.size(); ++d)
+        o.traced.push_back(d);
+    } else {
+      std::vector<std::string> kinds;
+      for (std::size_t d = 0; d < c.size(); ++d)
+        if (std::ranges::find(kinds, c.devices[d].kind) == kinds.end()) {
+          kinds.push_back(c.devices[d].kind);
+          o.traced.push_back(d);
+        }
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const hspmd::sim::result first = hspmd::sim::simulate(plan, m);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto row = [&](const hspmd::synth::plan& p, const hspmd::sim::result& r) {
+    std::printf("%-8s %14s %14s %7.2fx %14s %s: %s (%s) / %s / %s\n", p.strategy.c_str(),
+                seconds(p.step_time).c_str(), seconds(r.step_time).c_str(),
+                r.step_time / p.step_time, seconds(r.gradient_exposed).c_str(),
+                c.devices[r.slowest].name.c_str(), seconds(r.compute[r.slowest]).c_str(),
+                seconds(r.held[r.slowest]).c_str(), seconds(r.communication[r.slowest]).c_str(),
+                seconds(r.waiting[r.slowest]).c_str());
+  };
+  row(plan, first);
+  for (const auto& b : baselines)
+    row(b, hspmd::sim::simulate(b, m));
+  std::printf("(one simulated step of %zu devices: %.3f s)\n", c.size(), took);
+  if (trace_file.empty())
+    return;
+  if (c.size() > 16 && std::ranges::find(o.traced, first.slowest) == o.traced.end())
+    o.traced.push_back(first.slowest);
+  const hspmd::sim::result traced = hspmd::sim::simulate(plan, m, o);
+  std::ofstream f(trace_file);
+  f << hspmd::sim::trace_of(traced, o, c,
+                            {{"simulated", true},
+                             {"plan", plan.strategy},
+                             {"model", plan.model},
+                             {"cluster", c.name},
+                             {"step_seconds", traced.step_time}})
+           .dump()
+    << "\n";
+  if (!f)
+    throw hspmd::config_error(trace_file, "cannot write", "a writable path");
+  std::printf("simulated trace of %s written to %s (%zu device(s))\n", plan.strategy.c_str(),
+              trace_file.c_str(), o.traced.size());
 }
 
 } // namespace
@@ -45,6 +111,8 @@ int main(int argc, char** argv) {
   bool explain = false;
   bool no_baselines = false;
   bool hierarchical = false;
+  bool simulate = false;
+  std::string trace_file;
   std::string segments = "one";
   hspmd::synth::synth_options so;
   std::string list;
@@ -110,9 +178,19 @@ int main(int argc, char** argv) {
   app.add_flag("--hierarchical", hierarchical,
                "also synthesize the two-level plan (a program inside each node, the batch split "
                "across nodes) and compare");
+  app.add_flag("--simulate", simulate,
+               "also simulate one step of each plan device by device (sim/step.hpp: the "
+               "executor's order, whole shards, gradient buckets in flight) next to the cost "
+               "model's prediction");
+  app.add_option("--trace", trace_file,
+                 "with --simulate: write the synthesized plan's simulated step as a trace (the "
+                 "format of the trainer's --trace; every device up to 16, else the first of each "
+                 "kind and the slowest)");
   if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
     return *rc;
   try {
+    if (!trace_file.empty() && !simulate)
+      throw hspmd::config_error("--trace", "writes the simulated step", "add --simulate");
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one
                                     : hspmd::synth::segment_policy::batch_and_model;
     using sharding_mode = hspmd::synth::search_options::parameter_sharding;
@@ -195,11 +273,12 @@ int main(int argc, char** argv) {
     if (one_level_error.empty())
       std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),
                   seconds(plan.compute_time).c_str(), seconds(plan.comm_time).c_str(), "");
+    std::vector<hspmd::synth::plan> baselines;
     if (!no_baselines)
       for (auto b : {hspmd::synth::baseline::dp_ev, hspmd::synth::baseline::dp_cp,
                      hspmd::synth::baseline::tp}) {
         try {
-          const auto p = hspmd::synth::make_baseline(g, c, b, so, model);
+          const auto& p = baselines.emplace_back(hspmd::synth::make_baseline(g, c, b, so, model));
           std::printf("%-8s %14s %14s %14s %9.2fx%s\n", std::string(hspmd::synth::name(b)).c_str(),
                       seconds(p.step_time).c_str(), seconds(p.compute_time).c_str(),
                       seconds(p.comm_time).c_str(),
@@ -210,6 +289,8 @@ int main(int argc, char** argv) {
         }
       }
     std::printf("(speedup: the baseline's predicted step time over synth's)\n");
+    if (simulate && one_level_error.empty())
+      print_simulation(g, c, so, plan, baselines, trace_file);
     // Where one level has a plan and two levels do not, the one-level plan stands (said, not
     // fatal); with neither, the two-level error ends the run.
     std::optional<hspmd::synth::hierarchical_plan> two_level;

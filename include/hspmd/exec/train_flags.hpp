@@ -98,7 +98,8 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
   app.add_flag("--explain", o.explain, "with --cluster: print the plan's explain table");
   app.add_option("--trace", o.trace,
                  "with --cluster: write a Chrome/Perfetto trace (a track per rank: compute, "
-                 "collectives, idle, steps) to this file");
+                 "collectives, idle, steps) to this file, and the simulated step "
+                 "(sim/step.hpp) beside it (t.json: t.simulated.json)");
   app.add_option("--save-plan", o.save_plan, "with --cluster: write the plan as JSON to this file");
   app.add_option("--plan-cache", o.plan_cache,
                  "with --cluster: keep synthesized plans in this directory; a start with the same "

@@ -214,6 +214,7 @@ struct train_result {
   std::vector<double> step_seconds; ///< per step, slowest rank
   std::vector<eval_report> evals;
   double predicted_step_seconds = 0.0;      ///< the plan's prediction (distributed runs)
+  double simulated_step_seconds = 0.0;      ///< the simulator's (sim/step.hpp), same pricing
   std::size_t skipped_steps = 0;            ///< f16: steps whose gradients overflowed (not applied)
   double loss_scale = 1.0;                  ///< f16: the dynamic loss scale after the last step
   std::vector<rebalance_report> rebalances; ///< with `train_options::rebalance`

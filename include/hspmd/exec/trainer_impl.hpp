@@ -19,6 +19,7 @@
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/nn/tracer.hpp>
+#include <hspmd/sim/step.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/plan_cache.hpp>
 #include <hspmd/synth/synthesize.hpp>
@@ -816,8 +817,15 @@ private:
       dist->start_trace();
 #endif
     train_result r;
-    if (plan_)
+    if (plan_) {
       r.predicted_step_seconds = plan_->step_time;
+#if defined(HSPMD_HAS_MPI)
+      sim::options so;
+      if (o_.bucket_mb > 0.0)
+        so.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
+      r.simulated_step_seconds = sim::simulate(*plan_, cost_model_for(cluster_), so).step_time;
+#endif
+    }
     const std::size_t every =
         o_.log_every > 0 ? o_.log_every : std::max<std::size_t>(1, o_.steps / 20);
     double elapsed = 0.0;
@@ -1159,6 +1167,10 @@ private:
       print(out, ", predicted %s (%+.0f%%)",
             synth::milliseconds_text(r.predicted_step_seconds).c_str(),
             100.0 * (r.predicted_step_seconds - median) / median);
+    if (plan_ && r.simulated_step_seconds > 0.0)
+      print(out, ", simulated %s (%+.0f%%)",
+            synth::milliseconds_text(r.simulated_step_seconds).c_str(),
+            100.0 * (r.simulated_step_seconds - median) / median);
     else if (median > 0.0)
       print(out, ", %.1f GFLOP/s",
             (cost.forward_flops + cost.backward_flops) * static_cast<double>(o_.accumulate) /
@@ -1174,6 +1186,15 @@ private:
     out.flush();
   }
 
+  // "run.json" -> "run.simulated.json"
+  static std::string simulated_trace_path(const std::string& trace) {
+    const auto slash = trace.find_last_of('/');
+    const auto dot = trace.find_last_of('.');
+    if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+      return trace + ".simulated";
+    return trace.substr(0, dot) + ".simulated" + trace.substr(dot);
+  }
+
 #if defined(HSPMD_HAS_MPI)
   void write_trace(rank_engine<T, Optimizer>& d) {
     std::vector<std::string> devices;
@@ -1187,6 +1208,21 @@ private:
       if (o_.out != nullptr)
         print(*o_.out, "trace: %zu events of %zu ranks in %s (open in ui.perfetto.dev)\n",
               t["traceEvents"].size(), cluster_.size(), o_.trace.c_str());
+      if (plan_) { // the simulated step next to it (sim/step.hpp), priced as the prediction
+        sim::options so;
+        if (o_.bucket_mb > 0.0)
+          so.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
+        for (std::size_t k = 0; k < cluster_.size(); ++k)
+          so.traced.push_back(k);
+        const sim::result r = sim::simulate(*plan_, cost_model_for(cluster_), so);
+        const std::string path = simulated_trace_path(o_.trace);
+        write_file(path, sim::trace_of(r, so, cluster_,
+                                       {{"simulated", true}, {"step_seconds", r.step_time}})
+                             .dump());
+        if (o_.out != nullptr)
+          print(*o_.out, "simulated step (%s) in %s\n",
+                synth::milliseconds_text(r.step_time).c_str(), path.c_str());
+      }
     }
   }
 #endif

@@ -1,10 +1,13 @@
 #pragma once
-// Execution traces in the Chrome / Perfetto trace-event format (open in ui.perfetto.dev or
-// chrome://tracing): every rank records complete events ("ph": "X") of its compute (per node,
-// forward and backward, emulated slowdown included), its collectives (kind, tensor, bytes,
-// algorithm) and its optimizer step; the gaps between them become "idle" events when the trace
-// is written. One process per rank ("rank R (device)"), with a thread for the work and one for
-// the steps. `distributed_executor::collect_trace` gathers every rank's events to rank 0.
+// Traces in the Chrome / Perfetto trace-event format (open in ui.perfetto.dev or
+// chrome://tracing), measured or simulated: one process per rank ("rank R (device)"), a thread
+// for its work (compute per node, forward and backward, emulated slowdown included; collectives
+// with kind, tensor, bytes, algorithm; the optimizer step), one for the steps and one for
+// collectives in flight; the gaps between work events become "idle" events when the trace is
+// written. The distributed executor records spans as they run (`span`, `add`) and
+// `distributed_executor::collect_trace` gathers every rank's events to rank 0; the simulator
+// (sim/step.hpp) records the spans it predicts (`add_at`), so a measured and a simulated step
+// open side by side.
 //
 // Times are microseconds since the recorder started (ranks start together after a barrier).
 // A collective's span includes the time spent waiting for the slowest peer.
@@ -19,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::sim {
 
 /// What a traced span was.
 /// compute and communication: the rank's work (one track, nested); step: the trainer's step spans
@@ -49,6 +52,12 @@ public:
       return;
     events_.push_back(
         {std::move(name), kind, micros(begin), micros(end) - micros(begin), std::move(args)});
+  }
+  /// Records an event at given times (microseconds since the start), recording or not: what a
+  /// simulated timeline holds.
+  void add_at(std::string name, trace_kind kind, double start_us, double duration_us,
+              nlohmann::json args = nlohmann::json::object()) {
+    events_.push_back({std::move(name), kind, start_us, duration_us, std::move(args)});
   }
   /// Runs `f` and records it when recording.
   template <class F>
@@ -138,4 +147,4 @@ private:
   return j;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::sim

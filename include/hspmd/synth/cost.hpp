@@ -496,9 +496,7 @@ public:
       return {};
     const double elems = static_cast<double>((*g_)[t.tensor].out.size());
     device_costs c =
-        work((profile_ ? profile_->optimizer_seconds_per_element * profile_rate(op_class::optimizer)
-                       : optimizer_flops_per_element) *
-                 elems,
+        work(optimizer_flops(t.tensor),
              t.to.is_split() ? std::optional<std::size_t>(segments_.of(t.tensor, t.to.dim()))
                              : std::nullopt,
              op_class::optimizer);
@@ -655,7 +653,8 @@ public:
     return std::nullopt;
   }
 
-private:
+  /// Forward + backward work of node `id` under rule `r` (a vocabulary-parallel cross-entropy
+  /// adds the combination of its per-row maxima and sums), before the split.
   [[nodiscard]] double rule_flops(graph::node_id id, const graph::rule& r) const {
     double flops = node_flops(id);
     if (r.vocab_parallel) // each rank's share, plus the combination of per-row maxima and sums
@@ -663,6 +662,24 @@ private:
     return flops;
   }
 
+  /// The optimizer's work (at the devices' optimizer rates) to update all of parameter `w`.
+  [[nodiscard]] double optimizer_flops(graph::node_id w) const {
+    return (profile_ ? profile_->optimizer_seconds_per_element * profile_rate(op_class::optimizer)
+                     : optimizer_flops_per_element) *
+           static_cast<double>((*g_)[w].out.size());
+  }
+
+  /// The segment of the split that transfer `t`'s copy lands in (its destination's split, or
+  /// its source's), none for a copy split nowhere.
+  [[nodiscard]] std::optional<std::size_t> transfer_segment(const transfer& t) const {
+    if (t.to.is_split())
+      return segments_.of(t.tensor, t.to.dim());
+    if (t.from.is_split())
+      return segments_.of(t.tensor, t.from.dim());
+    return std::nullopt;
+  }
+
+private:
   // The rate the profile's seconds of class `c` convert to work at (the measured device's).
   [[nodiscard]] double profile_rate(op_class c) const {
     if (c == op_class::gemm && sixteen_bit_ && profile_->gemm_speed > 0.0)
