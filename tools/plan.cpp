@@ -5,12 +5,14 @@
 //   hspmd-plan --graph my_model.json --cluster clusters/emulated-3.json   # any traced model
 //   hspmd-plan --model llama-7b --cluster big.json --hierarchical  # also the two-level plan
 //   hspmd-plan --model bert --cluster clusters/emulated-2.json --simulate --trace sim.json
+//   hspmd-plan --model bert --cluster clusters/mixed-8.json --what-if "slow gpu7 x2"
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/io/cli.hpp>
 #include <hspmd/io/json_input.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/sim/step.hpp>
+#include <hspmd/sim/what_if.hpp>
 #include <hspmd/synth/hierarchical.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -95,6 +97,80 @@ void print_simulation(const hspmd::graph::graph& g, const hspmd::cluster& c,
               trace_file.c_str(), o.traced.size());
 }
 
+// Shares per device kind, "h100 2.1-2.3%, t4 0.4%".
+std::string shares_by_kind(const hspmd::synth::plan& p, const hspmd::cluster& c) {
+  std::vector<std::string> kinds;
+  std::vector<std::pair<double, double>> range;
+  for (std::size_t d = 0; d < c.size(); ++d) {
+    const double r = 100.0 * p.ratios.at(0).at(d);
+    const auto it = std::ranges::find(kinds, c.devices[d].kind);
+    if (it == kinds.end()) {
+      kinds.push_back(c.devices[d].kind);
+      range.emplace_back(r, r);
+    } else {
+      auto& [lo, hi] = range[static_cast<std::size_t>(it - kinds.begin())];
+      lo = std::min(lo, r);
+      hi = std::max(hi, r);
+    }
+  }
+  std::string out;
+  char buf[96];
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    const auto [lo, hi] = range[k];
+    if (hi - lo <= 1e-3 * hi)
+      std::snprintf(buf, sizeof buf, "%s %.3g%%", kinds[k].c_str(), hi);
+    else
+      std::snprintf(buf, sizeof buf, "%s %.3g-%.3g%%", kinds[k].c_str(), lo, hi);
+    out += (k == 0 ? "" : ", ") + std::string(buf);
+  }
+  return out;
+}
+
+void print_what_if(const hspmd::sim::what_if_answer& a, const hspmd::cluster& c) {
+  const auto& b = a.before;
+  const auto& n = a.after;
+  const auto pct = [](double from, double to) { return 100.0 * (to - from) / from; };
+  std::printf("\nwhat if: %s (%zu devices -> %zu); answered in %.3f s\n",
+              a.changed.description.c_str(), b.device_names.size(), a.changed.size(), a.seconds);
+  std::printf("%-14s %14s %14s %9s\n", "", "before", "after", "change");
+  std::printf("%-14s %14s %14s %+8.1f%%\n", "step time", seconds(b.step_time).c_str(),
+              seconds(n.step_time).c_str(), pct(b.step_time, n.step_time));
+  std::printf("%-14s %14s %14s %+8.1f%%\n", "simulated",
+              seconds(a.simulated_before.step_time).c_str(),
+              seconds(a.simulated_after.step_time).c_str(),
+              pct(a.simulated_before.step_time, a.simulated_after.step_time));
+  std::printf("%-14s %14s %14s\n", "compute", seconds(b.compute_time).c_str(),
+              seconds(n.compute_time).c_str());
+  std::printf("%-14s %14s %14s\n", "communication", seconds(b.comm_time).c_str(),
+              seconds(n.comm_time).c_str());
+  const auto program = [](const hspmd::synth::plan& p) {
+    std::size_t split = 0;
+    std::size_t collectives = 0;
+    for (const auto& s : p.steps) {
+      split += s.rule.out.is_split() ? 1U : 0U;
+      for (const auto& t : s.transfers)
+        collectives += t.kind != hspmd::synth::transfer_kind::load ? 1U : 0U;
+    }
+    return std::to_string(split) + " of " + std::to_string(p.steps.size()) + " ops split, " +
+           std::to_string(collectives) + " collectives" + (p.recompute ? ", recomputed" : "");
+  };
+  const bool same = std::ranges::equal(b.steps, n.steps, [](const auto& x, const auto& y) {
+    return x.node == y.node && x.rule == y.rule && x.transfers == y.transfers;
+  });
+  std::printf("program before: %s\nprogram after:  %s%s\n", program(b).c_str(), program(n).c_str(),
+              same ? " (the same program)" : "");
+  std::printf("shares before: %s\n", shares_by_kind(b, c).c_str());
+  std::printf("shares after:  %s\n", shares_by_kind(n, a.changed).c_str());
+  std::printf("bottleneck before: %s\n",
+              b.binding.empty() ? "(none recorded)" : b.binding.front().c_str());
+  std::printf("bottleneck after:  %s\n",
+              n.binding.empty() ? "(none recorded)" : n.binding.front().c_str());
+  if (a.rebalanced)
+    std::printf("the old program re-balanced only (its ratio LP re-solved): %s (%+.1f%%)\n",
+                seconds(a.rebalanced->step_time).c_str(),
+                pct(b.step_time, a.rebalanced->step_time));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -113,6 +189,7 @@ int main(int argc, char** argv) {
   bool hierarchical = false;
   bool simulate = false;
   std::string trace_file;
+  std::vector<std::string> what_if;
   std::string segments = "one";
   hspmd::synth::synth_options so;
   std::string list;
@@ -186,6 +263,10 @@ int main(int argc, char** argv) {
                  "with --simulate: write the synthesized plan's simulated step as a trace (the "
                  "format of the trainer's --trace; every device up to 16, else the first of each "
                  "kind and the slowest)");
+  app.add_option("--what-if", what_if,
+                 "plan again on the cluster changed so, and compare: \"add 2 x a100\" (copies "
+                 "of a device kind), \"remove node 3\", \"remove gpu7\", \"slow gpu7 x2\" "
+                 "(repeat the flag to change several things)");
   if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
     return *rc;
   try {
@@ -205,6 +286,11 @@ int main(int argc, char** argv) {
                    : precision == "f16" ? hspmd::dtype::f16
                                         : hspmd::dtype::f32;
     const hspmd::cluster c = hspmd::load_cluster(cluster_file);
+    { // a change that cannot apply fails before the synthesis, not after
+      hspmd::cluster changed = c;
+      for (const std::string& w : what_if)
+        changed = hspmd::sim::apply(changed, hspmd::sim::parse_change(w));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     hspmd::graph::graph g;
     if (!graph_file.empty()) {
@@ -291,6 +377,12 @@ int main(int argc, char** argv) {
     std::printf("(speedup: the baseline's predicted step time over synth's)\n");
     if (simulate && one_level_error.empty())
       print_simulation(g, c, so, plan, baselines, trace_file);
+    if (!what_if.empty()) {
+      if (!one_level_error.empty())
+        throw hspmd::config_error("--what-if", "compares one-level plans and this cluster has none",
+                                  "drop --hierarchical's two-level-only case or --what-if");
+      print_what_if(hspmd::sim::what_if(g, c, so, model, plan, what_if), c);
+    }
     // Where one level has a plan and two levels do not, the one-level plan stands (said, not
     // fatal); with neither, the two-level error ends the run.
     std::optional<hspmd::synth::hierarchical_plan> two_level;
