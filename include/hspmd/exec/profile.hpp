@@ -72,6 +72,7 @@ template <std::floating_point T, backend B = host_backend>
     elements += g[id].out.size();
 
   std::vector<std::vector<double>> node(g.size());
+  std::vector<std::vector<double>> node_forward(g.size());
   std::vector<double> outside;
   std::vector<double> update;
   for (std::size_t rep = 0; rep <= opt.repetitions; ++rep) {
@@ -93,6 +94,7 @@ template <std::floating_point T, backend B = host_backend>
     for (graph::node_id i = 0; i < g.size(); ++i) {
       const auto& e = ex.node_profile()[i];
       node[i].push_back(e.forward + e.backward);
+      node_forward[i].push_back(e.forward);
       inside += e.forward + e.backward;
     }
     outside.push_back(std::max(0.0, std::chrono::duration<double>(mid - start).count() - inside));
@@ -105,9 +107,12 @@ template <std::floating_point T, backend B = host_backend>
   synth::compute_profile p;
   p.speed = speed;
   double inside = 0.0;
-  for (const auto& times : node) {
-    p.seconds.push_back(median(times));
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    p.seconds.push_back(median(node[i]));
     inside += p.seconds.back();
+    const double fwd = median(node_forward[i]);
+    p.forward.push_back(p.seconds.back() > 0.0 ? std::clamp(fwd / p.seconds.back(), 0.0, 1.0)
+                                               : synth::forward_share);
   }
   const double stretch = (inside > 0.0 ? 1.0 + median(outside) / inside : 1.0) * opt.slowdown;
   for (double& s : p.seconds)
@@ -150,7 +155,8 @@ requires communicator<Comm, double>
     const graph::graph& g, double speed, Comm& comm, profile_options opt = {},
     const std::function<synth::compute_profile(const graph::graph&, double,
                                                const profile_options&)>& measure = {}) {
-  std::vector<double> buf(g.size() + 3 + op_class_count, 0.0);
+  std::vector<double> buf(2 * g.size() + 3 + op_class_count, 0.0);
+  const auto forward_at = static_cast<std::ptrdiff_t>(g.size() + 3 + op_class_count);
   if (comm.rank() == 0) {
     const synth::compute_profile p =
         measure ? measure(g, speed, opt) : measure_compute<T>(g, speed, opt);
@@ -160,6 +166,8 @@ requires communicator<Comm, double>
     buf[g.size() + 2] = p.gemm_speed;
     std::copy(p.rates.begin(), p.rates.end(),
               buf.begin() + static_cast<std::ptrdiff_t>(g.size() + 3));
+    for (std::size_t i = 0; i < g.size(); ++i) // -1: not measured apart
+      buf[static_cast<std::size_t>(forward_at) + i] = i < p.forward.size() ? p.forward[i] : -1.0;
   }
   comm.broadcast(std::span<double>(buf), 0);
   synth::compute_profile p;
@@ -169,6 +177,9 @@ requires communicator<Comm, double>
   p.gemm_speed = buf[g.size() + 2];
   std::copy_n(buf.begin() + static_cast<std::ptrdiff_t>(g.size() + 3), op_class_count,
               p.rates.begin());
+  if (g.size() > 0 && buf[static_cast<std::size_t>(forward_at)] >= 0.0)
+    p.forward.assign(buf.begin() + forward_at,
+                     buf.begin() + forward_at + static_cast<std::ptrdiff_t>(g.size()));
   return p;
 }
 

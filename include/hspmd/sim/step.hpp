@@ -13,10 +13,11 @@
 //
 // - Per device a clock of its compute stream. The forward walks the plan's steps in order: a
 //   step's collectives (their forward halves) start when the last device reaches them and end
-//   together; its op runs a third of its forward + backward work (synth::forward_share) on each
-//   device at that device's rate and whole-shard share. The loss all-reduce ends the forward.
+//   together; its op runs the forward part of its forward + backward work (measured where the
+//   cost model has a profile, a third otherwise: cost_model::forward_fraction) on each device at
+//   that device's rate and whole-shard share. The loss all-reduce ends the forward.
 // - The backward walks the steps in reverse: recomputed ops replay their forward first (with the
-//   forward collectives of recomputed copies), then the op's backward (two thirds), then its
+//   forward collectives of recomputed copies), then the op's backward (the rest), then its
 //   collectives' backward halves (an FSDP parameter: gathered again and its gradient
 //   reduce-scattered). A replicated parameter's gradient joins the open bucket at its first
 //   reader's backward; a full bucket (4 MiB, or the executor's size) is posted, and starts when
@@ -274,7 +275,7 @@ struct bucket_stream {
     const alpha_beta ab = curves.params(collective::all_reduce, uneven_algorithm::native, bytes);
     return std::max(0.0, ab.alpha) + ab.beta * bytes;
   };
-  // A step's op: forward_share (or the rest) of its work on each device.
+  // A step's op: `part` of its forward + backward work on each device.
   const auto op_work = [&](const synth::plan_step& s, double part) {
     const double flops = m.rule_flops(s.node, s.rule) * part;
     const std::vector<double>* share = work_shares(s.node, s.rule);
@@ -308,7 +309,7 @@ struct bucket_stream {
                  "forward");
     blocking("rule collectives " + s.name,
              0.5 * synth::max_at(m.rule_comm(s.node, s.rule, ratios), ratios).first, "forward");
-    op_work(s, synth::forward_share);
+    op_work(s, m.forward_fraction(s.node));
     compute_all(s.name, "forward");
   }
   blocking("all_reduce loss", small_all_reduce(8.0), "forward");
@@ -335,10 +336,10 @@ struct bucket_stream {
         if (is_collective(t))
           blocking(transfer_name(t, false),
                    m.replay_share(t, s.node) * m.comm_max(t, ratios, range), "replay");
-      op_work(s, synth::forward_share);
+      op_work(s, m.forward_fraction(s.node));
       compute_all(s.name, "replay");
     }
-    op_work(s, 1.0 - synth::forward_share);
+    op_work(s, 1.0 - m.forward_fraction(s.node));
     compute_all(s.name, "backward");
     blocking("rule collectives " + s.name,
              0.5 * synth::max_at(m.rule_comm(s.node, s.rule, ratios), ratios).first, "backward");

@@ -221,6 +221,9 @@ struct compute_profile {
   /// has none: a node's seconds convert to work at its class's rate. Used only when every
   /// device of the cluster has class rates too (else every class converts at `speed`).
   std::array<double, op_class_count> rates{};
+  /// Per node id: the share of its seconds that is its forward (measured apart from its
+  /// backward); empty: `forward_share` for every node.
+  std::vector<double> forward;
 };
 
 /// The class of work of op `k` (which of a device's rates prices it).
@@ -252,14 +255,18 @@ public:
       : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()),
         profile_(std::move(profile)), blocks_(graph::layout_blocks(g, graph::block_ranges(g))),
         sixteen_bit_(gemm_type == dtype::bf16 || gemm_type == dtype::f16) {
-    if (profile_ && (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
-                     !(profile_->optimizer_seconds_per_element >= 0.0) ||
-                     !std::ranges::all_of(profile_->seconds, [](double x) { return x >= 0.0; }) ||
-                     !std::ranges::all_of(profile_->rates, [](double x) { return x >= 0.0; })))
+    if (profile_ &&
+        (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
+         !(profile_->optimizer_seconds_per_element >= 0.0) ||
+         !std::ranges::all_of(profile_->seconds, [](double x) { return x >= 0.0; }) ||
+         !std::ranges::all_of(profile_->rates, [](double x) { return x >= 0.0; }) ||
+         (!profile_->forward.empty() && profile_->forward.size() != g.size()) ||
+         !std::ranges::all_of(profile_->forward, [](double x) { return x >= 0.0 && x <= 1.0; })))
       throw plan_error("compute profile",
                        "has " + std::to_string(profile_->seconds.size()) + " node times for " +
                            std::to_string(g.size()) +
-                           " nodes, or a non-positive speed or a negative time or rate",
+                           " nodes, or a non-positive speed, a negative time or rate, or a "
+                           "forward share outside [0, 1]",
                        "measure the profile on the graph being planned (exec::measure_compute)");
     if (c.nodes().size() > 1)
       for (std::int64_t node : c.nodes())
@@ -576,7 +583,7 @@ public:
   [[nodiscard]] device_costs replay_compute(graph::node_id id, const graph::rule& r) const {
     if (recomputed_block(id) == none)
       return {};
-    return scaled(compute(id, r), forward_share);
+    return scaled(compute(id, r), forward_fraction(id));
   }
   /// The share of transfer `t`'s communication (fused before op `at`) that the replay runs
   /// again: its forward collective (1/2 of the forward-backward pair) where its copy is
@@ -651,6 +658,12 @@ public:
       if (r.in[k].is_split())
         return segments_.of(n.inputs[k], r.in[k].dim());
     return std::nullopt;
+  }
+
+  /// The share of node `id`'s forward + backward work that is its forward: measured where the
+  /// profile has it, else `forward_share`.
+  [[nodiscard]] double forward_fraction(graph::node_id id) const {
+    return profile_ && !profile_->forward.empty() ? profile_->forward[id] : forward_share;
   }
 
   /// Forward + backward work of node `id` under rule `r` (a vocabulary-parallel cross-entropy

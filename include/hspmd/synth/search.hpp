@@ -330,8 +330,9 @@ private:
         if ((!pin || r.out == *pin) && (!opt_.allow_rule || opt_.allow_rule(id, r)))
           rules_[k].push_back(r);
       // (under recomputation a recomputed op's forward runs twice)
-      const double replay =
-          recompute_ && m_->recomputed_block(id) != cost_model::none ? forward_share : 0.0;
+      const double replay = recompute_ && m_->recomputed_block(id) != cost_model::none
+                                ? m_->forward_fraction(id)
+                                : 0.0;
       for (const graph::rule& r : rules_[k])
         rule_cost_[k].emplace_back(m_->compute_max(id, r, ratios_) * (1.0 + replay),
                                    max_at(m_->rule_comm(id, r, ratios_), ratios_).first);

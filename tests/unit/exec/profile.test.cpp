@@ -28,10 +28,23 @@ TEST_CASE("measure_compute times every node and the optimizer, and plans take th
     CHECK(std::isfinite(s));
     CHECK(s >= 0.0);
   }
-  // The linear layers do work in forward and backward: each has a time of its own.
-  for (graph::node_id i = 0; i < g.size(); ++i)
-    if (g[i].kind == graph::op::linear)
+  // The linear layers do work in forward and backward: each has a time of its own, and a
+  // forward share measured apart (one product forward, two backward: well inside (0, 1)).
+  REQUIRE(p.forward.size() == g.size());
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    CHECK(p.forward[i] >= 0.0);
+    CHECK(p.forward[i] <= 1.0);
+    if (g[i].kind == graph::op::linear) {
       CHECK(p.seconds[i] > 0.0);
+      CHECK(p.forward[i] > 0.05);
+      CHECK(p.forward[i] < 0.95);
+    }
+  }
+  synth::compute_profile bad = p;
+  bad.forward[0] = 1.5;
+  CHECK_THROWS_WITH(synth::cost_model(g, test::make_cluster({1e9}),
+                                      synth::segment_map(g, synth::segment_policy::one), bad),
+                    Catch::Contains("forward share outside [0, 1]"));
   CHECK(std::accumulate(p.seconds.begin(), p.seconds.end(), 0.0) > 0.0);
 
   const cluster c = test::make_cluster({2e9, 1e9});

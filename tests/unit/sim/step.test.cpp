@@ -172,3 +172,24 @@ TEST_CASE("the simulated timeline is a trace in the executor's format") {
   bad.traced = {2};
   CHECK_THROWS_WITH(sim::simulate(p, m, bad), Catch::Contains("traced device 2 of 2"));
 }
+
+TEST_CASE("a measured profile's forward shares split each op between the passes") {
+  const graph::graph g = small_bert(4);
+  const cluster c = test::make_cluster({1e9});
+  const plan p = make(g, c, baseline::dp_ev);
+  compute_profile prof;
+  prof.speed = 1e9;
+  prof.optimizer_seconds_per_element = 1e-9;
+  prof.seconds.assign(g.size(), 1e-3);
+  prof.forward.assign(g.size(), 0.25);
+  const cost_model m(g, c, segment_map(g, p.segments), prof);
+  const sim::result r = sim::simulate(p, m);
+  double compute = 0.0;
+  for (const plan_step& s : p.steps)
+    compute += m.compute_max(s.node, s.rule, p.ratios);
+  CHECK(r.forward == Approx(0.25 * compute).epsilon(1e-9));
+  CHECK(r.backward == Approx(compute).epsilon(1e-9));
+  prof.forward.clear(); // not measured apart: a third
+  const cost_model thirds(g, c, segment_map(g, p.segments), prof);
+  CHECK(sim::simulate(p, thirds).forward == Approx(compute / 3.0).epsilon(1e-9));
+}
