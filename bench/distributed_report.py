@@ -19,14 +19,22 @@ import sys
 LINE = re.compile(r"step time measured ([0-9.]+) ms \(median\), predicted ([0-9.]+) ms")
 
 
-def run(cmd, np):
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+def mpirun_match(cmd, np, pattern):
+    """Runs `cmd` on `np` ranks (one BLAS thread each) and returns `pattern`'s match in its
+    output; ends the script, with the output, when the run fails or prints no match."""
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none",
+               OPENBLAS_NUM_THREADS="1")
     flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     out = subprocess.run(["mpirun"] + flags + ["-np", str(np)] + cmd, env=env,
                          capture_output=True, text=True, check=False)
-    m = LINE.search(out.stdout)
+    m = pattern.search(out.stdout)
     if out.returncode != 0 or not m:
         sys.exit(f"run failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
+    return m
+
+
+def run(cmd, np):
+    m = mpirun_match(cmd, np, LINE)
     return float(m.group(1)), float(m.group(2))
 
 

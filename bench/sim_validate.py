@@ -20,9 +20,11 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distributed_report import mpirun_match  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINE = re.compile(r"step time measured ([0-9.]+) ms \(median\), predicted ([0-9.]+) (ms|s) "
@@ -55,14 +57,7 @@ def ms(value, unit):
 
 
 def run(cmd, np):
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none",
-               OPENBLAS_NUM_THREADS="1")
-    flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    out = subprocess.run(["mpirun"] + flags + ["-np", str(np)] + cmd, env=env,
-                         capture_output=True, text=True, check=False)
-    m = LINE.search(out.stdout)
-    if out.returncode != 0 or not m:
-        sys.exit(f"run failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
+    m = mpirun_match(cmd, np, LINE)
     return float(m.group(1)), ms(m.group(2), m.group(3)), ms(m.group(4), m.group(5))
 
 

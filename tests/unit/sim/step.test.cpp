@@ -7,6 +7,7 @@
 #include <hspmd/synth/synthesize.hpp>
 
 #include "../../support/test_cluster.hpp"
+#include "small_bert.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -19,16 +20,6 @@ using namespace hspmd;
 using namespace hspmd::synth;
 
 namespace {
-
-graph::graph small_bert(std::size_t batch) {
-  models::model_options o;
-  o.layers = 2;
-  o.hidden = 64;
-  o.heads = 2;
-  o.seq = 16;
-  o.vocab = 100;
-  return models::trace_model<float>("bert", o, batch);
-}
 
 // Seconds of the loss and gradient-norm all-reduces (8 bytes each), which the cost model leaves
 // out.
@@ -47,7 +38,7 @@ plan make(const graph::graph& g, const cluster& c, std::optional<baseline> b) {
 } // namespace
 
 TEST_CASE("simulating one device gives the cost model's step: compute and the optimizer") {
-  const graph::graph g = small_bert(4);
+  const graph::graph g = test::small_bert(4);
   const cluster c = test::make_cluster({1e9});
   const plan p = make(g, c, baseline::dp_ev);
   const cost_model m(g, c, segment_map(g, p.segments));
@@ -60,7 +51,7 @@ TEST_CASE("simulating one device gives the cost model's step: compute and the op
 
 TEST_CASE("on equal devices without overlap every plan simulates to the cost model's time plus "
           "the two small all-reduces") {
-  const graph::graph g = small_bert(8);
+  const graph::graph g = test::small_bert(8);
   const cluster c = test::make_cluster({1e9, 1e9}, 1e8);
   REQUIRE(c.overlap == 0.0);
   for (const auto& b :
@@ -77,7 +68,7 @@ TEST_CASE("on equal devices without overlap every plan simulates to the cost mod
 }
 
 TEST_CASE("gradient buckets in flight hide behind the backward as far as the overlap allows") {
-  const graph::graph g = small_bert(8);
+  const graph::graph g = test::small_bert(8);
   cluster c = test::make_cluster({1e9, 1e9}, 1e8);
   const plan p = make(g, c, baseline::dp_ev);
   std::vector<double> steps;
@@ -99,7 +90,7 @@ TEST_CASE("gradient buckets in flight hide behind the backward as far as the ove
 
 TEST_CASE("a device's whole rows, not its ratio, set its compute") {
   // 4 sequences on 3 equal devices: the plan's ratios are a third each, lowering cuts 2, 1, 1.
-  const graph::graph g = small_bert(4);
+  const graph::graph g = test::small_bert(4);
   const cluster c = test::make_cluster({1e9, 1e9, 1e9}, 1e12);
   const plan p = make(g, c, baseline::dp_ev);
   const cost_model m(g, c, segment_map(g, p.segments));
@@ -119,7 +110,7 @@ TEST_CASE("between collectives each device runs at its own pace") {
   // A data-parallel plan at even ratios on a 2:1 cluster: the fast device's forward does not wait
   // op by op, so the step is the slow device's total, as in the cost model (its per-op maxima are
   // all the slow device's); the fast device waits once per collective.
-  const graph::graph g = small_bert(8);
+  const graph::graph g = test::small_bert(8);
   const cluster c = test::make_cluster({2e9, 1e9}, 1e12);
   const plan p = make(g, c, baseline::dp_ev);
   const cost_model m(g, c, segment_map(g, p.segments));
@@ -149,7 +140,7 @@ TEST_CASE("a blocking collective shares the links with a bucket in flight") {
 }
 
 TEST_CASE("the simulated timeline is a trace in the executor's format") {
-  const graph::graph g = small_bert(8);
+  const graph::graph g = test::small_bert(8);
   const cluster c = test::make_cluster({2e9, 1e9}, 1e8);
   const plan p = make(g, c, baseline::dp_cp);
   const cost_model m(g, c, segment_map(g, p.segments));
@@ -174,7 +165,7 @@ TEST_CASE("the simulated timeline is a trace in the executor's format") {
 }
 
 TEST_CASE("a measured profile's forward shares split each op between the passes") {
-  const graph::graph g = small_bert(4);
+  const graph::graph g = test::small_bert(4);
   const cluster c = test::make_cluster({1e9});
   const plan p = make(g, c, baseline::dp_ev);
   compute_profile prof;

@@ -3,6 +3,8 @@
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/sim/what_if.hpp>
 
+#include "small_bert.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -24,16 +26,6 @@ cluster two_nodes() {
       {"name": "small0", "kind": "T4", "speed": 1e12, "memory": "16 GiB", "node": 1},
       {"name": "small1", "kind": "T4", "speed": 1e12, "memory": "16 GiB", "node": 1}]})",
                        "two-nodes");
-}
-
-graph::graph small_bert() {
-  models::model_options o;
-  o.layers = 2;
-  o.hidden = 64;
-  o.heads = 2;
-  o.seq = 16;
-  o.vocab = 100;
-  return models::trace_model<float>("bert", o, 32);
 }
 
 } // namespace
@@ -92,7 +84,7 @@ TEST_CASE("what-if changes to a cluster") {
 }
 
 TEST_CASE("a what-if answer plans again and, for the same devices, re-balances the old program") {
-  const graph::graph g = small_bert();
+  const graph::graph g = test::small_bert(32);
   const cluster c = two_nodes();
   synth::synth_options o;
   o.search.max_expansions = 20000;
