@@ -202,10 +202,16 @@ template <class N>
     // A new node where the cluster has links between nodes, else the last node.
     const auto nodes = c.nodes();
     const std::int64_t node = c.inter_node ? nodes.back() + 1 : nodes.back();
+    // Named after the kind (as a device name may be written) and their place in the cluster,
+    // so that a second "add" names its devices apart.
+    std::string stem;
+    for (char ch : like->kind)
+      stem +=
+          std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' || ch == '_' ? ch : '-';
     for (std::size_t k = 0; k < change.count; ++k) {
       device_spec d = *like;
       d.node = node;
-      d.name = like->kind + "-added" + std::to_string(k);
+      d.name = stem + "-added" + std::to_string(out.devices.size());
       out.devices.push_back(std::move(d));
     }
     break;

@@ -70,6 +70,13 @@ TEST_CASE("what-if changes to a cluster") {
   CHECK(more.devices[4].node == 2);
   CHECK(more.devices[5].name != more.devices[4].name);
   CHECK(more.name == "two-nodes-what-if");
+  CHECK(more.devices[4].name == "A100-80GB-added4");
+  // A second addition names its devices apart (and goes on another new node).
+  const cluster again = sim::apply(more, sim::parse_change("add 1 x t4"));
+  REQUIRE(again.size() == 7);
+  CHECK(again.devices[6].name == "T4-added6");
+  CHECK(again.devices[6].node == 3);
+  CHECK(again.description == "two-nodes with add 2 x a100; add 1 x t4");
   CHECK_THROWS_WITH(sim::apply(c, sim::parse_change("slow gpu7 x2")),
                     "what-if \"slow gpu7 x2\": no device is named \"gpu7\" (name one of the "
                     "cluster's devices: big0, big1, small0, small1)");
