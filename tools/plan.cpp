@@ -286,11 +286,9 @@ int main(int argc, char** argv) {
                    : precision == "f16" ? hspmd::dtype::f16
                                         : hspmd::dtype::f32;
     const hspmd::cluster c = hspmd::load_cluster(cluster_file);
-    { // a change that cannot apply fails before the synthesis, not after
-      hspmd::cluster changed = c;
-      for (const std::string& w : what_if)
-        changed = hspmd::sim::apply(changed, hspmd::sim::parse_change(w));
-    }
+    // A change that cannot apply fails before the synthesis, not after.
+    const std::optional<hspmd::cluster> changed =
+        what_if.empty() ? std::nullopt : std::optional(hspmd::sim::apply_all(c, what_if));
     const auto t0 = std::chrono::steady_clock::now();
     hspmd::graph::graph g;
     if (!graph_file.empty()) {
@@ -377,11 +375,11 @@ int main(int argc, char** argv) {
     std::printf("(speedup: the baseline's predicted step time over synth's)\n");
     if (simulate && one_level_error.empty())
       print_simulation(g, c, so, plan, baselines, trace_file);
-    if (!what_if.empty()) {
+    if (changed) {
       if (!one_level_error.empty())
         throw hspmd::config_error("--what-if", "compares one-level plans and this cluster has none",
-                                  "drop --hierarchical's two-level-only case or --what-if");
-      print_what_if(hspmd::sim::what_if(g, c, so, model, plan, what_if), c);
+                                  "ask it of a model with a one-level plan here");
+      print_what_if(hspmd::sim::what_if(g, c, *changed, so, model, plan), c);
     }
     // Where one level has a plan and two levels do not, the one-level plan stands (said, not
     // fatal); with neither, the two-level error ends the run.

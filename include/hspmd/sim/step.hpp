@@ -392,9 +392,9 @@ struct bucket_stream {
       if (t.kind != transfer_kind::load || !m.is_parameter(t.tensor))
         continue;
       const double flops = m.optimizer_flops(t.tensor);
-      const std::optional<std::size_t> seg = m.transfer_segment(t);
       const std::vector<double>* share =
-          seg && t.to.is_split() ? &shares(*seg, t.tensor, t.to.dim()) : nullptr;
+          t.to.is_split() ? &shares(m.segments().of(t.tensor, t.to.dim()), t.tensor, t.to.dim())
+                          : nullptr;
       for (std::size_t d = 0; d < n; ++d)
         per_device[d] +=
             flops / m.device_rate(d, op_class::optimizer) * (share != nullptr ? (*share)[d] : 1.0);

@@ -7,7 +7,8 @@
 // from the old basis, as the trainer's --rebalance does — so the answer shows what re-planning
 // buys over re-balancing.
 //
-//     sim::what_if_answer a = sim::what_if(g, c, opt, "bert", plan, "slow gpu7 x2");
+//     const cluster changed = sim::apply_all(c, {"slow gpu7 x2"});
+//     sim::what_if_answer a = sim::what_if(g, c, changed, opt, "bert", plan);
 //
 // Bad changes throw config_error naming the change and what would be accepted.
 
@@ -225,6 +226,14 @@ template <class N>
   return validated(out, where);
 }
 
+/// `c` changed by each of `changes` (as `parse_change` reads them) in turn.
+[[nodiscard]] inline cluster apply_all(const cluster& c, const std::vector<std::string>& changes) {
+  cluster out = c;
+  for (const std::string& text : changes)
+    out = apply(out, parse_change(text));
+  return out;
+}
+
 /// What a change does.
 struct what_if_answer {
   cluster changed;
@@ -235,15 +244,12 @@ struct what_if_answer {
   double seconds = 0.0; ///< to answer (planning and simulating the changed cluster)
 };
 
-/// Applies `changes` (in turn) to `c` and plans `g` again; `before` is the plan on `c`.
+/// Plans `g` again on `changed` (`c` changed: `apply_all`); `before` is the plan on `c`.
 [[nodiscard]] inline what_if_answer what_if(const graph::graph& g, const cluster& c,
-                                            const synth::synth_options& opt,
-                                            const std::string& model, const synth::plan& before,
-                                            const std::vector<std::string>& changes) {
+                                            const cluster& changed, const synth::synth_options& opt,
+                                            const std::string& model, const synth::plan& before) {
   const auto t0 = std::chrono::steady_clock::now();
-  what_if_answer a{c, before, {}, std::nullopt, {}, {}, 0.0};
-  for (const std::string& text : changes)
-    a.changed = apply(a.changed, parse_change(text));
+  what_if_answer a{changed, before, {}, std::nullopt, {}, {}, 0.0};
   const synth::segment_map segments(g, opt.segments);
   const synth::cost_model m_before(g, c, segments, opt.profile, opt.gemm_type);
   const synth::cost_model m_after(g, a.changed, segments, opt.profile, opt.gemm_type);

@@ -682,16 +682,6 @@ public:
            static_cast<double>((*g_)[w].out.size());
   }
 
-  /// The segment of the split that transfer `t`'s copy lands in (its destination's split, or
-  /// its source's), none for a copy split nowhere.
-  [[nodiscard]] std::optional<std::size_t> transfer_segment(const transfer& t) const {
-    if (t.to.is_split())
-      return segments_.of(t.tensor, t.to.dim());
-    if (t.from.is_split())
-      return segments_.of(t.tensor, t.from.dim());
-    return std::nullopt;
-  }
-
 private:
   // The rate the profile's seconds of class `c` convert to work at (the measured device's).
   [[nodiscard]] double profile_rate(op_class c) const {

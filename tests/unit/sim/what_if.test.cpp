@@ -97,7 +97,8 @@ TEST_CASE("a what-if answer plans again and, for the same devices, re-balances t
   o.search.max_expansions = 20000;
   const synth::plan before = synth::synthesize(g, c, o, "bert");
 
-  const sim::what_if_answer slow = sim::what_if(g, c, o, "bert", before, {"slow big0 x4"});
+  const sim::what_if_answer slow =
+      sim::what_if(g, c, sim::apply_all(c, {"slow big0 x4"}), o, "bert", before);
   REQUIRE(slow.rebalanced.has_value());
   CHECK(slow.after.step_time > before.step_time);
   // Re-planning is never worse than re-balancing the old program alone.
@@ -106,7 +107,8 @@ TEST_CASE("a what-if answer plans again and, for the same devices, re-balances t
   CHECK(slow.rebalanced->ratios[0][0] < slow.rebalanced->ratios[0][1]);
   CHECK(slow.simulated_after.step_time > 0.0);
 
-  const sim::what_if_answer gone = sim::what_if(g, c, o, "bert", before, {"remove node 0"});
+  const sim::what_if_answer gone =
+      sim::what_if(g, c, sim::apply_all(c, {"remove node 0"}), o, "bert", before);
   CHECK_FALSE(gone.rebalanced.has_value());
   CHECK(gone.after.device_names == std::vector<std::string>{"small0", "small1"});
   CHECK(gone.after.step_time > before.step_time);
