@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
   bool no_baselines = false;
   bool hierarchical = false;
   bool simulate = false;
+  bool rank_by_cost = false;
   std::string trace_file;
   std::vector<std::string> what_if;
   std::string segments = "one";
@@ -252,6 +253,9 @@ int main(int argc, char** argv) {
                "print the plan as a table (ops, placements, collectives, "
                "per-device time and memory, binding LP rows)");
   app.add_flag("--no-baselines", no_baselines, "synthesize only");
+  app.add_flag("--rank-by-cost", rank_by_cost,
+               "pick the synthesized plan by the cost model alone (default: its final candidates "
+               "are weighed by the simulated step too, as the trainer does)");
   app.add_flag("--hierarchical", hierarchical,
                "also synthesize the two-level plan (a program inside each node, the batch split "
                "across nodes) and compare");
@@ -285,6 +289,8 @@ int main(int argc, char** argv) {
     so.gemm_type = precision == "bf16"  ? hspmd::dtype::bf16
                    : precision == "f16" ? hspmd::dtype::f16
                                         : hspmd::dtype::f32;
+    if (!rank_by_cost)
+      so.judge = hspmd::sim::judge();
     const hspmd::cluster c = hspmd::load_cluster(cluster_file);
     // A change that cannot apply fails before the synthesis, not after.
     const std::optional<hspmd::cluster> changed =
@@ -353,6 +359,18 @@ int main(int argc, char** argv) {
                   plan.recompute ? "\n  (activations recomputed: each block's made again in the "
                                    "backward, one block's held at a time)"
                                  : "");
+    if (one_level_error.empty() && plan.stats.judged > 0) {
+      if (plan.stats.reranked)
+        std::printf("  (weighed by the simulated step: the cost model's pick, %s predicted, "
+                    "simulates to %s; this plan simulates to %s, so it is picked)\n",
+                    seconds(plan.stats.model_pick_step).c_str(),
+                    seconds(plan.stats.model_pick_judged).c_str(),
+                    seconds(plan.stats.judged_step).c_str());
+      else
+        std::printf("  (%zu other candidates weighed by the simulated step: the cost model's pick "
+                    "stands, simulated %s)\n",
+                    plan.stats.judged, seconds(plan.stats.judged_step).c_str());
+    }
     std::printf("\n%-8s %14s %14s %14s %10s\n", "plan", "step time", "compute", "comm", "speedup");
     if (one_level_error.empty())
       std::printf("%-8s %14s %14s %14s %10s\n", "synth", seconds(plan.step_time).c_str(),

@@ -95,6 +95,9 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
                  "with --cluster: MiB of gradients per all-reduce bucket, each started during the "
                  "backward as soon as it is complete (0: the library default)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--rank-by-cost", o.rank_by_cost,
+               "with --cluster: pick the synthesized plan by the cost model alone (default: its "
+               "final candidates are weighed by the simulated step too)");
   app.add_flag("--explain", o.explain, "with --cluster: print the plan's explain table");
   app.add_option("--trace", o.trace,
                  "with --cluster: write a Chrome/Perfetto trace (a track per rank: compute, "

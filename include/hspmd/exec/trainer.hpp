@@ -133,6 +133,9 @@ struct train_options {
   /// With a cluster: MiB of gradients all-reduced together, each bucket started as soon as the
   /// backward has produced it (0: the library default, synth::gradient_bucket_bytes).
   double bucket_mb = 0.0;
+  /// With a cluster and plan "synth": pick the plan by the additive cost model alone (default:
+  /// the synthesizer's final candidates are weighed by the simulated step too, sim::judge).
+  bool rank_by_cost = false;
   bool explain = false;  ///< with a cluster: print the plan's explain table
   std::string trace;     ///< with a cluster: Chrome/Perfetto trace file of the run
   std::string save_plan; ///< with a cluster: write the plan as JSON here

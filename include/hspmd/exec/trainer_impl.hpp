@@ -368,6 +368,12 @@ private:
                                                           : dtype::f32;
     if (o_.recompute) // planned with it: its replays priced, its memory counted
       so.search.recompute = synth::search_options::recomputation::always;
+    if (!o_.rank_by_cost) {
+      sim::options judged;
+      if (o_.bucket_mb > 0.0)
+        judged.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
+      so.judge = sim::judge(judged);
+    }
     // The device first: calibration measures rank 0's compute where the run will compute.
     const auto* device_entry = distributed_device(comm);
     if (device_entry != nullptr && o_.rebalance != 0.0)
@@ -442,6 +448,13 @@ private:
       for (std::size_t d = 0; d < plan_->device_names.size(); ++d)
         print(out, " %s %.1f%%", plan_->device_names[d].c_str(), 100.0 * plan_->ratios[0][d]);
       out << "\n";
+      if (plan_->stats.reranked)
+        print(out,
+              "(picked by the simulated step: the cost model's own pick, predicted %s, simulates "
+              "to %s; this plan to %s; --rank-by-cost keeps the cost model's)\n",
+              synth::seconds_text(plan_->stats.model_pick_step).c_str(),
+              synth::seconds_text(plan_->stats.model_pick_judged).c_str(),
+              synth::seconds_text(plan_->stats.judged_step).c_str());
       if (o_.print_graph)
         graph::print(out, g_);
       if (o_.explain)
@@ -702,6 +715,7 @@ private:
         {"plan", o_.plan.empty() ? "synth" : o_.plan},
         {"calibrate", on(o_.calibrate)},
         {"bucket MiB", num(o_.bucket_mb)},
+        {"rank by cost", on(o_.rank_by_cost)},
         {"eval every", std::to_string(o_.eval_every)},
         {"eval batches", std::to_string(o_.eval_batches)},
         {"trace", on(!o_.trace.empty())},

@@ -44,6 +44,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -406,6 +407,15 @@ struct bucket_stream {
   r.step_time = *last;
   r.slowest = static_cast<std::size_t>(last - clock.begin());
   return r;
+}
+
+/// The simulated step as the synthesizer's second opinion (synth_options::judge): its final
+/// candidates are weighed by it where it disagrees with the additive cost model.
+[[nodiscard]] inline std::function<double(const synth::plan&, const synth::cost_model&)>
+judge(options o = {}) {
+  o.traced.clear();
+  return
+      [o](const synth::plan& p, const synth::cost_model& m) { return simulate(p, m, o).step_time; };
 }
 
 /// The simulated timelines of `r` as one trace file (exec/trace.hpp's format): a process per

@@ -302,6 +302,7 @@ struct node_fit {
   // A class whose rows do not fit gives no program (the others' programs cover it, and the
   // water-filling moves rows off it) rather than a memory-Pareto search that costs seconds.
   inner.search.pareto_retry = false;
+  inner.judge = nullptr; // node programs are weighed by the cost model (one-level simulation)
   std::string why_none;
   const auto attempt = [&](auto&& make) {
     try {

@@ -47,6 +47,14 @@ struct plan_stats {
   /// The full search found nothing within memory and the plan comes from its data-parallel,
   /// sharded-parameter (FSDP) part (synthesize.hpp).
   bool fsdp_fallback = false;
+  /// Where synth_options::judge weighed the candidates: how many (0: no judge), the judge's step
+  /// time of this plan, whether it overruled the cost model, and the cost model's own pick's
+  /// predicted and judged step times.
+  std::size_t judged = 0;
+  double judged_step = 0.0;
+  bool reranked = false;
+  double model_pick_step = 0.0;
+  double model_pick_judged = 0.0;
 };
 
 /// A synthesized (or baseline) distributed program.
@@ -394,10 +402,19 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   }
   j["steps"] = steps;
   if (with_stats)
-    j["search"] = {{"expanded", p.stats.expanded},     {"generated", p.stats.generated},
-                   {"rounds", p.stats.rounds},         {"search_seconds", p.stats.search_seconds},
-                   {"lp_seconds", p.stats.lp_seconds}, {"gap", p.stats.gap},
-                   {"optimal", p.stats.optimal},       {"fsdp_fallback", p.stats.fsdp_fallback}};
+    j["search"] = {{"expanded", p.stats.expanded},
+                   {"generated", p.stats.generated},
+                   {"rounds", p.stats.rounds},
+                   {"search_seconds", p.stats.search_seconds},
+                   {"lp_seconds", p.stats.lp_seconds},
+                   {"gap", p.stats.gap},
+                   {"optimal", p.stats.optimal},
+                   {"fsdp_fallback", p.stats.fsdp_fallback},
+                   {"judged", p.stats.judged},
+                   {"judged_step", p.stats.judged_step},
+                   {"reranked", p.stats.reranked},
+                   {"model_pick_step", p.stats.model_pick_step},
+                   {"model_pick_judged", p.stats.model_pick_judged}};
   return j;
 }
 
@@ -592,6 +609,11 @@ inline std::uint64_t plan::hash() const {
     p.stats.gap = it->value("gap", 0.0);
     p.stats.optimal = it->value("optimal", true);
     p.stats.fsdp_fallback = it->value("fsdp_fallback", false);
+    p.stats.judged = it->value("judged", std::size_t{0});
+    p.stats.judged_step = it->value("judged_step", 0.0);
+    p.stats.reranked = it->value("reranked", false);
+    p.stats.model_pick_step = it->value("model_pick_step", 0.0);
+    p.stats.model_pick_judged = it->value("model_pick_judged", 0.0);
   }
   return p;
 }

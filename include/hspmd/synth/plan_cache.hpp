@@ -95,6 +95,8 @@ namespace detail {
     s << " sharding " << static_cast<int>(o.search.shard_parameters);
   if (o.search.recompute != search_options::recomputation::when_needed)
     s << " recompute " << static_cast<int>(o.search.recompute);
+  if (o.judge) // (the judge itself is not named: one judge, the simulator, is wired)
+    s << " judged " << o.judge_margin;
   return s.str();
 }
 

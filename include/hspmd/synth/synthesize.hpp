@@ -17,13 +17,23 @@
 //   dp-cp : the same program with speed-proportional ratios
 //   tp    : tensor (Megatron-style) parallel -- no batch split; column / row / head / vocabulary
 //           parallel rules, even ratios
+//
+// A second opinion (synth_options::judge, e.g. sim::judge: the simulated step with overlap,
+// link sharing and whole rows, which the additive model leaves out). Where it is set, the
+// loop's plans (each round's program at its ratios and re-balanced), and the data-parallel
+// program of the same space at speed-proportional ratios and re-balanced, are weighed by it too;
+// the cost model's pick stands unless the judge puts another at least `judge_margin` faster.
+// The judge must be deterministic: every rank synthesizes alone and must agree.
 
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/ratio_lp.hpp>
 #include <hspmd/synth/shards.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,6 +52,9 @@ struct synth_options {
   std::optional<compute_profile> profile;
   /// bf16 or f16: a mixed-precision run, its GEMMs priced at the devices' `bf16_speed`.
   dtype gemm_type = dtype::f32;
+  /// A second opinion on a plan's step time in seconds (sim::judge); see the file comment.
+  std::function<double(const plan&, const cost_model&)> judge;
+  double judge_margin = 0.01; ///< how much faster the judge must find a plan to overrule
 };
 
 /// The baselines.
@@ -347,6 +360,77 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
   return so;
 }
 
+/// The judge's pick among `weighed` (the loop's plans) and the data-parallel program of the
+/// same space (`so`) at speed-proportional ratios and re-balanced; replaces `best` where the judge
+/// finds one at least `judge_margin` faster than it (see the file comment).
+inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g, const cluster& c,
+                  const cost_model& m, const search_options& so, const synth_options& opt,
+                  const std::string& model) {
+  if (c.size() > 1) {
+    search_options dp = baseline_search(g, m.segments(), baseline::dp_cp, so);
+    dp.pareto_retry = false;
+    const ratio_table start = proportional_ratios(c, m.segments().count());
+    const search_result res = search(m, start, dp);
+    if (res.found) {
+      plan p = make_plan(res, m, start, model, "synth");
+      weighed.push_back(p);
+      if (opt.solve_lp) {
+        const ratio_solution sol = solve_ratios(ratio_problem_of(p, m, start));
+        if (sol.status == lp::status::optimal) {
+          evaluate(p, m, sol.ratios);
+          weighed.push_back(std::move(p));
+        }
+      }
+    }
+  }
+  // Candidates the same as `best` or as one before (in program and ratios; the LP's binding
+  // rows aside) are weighed once.
+  const auto program = [](plan p) {
+    p.binding.clear();
+    return p.hash();
+  };
+  std::vector<std::uint64_t> seen{program(best)};
+  const double mine = opt.judge(best, m);
+  best.stats.judged = 0;
+  best.stats.judged_step = mine;
+  best.stats.model_pick_step = best.step_time;
+  best.stats.model_pick_judged = mine;
+  const plan* pick = nullptr;
+  double pick_time = mine * (1.0 - opt.judge_margin);
+  for (plan& p : weighed) {
+    if (opt.search.check_memory) {
+      try {
+        fit_whole_shards(p, m);
+      } catch (const plan_error&) {
+        continue; // whole rows do not fit: not a candidate
+      }
+    }
+    if (const std::uint64_t k = program(p); std::ranges::find(seen, k) != seen.end())
+      continue;
+    else
+      seen.push_back(k);
+    const double t = opt.judge(p, m);
+    ++best.stats.judged;
+    if (t < pick_time) {
+      pick_time = t;
+      pick = &p;
+    }
+  }
+  if (pick == nullptr)
+    return;
+  plan chosen = *pick;
+  const ratio_solution sol = solve_ratios(ratio_problem_of(chosen, m, chosen.ratios));
+  chosen.binding.clear();
+  if (sol.status == lp::status::optimal)
+    for (const auto& b : sol.bottlenecks)
+      if (chosen.binding.size() < 6)
+        chosen.binding.push_back(b.text);
+  chosen.stats = best.stats;
+  chosen.stats.reranked = true;
+  chosen.stats.judged_step = pick_time;
+  best = std::move(chosen);
+}
+
 } // namespace detail
 
 /// Synthesizes a plan for `g` on cluster `c`: the search <-> LP loop from speed-proportional
@@ -360,6 +444,11 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
   plan_stats stats;
   search_options so = opt.search;
   bool fell_back = false;
+  std::vector<plan> weighed; // the plans the judge weighs (where there is one)
+  const auto weigh_later = [&](const plan& p) {
+    if (opt.judge)
+      weighed.push_back(p);
+  };
   for (std::size_t round = 0; round < std::max<std::size_t>(opt.max_rounds, 1); ++round) {
     // Round 0 tries the fast search first (no memory-Pareto retry) and, where nothing fits, the
     // data-parallel FSDP space below before the slow retries.
@@ -442,6 +531,7 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
     cur.stats.optimal = res.optimal;
     cur.stats.gap = res.cost > 0.0 ? (res.cost - res.lower_bound) / res.cost : 0.0;
     const double tol = 1e-9 * std::max(cur.step_time, 1e-300);
+    weigh_later(cur);
     if (have && !(cur.step_time < best.step_time - tol))
       break;
     best = std::move(cur);
@@ -462,6 +552,7 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
         best.binding.push_back(b.text);
     plan moved = best;
     evaluate(moved, m, sol.ratios);
+    weigh_later(moved);
     if (!(moved.step_time < best.step_time - tol))
       break;
     best = std::move(moved);
@@ -476,6 +567,8 @@ inline void fit_whole_shards(plan& p, const cost_model& m) {
     again.stats.lp_seconds += stats.lp_seconds;
     return again;
   }
+  if (opt.judge)
+    detail::weigh(best, weighed, g, c, m, so, opt, model);
   best.stats.rounds = stats.rounds;
   best.stats.expanded = stats.expanded;
   best.stats.generated = stats.generated;
