@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -390,13 +391,26 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
     return p.hash();
   };
   std::vector<std::uint64_t> seen{program(best)};
+  // A plan lowering would refuse (an MoE layer's dispatch and combine routed differently: the
+  // search prices each step alone and does not pair them) is no candidate, and any candidate
+  // lowering takes replaces it.
+  const auto lowers = [&g](const plan& p) {
+    try {
+      const shard_classes classes(g, p);
+      return true;
+    } catch (const plan_error&) {
+      return false;
+    }
+  };
+  const bool best_lowers = lowers(best);
   const double mine = opt.judge(best, m);
   best.stats.judged = 0;
   best.stats.judged_step = mine;
   best.stats.model_pick_step = best.step_time;
   best.stats.model_pick_judged = mine;
   const plan* pick = nullptr;
-  double pick_time = mine * (1.0 - opt.judge_margin);
+  double pick_time =
+      best_lowers ? mine * (1.0 - opt.judge_margin) : std::numeric_limits<double>::infinity();
   for (plan& p : weighed) {
     if (opt.search.check_memory) {
       try {
@@ -409,6 +423,8 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
       continue;
     else
       seen.push_back(k);
+    if (!lowers(p))
+      continue;
     const double t = opt.judge(p, m);
     ++best.stats.judged;
     if (t < pick_time) {
