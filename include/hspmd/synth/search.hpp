@@ -10,7 +10,9 @@
 // collectives once per algorithm), fused into the step. Per (tensor, placement) a fact is made
 // at most once, so every op is computed once and a tensor is moved to each placement at most
 // once. Among the ways to reach the same successor only the cheapest is kept, so the search
-// branches over rules only; states with equal facts merge (hashed).
+// branches over rules only; states with equal facts merge (hashed). A state also carries, per
+// MoE layer between its dispatch and its combine, whether the dispatch routed tokens in parallel
+// (per-rank capacity): the combine must route alike, which lowering checks (shards.hpp).
 //
 // Cost of a step: max over devices of its compute + the sum over its communication
 // instructions of each one's max over devices (cost.hpp), forward and backward together.
@@ -125,14 +127,16 @@ struct search_state {
   std::vector<fact> facts; ///< sorted by tensor
   double g = 0.0;
   memory_vector memory{};
+  std::uint64_t moe = 0; ///< per open MoE layer (its slot's bit): dispatch ran token parallel
   std::size_t parent = std::numeric_limits<std::size_t>::max();
   std::size_t choice = 0; ///< index into the choices of the search
   bool closed = false;
   bool dead = false; ///< dominated by another state of the same step
 };
 
-[[nodiscard]] inline std::uint64_t hash_facts(std::size_t step, const std::vector<fact>& f) {
-  std::uint64_t h = 1469598103934665603ULL ^ step;
+[[nodiscard]] inline std::uint64_t hash_facts(std::size_t step, const std::vector<fact>& f,
+                                              std::uint64_t moe = 0) {
+  std::uint64_t h = (1469598103934665603ULL ^ step) + moe * 0x9e3779b97f4a7c15ULL;
   for (const fact& x : f) {
     h = (h ^ x.tensor) * 1099511628211ULL;
     h = (h ^ x.mask) * 1099511628211ULL;
@@ -327,7 +331,8 @@ private:
       const graph::node_id id = order_[k];
       const auto& pin = (*g_)[id].pin; // a placement the model fixed in its types
       for (const graph::rule& r : graph::rules_of(*g_, id))
-        if ((!pin || r.out == *pin) && (!opt_.allow_rule || opt_.allow_rule(id, r)))
+        if ((!pin || r.out == *pin) && (!opt_.allow_rule || opt_.allow_rule(id, r)) &&
+            !(unpaired_combine(id) && token_parallel(r)))
           rules_[k].push_back(r);
       // (under recomputation a recomputed op's forward runs twice)
       const double replay = recompute_ && m_->recomputed_block(id) != cost_model::none
@@ -343,6 +348,7 @@ private:
                              : std::string("no rule is allowed for this op"),
                          "pin a placement the op can produce, or allow more rules");
     }
+    pair_moe_layers();
     build_heuristic();
     capacity_.clear();
     // Sharded parameters are gathered for use into one shared buffer (not counted per copy):
@@ -421,6 +427,45 @@ private:
       floor_[d] += most;
     }
     pareto_ = opt_.check_memory && opt_.memory_pareto;
+  }
+
+  // An MoE layer's dispatch and combine route tokens alike (per-rank capacity) or neither does:
+  // lowering refuses a plan that mixes them (shards.hpp). Where a combine token parallel has no
+  // dispatch, its token-parallel rules are no choice.
+  [[nodiscard]] static bool token_parallel(const graph::rule& r) {
+    return r.kind == graph::rule::family::split && r.in[1].is_split();
+  }
+  [[nodiscard]] const graph::node* moe_dispatch_of(graph::node_id combine) const {
+    const graph::node& c = (*g_)[combine];
+    const graph::node* found = nullptr;
+    for (graph::node_id d : order_)
+      if ((*g_)[d].kind == graph::op::moe_dispatch && (*g_)[d].inputs[1] == c.inputs[1])
+        found = &(*g_)[d];
+    return found;
+  }
+  [[nodiscard]] bool unpaired_combine(graph::node_id id) const {
+    return (*g_)[id].kind == graph::op::moe_combine && moe_dispatch_of(id) == nullptr;
+  }
+  // Each MoE layer open at a step (its dispatch done, its combine not) holds a bit of the state
+  // (`search_state::moe`): layers open at once get different bits.
+  void pair_moe_layers() {
+    moe_slot_.assign(order_.size(), -1);
+    std::vector<std::pair<std::size_t, std::size_t>> layers; // (dispatch step, combine step)
+    for (std::size_t k = 0; k < order_.size(); ++k)
+      if ((*g_)[order_[k]].kind == graph::op::moe_combine)
+        if (const graph::node* d = moe_dispatch_of(order_[k]))
+          for (std::size_t j = 0; j < k; ++j)
+            if (&(*g_)[order_[j]] == d)
+              layers.emplace_back(j, k);
+    std::sort(layers.begin(), layers.end());
+    std::array<std::size_t, 64> free_from{}; // per bit: the step after its last layer's combine
+    for (const auto& [d, c] : layers)
+      for (std::size_t b = 0; b < free_from.size(); ++b)
+        if (free_from[b] <= d) {
+          free_from[b] = c + 1;
+          moe_slot_[d] = moe_slot_[c] = static_cast<int>(b);
+          break;
+        } // (more than 64 layers open at once: unpaired here, lowering still checks)
   }
 
   // Why nothing fitted: the devices whose floor exceeds their memory (one line, grouped by kind
@@ -730,6 +775,18 @@ private:
     const graph::node_id nid = order_[k];
     const graph::node& n = (*g_)[nid];
     const graph::rule& r = rules_[k][ri];
+    std::uint64_t moe = states_[id].moe;
+    if (moe_slot_[k] >= 0) {
+      const std::uint64_t b = std::uint64_t{1} << moe_slot_[k];
+      if (n.kind == graph::op::moe_dispatch) {
+        if (token_parallel(r))
+          moe |= b;
+      } else {
+        if (token_parallel(r) != ((moe & b) != 0))
+          return; // routed unlike its dispatch
+        moe &= ~b;
+      }
+    }
     std::vector<detail::fact> facts = states_[id].facts;
     choice ch;
     ch.rule = ri;
@@ -831,7 +888,7 @@ private:
     if (opt_.check_memory && !fits(mem))
       return;
     const double g = states_[id].g + ch.compute + ch.comm;
-    const std::uint64_t h = detail::hash_facts(k + 1, facts);
+    const std::uint64_t h = detail::hash_facts(k + 1, facts, moe);
     auto& bucket = index_[h];
     const auto mem_le = [](const detail::memory_vector& a, const detail::memory_vector& b) {
       for (std::size_t i = 0; i < a.size(); ++i)
@@ -841,7 +898,7 @@ private:
     };
     for (std::size_t other : bucket) {
       auto& o = states_[other];
-      if (o.step != k + 1 || o.facts != facts)
+      if (o.step != k + 1 || o.facts != facts || o.moe != moe)
         continue;
       // When memory is tight, a costlier state that needs less memory is kept too (Pareto).
       const bool cheaper = g < o.g - 1e-15 * std::max(1.0, g);
@@ -873,12 +930,14 @@ private:
     if (prune_) {
       for (std::size_t other : same_step) {
         const auto& o = states_[other];
-        if (o.g <= g && (!pareto_ || mem_le(o.memory, mem)) && covers(o.facts, facts))
+        if (o.g <= g && (!pareto_ || mem_le(o.memory, mem)) && o.moe == moe &&
+            covers(o.facts, facts))
           return;
       }
       for (std::size_t other : same_step) {
         auto& o = states_[other];
-        if (!o.dead && g <= o.g && (!pareto_ || mem_le(mem, o.memory)) && covers(facts, o.facts))
+        if (!o.dead && g <= o.g && (!pareto_ || mem_le(mem, o.memory)) && o.moe == moe &&
+            covers(facts, o.facts))
           o.dead = true; // dominated: never expanded (again)
       }
       std::erase_if(same_step, [&](std::size_t other) { return states_[other].dead; });
@@ -886,6 +945,7 @@ private:
     detail::search_state s;
     s.step = k + 1;
     s.facts = std::move(facts);
+    s.moe = moe;
     s.g = g;
     s.memory = mem;
     s.parent = id;
@@ -993,6 +1053,7 @@ private:
   double reserve_ = 0.0;              // room for gathered parameter copies (sharded searches)
   bool recompute_ = false;            // activations recomputed over the model's blocks
   std::vector<std::size_t> block_at_; // per step: the block its node lies in
+  std::vector<int> moe_slot_;         // per step: its MoE layer's state bit (-1: none)
   std::vector<double> floor_;         ///< per device: no plan needs less memory
   bool pareto_ = false;               ///< keep states that trade cost for memory
   std::vector<detail::search_state> states_;

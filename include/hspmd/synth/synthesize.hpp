@@ -387,9 +387,8 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
     return p.hash();
   };
   std::vector<std::uint64_t> seen{program(best)};
-  // A plan lowering would refuse (an MoE layer's dispatch and combine routed differently: the
-  // search prices each step alone and does not pair them) is no candidate, and any candidate
-  // lowering takes replaces it.
+  // A plan lowering would refuse is no candidate, and any candidate lowering takes replaces it
+  // (a guard: the search pairs what lowering checks, e.g. an MoE layer's dispatch and combine).
   const auto lowers = [&g](const plan& p) {
     try {
       const shard_classes classes(g, p);
@@ -430,13 +429,10 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
   }
   if (pick == nullptr)
     return;
+  // The candidate keeps the binding rows its loop's LP named (none for the data-parallel
+  // program at speed-proportional ratios): solving its LP again only to name them is a cold
+  // solve, seconds at thousands of devices.
   plan chosen = *pick;
-  const ratio_solution sol = solve_ratios(ratio_problem_of(chosen, m, chosen.ratios));
-  chosen.binding.clear();
-  if (sol.status == lp::status::optimal)
-    for (const auto& b : sol.bottlenecks)
-      if (chosen.binding.size() < 6)
-        chosen.binding.push_back(b.text);
   chosen.stats = best.stats;
   chosen.stats.reranked = true;
   chosen.stats.judged_step = pick_time;
@@ -562,6 +558,8 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
     for (const auto& b : sol.bottlenecks)
       if (best.binding.size() < 6)
         best.binding.push_back(b.text);
+    if (opt.judge) // the candidate weighed above is this program at these ratios
+      weighed.back().binding = best.binding;
     plan moved = best;
     evaluate(moved, m, sol.ratios);
     weigh_later(moved);

@@ -302,6 +302,50 @@ TEST_CASE("synthesis is never worse than the baselines and is deterministic") {
   }
 }
 
+TEST_CASE("search: an MoE layer's dispatch and combine route tokens alike, so lowering takes "
+          "every plan") {
+  models::model_options small;
+  small.layers = 2;
+  small.hidden = 32;
+  small.ffn = 64;
+  small.heads = 2;
+  small.seq = 16;
+  small.vocab = 64;
+  small.experts = 4;
+  const auto token_parallel = [](const graph::rule& r) {
+    return r.kind == graph::rule::family::split && r.in[1].is_split();
+  };
+  std::size_t layers = 0;
+  for (const auto& speeds : {std::vector<double>{2e10, 1e10}, std::vector<double>{3e10, 1e10},
+                             std::vector<double>{5e10, 3e10, 1e10}})
+    for (double bw : {1e7, 1e9, 1e11}) {
+      const cluster c = make_cluster(speeds, bw);
+      const auto g = models::trace_model<float>("bert-moe", small, 8 * c.size());
+      const cost_model m(g, c, segment_map(g, segment_policy::one));
+      const ratio_table r = proportional_ratios(c, m.segments().count());
+      // The combine forced to route one way: its dispatch follows, whatever that costs it.
+      for (const bool forced : {true, false}) {
+        search_options so;
+        so.allow_rule = [&](graph::node_id id, const graph::rule& rule) {
+          return g[id].kind != graph::op::moe_combine || token_parallel(rule) == forced;
+        };
+        const search_result res = search(m, r, so);
+        REQUIRE(res.found);
+        const plan p = make_plan(res, m, r, "bert-moe", "synth");
+        INFO(c.size() << " devices, bandwidth " << bw << ", combine token parallel " << forced);
+        for (const plan_step& s : p.steps)
+          if (g[s.node].kind == graph::op::moe_dispatch) {
+            CHECK(token_parallel(s.rule) == forced);
+            ++layers;
+          }
+        CHECK_NOTHROW(shard_classes(g, p));
+      }
+      INFO(c.size() << " devices, bandwidth " << bw);
+      CHECK_NOTHROW(shard_classes(g, synthesize(g, c, {}, "bert-moe")));
+    }
+  CHECK(layers == 2 * 9); // (one MoE layer of two)
+}
+
 TEST_CASE("baselines: DP replicates every weight on even or proportional ratios; TP splits none "
           "of the batch") {
   const auto g = tiny_mlp(32, 16, 64, 4);
