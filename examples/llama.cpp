@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--rope-base", c.rope_base, "rotary embedding base")->capture_default_str();
   return example::main_of(app, argc, argv, [&] {
     o.train.units_per_sample = c.seq;
-    example::fit(hspmd::models::trace_llama_lm<float>(c, o.train.batch), o,
+    example::fit([&](std::size_t b) { return hspmd::models::trace_llama_lm<float>(c, b); }, o,
                  example::text_feeds(o, c.vocab, c.seq));
   });
 }

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
         s.set_input("labels", y);
       };
     };
-    example::fit(hspmd::models::trace_mlp<float>(c, o.train.batch), o,
+    example::fit([&](std::size_t b) { return hspmd::models::trace_mlp<float>(c, b); }, o,
                  {feed(0), feed(example::held_out)});
   });
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -177,10 +178,12 @@ int main_of(CLI::App& app, int argc, char** argv, F&& body) {
   });
 }
 
-/// Trains `g` with the library trainer on the feeds.
-inline void fit(const hspmd::graph::graph& g, const options& o,
+/// Trains the model `trace` traces (at a batch) with the library trainer on the feeds; a
+/// calibrated run traces it at half the batch too (train_options::trace_at).
+inline void fit(const std::function<hspmd::graph::graph(std::size_t)>& trace, options o,
                 const std::pair<feed_fn, feed_fn>& feeds) {
-  hspmd::exec::trainer<float> tr(g, o.train);
+  o.train.trace_at = trace;
+  hspmd::exec::trainer<float> tr(trace(o.train.batch), o.train);
   tr.fit(feeds.first, feeds.second);
 }
 

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     for (auto& stage : c.stages)
       for (auto& ch : stage)
         ch = std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(ch) * width));
-    example::fit(hspmd::models::trace_vgg<float>(c, o.train.batch), o,
+    example::fit([&](std::size_t b) { return hspmd::models::trace_vgg<float>(c, b); }, o,
                  example::image_feeds(o, c.image, c.classes));
   });
 }

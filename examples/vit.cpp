@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   app.add_option("--heads", c.heads, "attention heads")->capture_default_str();
   app.add_option("--dropout", c.dropout, "dropout rate")->capture_default_str();
   return example::main_of(app, argc, argv, [&] {
-    example::fit(hspmd::models::trace_vit<float>(c, o.train.batch), o,
+    example::fit([&](std::size_t b) { return hspmd::models::trace_vit<float>(c, b); }, o,
                  example::image_feeds(o, c.image, c.classes));
   });
 }

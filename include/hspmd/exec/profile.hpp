@@ -12,6 +12,14 @@
 // `measure_compute_on_rank0` does the same in a job: rank 0 measures, every rank receives the
 // same profile (so every rank synthesizes the same plan).
 //
+// A rank of a data-parallel plan runs each op on part of the rows, and an op's time is not
+// proportional to its rows: a layer reads its whole weight for one row or many, and every call
+// has a fixed cost (VGG-19's classifier at width 0.25 on this machine: a step of 8 samples takes
+// 374 ms, of 16 samples 512 ms). Given the model traced at half the batch too,
+// `with_fixed_shares` fits each node's time to fixed + per-row from the two measurements, and
+// the cost model keeps the fixed share whole on every device that divides the node's rows
+// (synth::compute_profile::fixed).
+//
 // On a device backend (`measure_compute<T, B>(g, speed, opt, backend)`) the nodes are timed by
 // the backend's `timed` (events on its stream) and the step's ends wait for the device, so the
 // profile is the device's; `opt.precision` measures a mixed-precision run's kernels.
@@ -20,9 +28,11 @@
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/sim/step.hpp>
 #include <hspmd/synth/cost.hpp>
 
 #include <algorithm>
@@ -32,7 +42,9 @@
 #include <concepts>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -49,15 +61,16 @@ struct profile_options {
 /// Measures `g`'s compute on this process; `speed` is the flop/s the cluster file gives the
 /// device it runs on. Inputs get seeded values in [-1, 1] (integer inputs: 0, a valid index of
 /// every embedding and label).
+/// `layouts`: one per node where `g` is one rank's program (exec/lower.hpp), or none.
 template <std::floating_point T, backend B = host_backend>
 [[nodiscard]] synth::compute_profile measure_compute(const graph::graph& g, double speed,
-                                                     const profile_options& opt = {},
-                                                     B device = {}) {
+                                                     const profile_options& opt = {}, B device = {},
+                                                     std::vector<node_layout> layouts = {}) {
   using clock = std::chrono::steady_clock;
   if (!(speed > 0.0) || opt.repetitions == 0)
     throw config_error("measure_compute", "speed must be positive and repetitions at least 1",
                        "pass the device's flop/s from the cluster file");
-  executor<T, B> ex(g, opt.seed, {}, std::move(device));
+  executor<T, B> ex(g, opt.seed, std::move(layouts), std::move(device));
   ex.set_precision(opt.precision);
   for (graph::node_id i = 0; i < g.size(); ++i)
     if (g[i].kind == graph::op::input && g[i].type != dtype::i64) {
@@ -122,6 +135,39 @@ template <std::floating_point T, backend B = host_backend>
   return p;
 }
 
+/// Whether `other` is `g` traced at another batch: the same ops in the same order, reading the
+/// same inputs, with the same parameter shapes.
+[[nodiscard]] inline bool same_structure(const graph::graph& g, const graph::graph& other) {
+  if (g.size() != other.size())
+    return false;
+  for (graph::node_id i = 0; i < g.size(); ++i)
+    if (g[i].kind != other[i].kind || g[i].inputs != other[i].inputs ||
+        (g[i].kind == graph::op::parameter && g[i].out.dims != other[i].out.dims))
+      return false;
+  return true;
+}
+
+/// Sets `full.fixed` (per node, the share of its time that does not shrink with the rows) from
+/// `part`, the same model measured at `rows` (in (0, 1)) of the batch, e.g. half: time = fixed +
+/// per-row * rows through both points, the fixed share clamped to [0, 1] (a node measured no
+/// faster on fewer rows, noise, gets 1; one faster than in proportion, 0).
+inline void with_fixed_shares(synth::compute_profile& full, const synth::compute_profile& part,
+                              double rows = 0.5) {
+  if (!(rows > 0.0 && rows < 1.0))
+    throw config_error("with_fixed_shares", "rows must lie in (0, 1)",
+                       "measure the second profile on fewer rows than the first");
+  if (part.seconds.size() != full.seconds.size())
+    throw config_error("with_fixed_shares",
+                       "the second profile has " + std::to_string(part.seconds.size()) +
+                           " node times for " + std::to_string(full.seconds.size()) + " nodes",
+                       "measure both profiles on the same model (exec::same_structure)");
+  full.fixed.assign(full.seconds.size(), 0.0);
+  for (std::size_t i = 0; i < full.seconds.size(); ++i)
+    if (full.seconds[i] > 0.0)
+      full.fixed[i] = std::clamp(
+          1.0 - (full.seconds[i] - part.seconds[i]) / ((1.0 - rows) * full.seconds[i]), 0.0, 1.0);
+}
+
 /// The rates per op class (flop/s, index `op_class`) that profile `p` of `g` shows: each class's
 /// FLOPs (graph/ops.hpp's count, forward + backward) over its nodes' measured seconds, and the
 /// optimizer's FLOPs per element over its seconds per element. A class without FLOPs or time in
@@ -148,18 +194,26 @@ class_rates(const graph::graph& g, const synth::compute_profile& p) {
 /// Collective: rank 0 measures `g` (on its device, rated `speed` flop/s, with its emulated
 /// `slowdown`) while the others wait; every rank returns rank 0's profile.
 /// `measure`: how rank 0 measures (a device engine's `measure`, exec/engine.hpp); the host
-/// executor when empty.
+/// executor when empty. `part`: the model traced at `rows` of the batch (`same_structure` as
+/// `g`), measured too for the fixed shares (`with_fixed_shares`); none, or another structure:
+/// none.
 template <std::floating_point T, class Comm>
 requires communicator<Comm, double>
 [[nodiscard]] synth::compute_profile measure_compute_on_rank0(
     const graph::graph& g, double speed, Comm& comm, profile_options opt = {},
     const std::function<synth::compute_profile(const graph::graph&, double,
-                                               const profile_options&)>& measure = {}) {
-  std::vector<double> buf(2 * g.size() + 3 + op_class_count, 0.0);
+                                               const profile_options&)>& measure = {},
+    const graph::graph* part = nullptr, double rows = 0.5) {
+  std::vector<double> buf(3 * g.size() + 3 + op_class_count, 0.0);
   const auto forward_at = static_cast<std::ptrdiff_t>(g.size() + 3 + op_class_count);
+  const auto fixed_at = forward_at + static_cast<std::ptrdiff_t>(g.size());
   if (comm.rank() == 0) {
-    const synth::compute_profile p =
-        measure ? measure(g, speed, opt) : measure_compute<T>(g, speed, opt);
+    const auto measured = [&](const graph::graph& x) {
+      return measure ? measure(x, speed, opt) : measure_compute<T>(x, speed, opt);
+    };
+    synth::compute_profile p = measured(g);
+    if (part != nullptr && same_structure(g, *part))
+      with_fixed_shares(p, measured(*part), rows);
     std::copy(p.seconds.begin(), p.seconds.end(), buf.begin());
     buf[g.size()] = p.optimizer_seconds_per_element;
     buf[g.size() + 1] = p.speed;
@@ -168,6 +222,8 @@ requires communicator<Comm, double>
               buf.begin() + static_cast<std::ptrdiff_t>(g.size() + 3));
     for (std::size_t i = 0; i < g.size(); ++i) // -1: not measured apart
       buf[static_cast<std::size_t>(forward_at) + i] = i < p.forward.size() ? p.forward[i] : -1.0;
+    for (std::size_t i = 0; i < g.size(); ++i) // -1: no fixed shares
+      buf[static_cast<std::size_t>(fixed_at) + i] = i < p.fixed.size() ? p.fixed[i] : -1.0;
   }
   comm.broadcast(std::span<double>(buf), 0);
   synth::compute_profile p;
@@ -180,7 +236,84 @@ requires communicator<Comm, double>
   if (g.size() > 0 && buf[static_cast<std::size_t>(forward_at)] >= 0.0)
     p.forward.assign(buf.begin() + forward_at,
                      buf.begin() + forward_at + static_cast<std::ptrdiff_t>(g.size()));
+  if (g.size() > 0 && buf[static_cast<std::size_t>(fixed_at)] >= 0.0)
+    p.fixed.assign(buf.begin() + fixed_at,
+                   buf.begin() + fixed_at + static_cast<std::ptrdiff_t>(g.size()));
   return p;
+}
+
+/// The compute of plan `p` of `g` at every device's own pieces (sim::shard_times): each
+/// device's program (exec/lower.hpp: its ops at its lengths, transfers as placeholders) run on
+/// this process, node by node, and its optimizer step; devices whose pieces have the same shapes
+/// are measured once. The seconds are this device's (`opt.slowdown` stretches them like
+/// `measure_compute`); the simulation converts them to each device's rate.
+template <std::floating_point T>
+[[nodiscard]] sim::shard_times measure_shards(const graph::graph& g, const synth::plan& p,
+                                              const profile_options& opt = {}) {
+  const std::size_t n = p.device_names.size();
+  sim::shard_times out;
+  out.seconds.assign(n, std::vector<double>(g.size(), -1.0));
+  out.optimizer.assign(n, 0.0);
+  std::map<std::vector<std::size_t>, std::size_t> measured; // piece shapes -> a device measured
+  for (std::size_t d = 0; d < n; ++d) {
+    const local_program prog = lower(g, p, d);
+    std::vector<std::size_t> shapes;
+    for (const graph::node& x : prog.local.nodes()) {
+      shapes.insert(shapes.end(), x.out.dims.begin(), x.out.dims.end());
+      shapes.push_back(0); // (a separator)
+    }
+    if (const auto it = measured.find(shapes); it != measured.end()) {
+      out.seconds[d] = out.seconds[it->second];
+      out.optimizer[d] = out.optimizer[it->second];
+      continue;
+    }
+    measured.emplace(std::move(shapes), d);
+    // (A vocabulary-parallel cross-entropy combines its rows' maxima and sums across the ranks,
+    // which one process cannot: timed as a cross-entropy of its piece; the combination is the
+    // rule's collectives, priced apart.)
+    std::vector<node_layout> layouts = prog.layouts;
+    for (node_layout& l : layouts)
+      l.vocab_parallel = false;
+    const synth::compute_profile q =
+        measure_compute<T>(prog.local, 1.0, opt, host_backend{}, std::move(layouts));
+    std::size_t elements = 0;
+    for (graph::node_id i = 0; i < prog.local.size(); ++i) {
+      const graph::node& x = prog.local[i];
+      if (x.kind == graph::op::parameter)
+        elements += x.out.size();
+      else if (x.kind != graph::op::input && !prog.transfer_of[i])
+        out.seconds[d][prog.global[i]] = q.seconds[i];
+    }
+    out.optimizer[d] = q.optimizer_seconds_per_element * static_cast<double>(elements);
+  }
+  return out;
+}
+
+/// Collective: rank 0 measures `measure_shards(g, p, opt)` while the others wait; every rank
+/// returns rank 0's measurement.
+template <std::floating_point T, class Comm>
+requires communicator<Comm, double>
+[[nodiscard]] sim::shard_times measure_shards_on_rank0(const graph::graph& g, const synth::plan& p,
+                                                       Comm& comm,
+                                                       const profile_options& opt = {}) {
+  const std::size_t n = p.device_names.size();
+  std::vector<double> buf(n * (g.size() + 1), 0.0);
+  if (comm.rank() == 0) {
+    const sim::shard_times t = measure_shards<T>(g, p, opt);
+    for (std::size_t d = 0; d < n; ++d) {
+      std::copy(t.seconds[d].begin(), t.seconds[d].end(),
+                buf.begin() + static_cast<std::ptrdiff_t>(d * g.size()));
+      buf[n * g.size() + d] = t.optimizer[d];
+    }
+  }
+  comm.broadcast(std::span<double>(buf), 0);
+  sim::shard_times t;
+  for (std::size_t d = 0; d < n; ++d) {
+    const auto at = buf.begin() + static_cast<std::ptrdiff_t>(d * g.size());
+    t.seconds.emplace_back(at, at + static_cast<std::ptrdiff_t>(g.size()));
+    t.optimizer.push_back(buf[n * g.size() + d]);
+  }
+  return t;
 }
 
 } // namespace hspmd::exec

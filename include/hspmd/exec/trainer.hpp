@@ -130,6 +130,10 @@ struct train_options {
   /// With a cluster: "synth" (default), "dp-ev", "dp-cp", "tp", or a plan JSON file.
   std::string plan;
   bool calibrate = false; ///< with a cluster: price the plan by measured op and collective times
+  /// The model traced at another batch: calibration measures it at half the batch too, to learn
+  /// which part of each op's time does not shrink with its rows (exec/profile.hpp). The model
+  /// function's constructor sets it; a graph given alone without it is priced in proportion.
+  std::function<graph::graph(std::size_t batch)> trace_at;
   /// With a cluster: MiB of gradients all-reduced together, each bucket started as soon as the
   /// backward has produced it (0: the library default, synth::gradient_bucket_bytes).
   double bucket_mb = 0.0;

@@ -94,7 +94,7 @@ template <std::floating_point T, class Optimizer>
 class trainer_state {
 public:
   trainer_state(const model_fn& model, const train_options& o)
-      : trainer_state(trace(model, o), o) {}
+      : trainer_state(trace(model, o), with_trace_at(model, o)) {}
   trainer_state(graph::graph g, train_options o) : g_(std::move(g)), o_(std::move(o)) {
     for (const graph::node& n : g_.nodes())
       if (n.kind == graph::op::input && n.out.batch_dim) {
@@ -157,12 +157,20 @@ public:
 
 private:
   static graph::graph trace(const model_fn& model, const train_options& o) {
-    nn::tracer t(dtype_of<T>, o.batch);
+    return trace_at(model, o.batch);
+  }
+  static graph::graph trace_at(const model_fn& model, std::size_t batch) {
+    nn::tracer t(dtype_of<T>, batch);
     model(t);
     if (!t.graph().loss())
       throw plan_error("model function", "set no loss",
                        "end the model with tracer::set_loss(loss)");
     return t.take();
+  }
+  static train_options with_trace_at(const model_fn& model, train_options o) {
+    if (!o.trace_at)
+      o.trace_at = [model](std::size_t batch) { return trace_at(model, batch); };
+    return o;
   }
 
   [[nodiscard]] bool distributed() const { return !o_.cluster.empty() || o_.cluster_spec; }
@@ -387,31 +395,51 @@ private:
       po.seed = o_.seed;
       po.slowdown = cluster_.devices.at(0).slowdown;
       po.precision = o_.precision;
+      calibration_ = po;
+      // The model at half the batch too: which part of each op's time a rank keeps whole
+      // when it computes only some of the rows.
+      std::optional<graph::graph> half;
+      if (o_.trace_at && o_.batch >= 2)
+        half = o_.trace_at(o_.batch / 2);
       so.profile = measure_compute_on_rank0<T>(
           g_, cluster_.devices.at(0).speed, comm, po,
-          device_entry != nullptr ? device_entry->measure : decltype(device_entry->measure){});
+          device_entry != nullptr ? device_entry->measure : decltype(device_entry->measure){},
+          half ? &*half : nullptr,
+          static_cast<double>(o_.batch / 2) / static_cast<double>(o_.batch));
       // Measured in the run's precision: GEMM times already hold device 0's 16-bit rate.
       so.profile->gemm_speed =
           cluster_.devices.at(0).gemm_speed(o_.precision != exec::precision::f32);
       // Its node times convert to work at device 0's class rates where the file has them.
       so.profile->rates = cluster_.devices.at(0).rates;
-      cluster_.set_collective_costs(calibrate_collectives(comm));
+      calibration_options co;
+      for (graph::node_id w : g_.parameters()) // its gradient may be a bucket of its own
+        co.all_reduce_up_to = std::max(co.all_reduce_up_to, g_[w].out.size() * sizeof(T));
+      cluster_.set_collective_costs(calibrate_collectives(comm, co));
       cluster_.overlap = measure_overlap(comm);
       if (is_root && o_.out != nullptr) {
         double step = 0.0;
-        for (double x : so.profile->seconds)
-          step += x;
+        double fixed = 0.0;
+        for (std::size_t i = 0; i < so.profile->seconds.size(); ++i) {
+          step += so.profile->seconds[i];
+          if (!so.profile->fixed.empty())
+            fixed += so.profile->seconds[i] * so.profile->fixed[i];
+        }
+        const std::string fixed_text =
+            so.profile->fixed.empty()
+                ? std::string()
+                : " (" + std::to_string(static_cast<int>(std::lround(100.0 * fixed / step))) +
+                      "% of it not shrinking with the rows, measured at half the batch)";
         const auto ar =
             cluster_.cost_model().params(collective::all_reduce, uneven_algorithm::native, 1 << 20);
         print(*o_.out,
-              "calibrated in %.1f s: forward+backward %.2f ms at full batch on %s%s; all-reduce "
-              "of 1 MiB %.3f ms, %.0f%% of it hidden behind compute\n",
+              "calibrated in %.1f s: forward+backward %.2f ms at full batch on %s%s%s; "
+              "all-reduce of 1 MiB %.3f ms, %.0f%% of it hidden behind compute\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count(),
               1e3 * step, cluster_.devices[0].name.c_str(),
               device_entry != nullptr && device_entry->measure
                   ? (" (" + device_entry->name + ")").c_str()
                   : "",
-              1e3 * (ar.alpha + ar.beta * (1 << 20)), 100.0 * cluster_.overlap);
+              fixed_text.c_str(), 1e3 * (ar.alpha + ar.beta * (1 << 20)), 100.0 * cluster_.overlap);
       }
     }
     const std::string which = o_.plan.empty() ? "synth" : o_.plan;
@@ -480,6 +508,15 @@ private:
             static_cast<double>(e->gradient_bytes_unshared()) / 1048576.0, e->device().c_str());
     dist_ = e.get();
     engine_ = std::move(e);
+    if (calibration_ && device_entry == nullptr) {
+      // The plan's ops at each rank's own pieces, for the simulated step: what a rank keeps
+      // whole of an op whose rows or weight it divides is in them (exec/profile.hpp).
+      const auto c0 = std::chrono::steady_clock::now();
+      shard_times_ = measure_shards_on_rank0<T>(g_, *plan_, comm, *calibration_);
+      if (is_root && o_.out != nullptr)
+        print(*o_.out, "measured the plan's ops at every rank's pieces in %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
+    }
     if (o_.rebalance != 0.0)
       start_monitor(comm);
   }
@@ -568,6 +605,7 @@ private:
     }
     cluster_ = std::move(measured);
     plan_ = std::move(next);
+    shard_times_.reset(); // measured at the old pieces
     monitor_->restart(plan_->device_compute);
     const auto t1 = clock::now();
     nlohmann::json args{{"after_step", rep.after_step},
@@ -837,6 +875,7 @@ private:
       sim::options so;
       if (o_.bucket_mb > 0.0)
         so.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
+      so.measured = shard_times_ ? &*shard_times_ : nullptr;
       r.simulated_step_seconds = sim::simulate(*plan_, cost_model_for(cluster_), so).step_time;
 #endif
     }
@@ -1228,6 +1267,7 @@ private:
           so.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
         for (std::size_t k = 0; k < cluster_.size(); ++k)
           so.traced.push_back(k);
+        so.measured = shard_times_ ? &*shard_times_ : nullptr;
         const sim::result r = sim::simulate(*plan_, cost_model_for(cluster_), so);
         const std::string path = simulated_trace_path(o_.trace);
         write_file(path, sim::trace_of(r, so, cluster_,
@@ -1248,9 +1288,11 @@ private:
 #if defined(HSPMD_HAS_MPI)
   std::unique_ptr<mpi_communicator> comm_;
   cluster cluster_;
-  synth::synth_options so_;                  // how the plan was made (re-balancing re-prices)
-  std::optional<straggler_monitor> monitor_; // with train_options::rebalance
-  lp::basis basis_;                          // rank 0: the ratio LP's last basis
+  synth::synth_options so_;                     // how the plan was made (re-balancing re-prices)
+  std::optional<profile_options> calibration_;  // how --calibrate measured (when it did)
+  std::optional<sim::shard_times> shard_times_; // the plan's ops at every rank's pieces
+  std::optional<straggler_monitor> monitor_;    // with train_options::rebalance
+  lp::basis basis_;                             // rank 0: the ratio LP's last basis
 #endif
   std::unique_ptr<engine<T, Optimizer>> engine_;
   rank_engine<T, Optimizer>* dist_ = nullptr; // engine_, in a distributed run

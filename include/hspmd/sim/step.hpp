@@ -54,6 +54,20 @@
 
 namespace hspmd::sim {
 
+/// Measured compute of one plan at every device's own pieces (exec/profile.hpp,
+/// `measure_shards`): each device's program run on the measuring device, node by node. Where a
+/// simulation has it, a device's op costs what its piece took, scaled from the measuring
+/// device's rate to its own, instead of the profile's full-size time times its share: what an
+/// op keeps whole when its rows or its weight are divided (a weight read, a convolution's
+/// unfolding of its whole input, a call's fixed cost) is in the measurement.
+struct shard_times {
+  std::size_t device = 0; ///< the measuring device (its rates convert the seconds)
+  /// [device][node id of the graph]: forward + backward seconds of the node's op on that
+  /// device's piece; negative: not measured (priced from the profile)
+  std::vector<std::vector<double>> seconds;
+  std::vector<double> optimizer; ///< [device]: seconds of its optimizer step (clipping included)
+};
+
 /// What to simulate and what to record.
 struct options {
   /// Shares at the whole lengths lowering cuts (the executor's); false: the plan's ratios.
@@ -62,6 +76,8 @@ struct options {
   double bucket_bytes = synth::gradient_bucket_bytes;
   /// Devices whose timelines are recorded (for a trace): none by default.
   std::vector<std::size_t> traced;
+  /// The plan's compute measured at each device's pieces (for this plan and cluster), if any.
+  const shard_times* measured = nullptr;
 };
 
 /// One simulated step.
@@ -277,12 +293,29 @@ struct bucket_stream {
     return std::max(0.0, ab.alpha) + ab.beta * bytes;
   };
   // A step's op: `part` of its forward + backward work on each device.
+  const shard_times* const measured =
+      o.measured != nullptr && o.measured->seconds.size() == n && o.measured->optimizer.size() == n
+          ? o.measured
+          : nullptr;
+  // Device d's time for `seconds` measured on the measuring device, for work of class `cls`.
+  const auto converted = [&](double seconds, std::size_t d, op_class cls) {
+    return seconds * m.device_rate(measured->device, cls) / m.device_rate(d, cls);
+  };
   const auto op_work = [&](const synth::plan_step& s, double part) {
+    if (measured != nullptr && s.node < measured->seconds[0].size() &&
+        measured->seconds[0][s.node] >= 0.0) {
+      const op_class cls = synth::op_class_of(g[s.node].kind);
+      for (std::size_t d = 0; d < n; ++d)
+        per_device[d] += converted(measured->seconds[d][s.node] * part, d, cls);
+      return;
+    }
     const double flops = m.rule_flops(s.node, s.rule) * part;
     const std::vector<double>* share = work_shares(s.node, s.rule);
+    const double f = m.fixed_share(s.node, s.rule);
     const op_class cls = synth::op_class_of(g[s.node].kind);
     for (std::size_t d = 0; d < n; ++d)
-      per_device[d] += flops / m.device_rate(d, cls) * (share != nullptr ? (*share)[d] : 1.0);
+      per_device[d] +=
+          flops / m.device_rate(d, cls) * (share != nullptr ? f + (1.0 - f) * (*share)[d] : 1.0);
   };
   const auto transfer_name = [&](const transfer& t, bool backward) {
     transfer_kind k = t.kind;
@@ -388,8 +421,12 @@ struct bucket_stream {
       r.timelines[k].add_at("all_reduce gradients", trace_kind::in_flight, b.start * 1e6,
                             (b.end - b.start) * 1e6, {{"simulated", true}});
   blocking("all_reduce gradient norm", small_all_reduce(8.0), "optimizer");
+  for (std::size_t d = 0; measured != nullptr && d < n; ++d)
+    per_device[d] += converted(measured->optimizer[d], d, op_class::optimizer);
   for (const synth::plan_step& s : p.steps)
     for (const transfer& t : s.transfers) {
+      if (measured != nullptr)
+        break;
       if (t.kind != transfer_kind::load || !m.is_parameter(t.tensor))
         continue;
       const double flops = m.optimizer_flops(t.tensor);

@@ -224,6 +224,12 @@ struct compute_profile {
   /// Per node id: the share of its seconds that is its forward (measured apart from its
   /// backward); empty: `forward_share` for every node.
   std::vector<double> forward;
+  /// Per node id: the share of its seconds that does not shrink with its rows (reading a
+  /// weight, a call's fixed cost), from a second measurement at half the batch (exec/profile.hpp,
+  /// `with_fixed_shares`). A rule that divides the node's rows but not its weights leaves that
+  /// share whole on every device; one that divides a weight divides it all. Empty: 0 (every
+  /// node's time proportional to its share).
+  std::vector<double> fixed;
 };
 
 /// The class of work of op `k` (which of a device's rates prices it).
@@ -261,12 +267,14 @@ public:
          !std::ranges::all_of(profile_->seconds, [](double x) { return x >= 0.0; }) ||
          !std::ranges::all_of(profile_->rates, [](double x) { return x >= 0.0; }) ||
          (!profile_->forward.empty() && profile_->forward.size() != g.size()) ||
-         !std::ranges::all_of(profile_->forward, [](double x) { return x >= 0.0 && x <= 1.0; })))
+         !std::ranges::all_of(profile_->forward, [](double x) { return x >= 0.0 && x <= 1.0; }) ||
+         (!profile_->fixed.empty() && profile_->fixed.size() != g.size()) ||
+         !std::ranges::all_of(profile_->fixed, [](double x) { return x >= 0.0 && x <= 1.0; })))
       throw plan_error("compute profile",
                        "has " + std::to_string(profile_->seconds.size()) + " node times for " +
                            std::to_string(g.size()) +
                            " nodes, or a non-positive speed, a negative time or rate, or a "
-                           "forward share outside [0, 1]",
+                           "forward share outside [0, 1] or a fixed share outside [0, 1]",
                        "measure the profile on the graph being planned (exec::measure_compute)");
     if (c.nodes().size() > 1)
       for (std::int64_t node : c.nodes())
@@ -338,8 +346,25 @@ public:
 
   /// Forward + backward compute of node `id` under `r`, per device.
   [[nodiscard]] device_costs compute(graph::node_id id, const graph::rule& r) const {
-    return work(rule_flops(id, r), r.split_work ? split_segment(id, r) : std::nullopt,
-                op_class_of((*g_)[id].kind));
+    device_costs c = work(rule_flops(id, r), r.split_work ? split_segment(id, r) : std::nullopt,
+                          op_class_of((*g_)[id].kind));
+    if (const double f = fixed_share(id, r); f > 0.0)
+      for (linear_cost& x : c) { // (one term: the split's)
+        x.constant = x.terms.begin()->second * f;
+        x.terms.begin()->second *= 1.0 - f;
+      }
+    return c;
+  }
+  /// The share of node `id`'s time under `r` that every device pays whole (the profile's fixed
+  /// share where `r` divides the node's rows but none of its parameters; else 0).
+  [[nodiscard]] double fixed_share(graph::node_id id, const graph::rule& r) const {
+    if (!profile_ || profile_->fixed.empty() || !r.split_work || !split_segment(id, r))
+      return 0.0;
+    const graph::node& n = (*g_)[id];
+    for (std::size_t k = 0; k < r.arity; ++k)
+      if (r.in[k].is_split() && is_parameter(n.inputs[k]))
+        return 0.0;
+    return profile_->fixed[id];
   }
   /// Adds every device's `compute(id, r)` at `ratios` to `per_device`; returns the largest and
   /// its device (max_at of it, without building a cost per device).
@@ -350,10 +375,12 @@ public:
     const std::optional<std::size_t> seg = r.split_work ? split_segment(id, r) : std::nullopt;
     const std::vector<double>& rate = rate_[static_cast<std::size_t>(op_class_of((*g_)[id].kind))];
     const std::vector<double>* share = seg ? &ratios.at(*seg) : nullptr;
+    const double f = fixed_share(id, r);
     double best = 0.0;
     std::size_t at = 0;
     for (std::size_t d = 0; d < rate.size(); ++d) {
-      const double v = share != nullptr ? flops / rate[d] * (*share)[d] : flops / rate[d];
+      const double v =
+          share != nullptr ? flops / rate[d] * (f + (1.0 - f) * (*share)[d]) : flops / rate[d];
       per_device[d] += v;
       if (v > best) {
         best = v;
@@ -372,8 +399,9 @@ public:
     double best = 0.0;
     if (seg) {
       const std::vector<double>& share = ratios.at(*seg);
+      const double f = fixed_share(id, r);
       for (std::size_t d = 0; d < rate.size(); ++d)
-        best = std::max(best, flops / rate[d] * share[d]);
+        best = std::max(best, flops / rate[d] * (f + (1.0 - f) * share[d]));
     } else {
       for (std::size_t d = 0; d < rate.size(); ++d)
         best = std::max(best, flops / rate[d]);
