@@ -14,6 +14,17 @@
 
 using namespace hspmd;
 
+namespace {
+
+models::mlp_config small_mlp() {
+  models::mlp_config cfg;
+  cfg.inputs = 64;
+  cfg.hidden = {128, 128};
+  return cfg;
+}
+
+} // namespace
+
 TEST_CASE("measure_compute times every node and the optimizer, and plans take the profile") {
   models::mlp_config cfg;
   cfg.inputs = 128;
@@ -83,9 +94,7 @@ TEST_CASE("measure_compute on an asynchronous backend times the device's work, i
 TEST_CASE("class rates from a profile reproduce its measured step in the cost model") {
   // What hspmd-profile writes per device: each class's FLOPs over its measured seconds. A cost
   // model given those rates (and no profile) prices the measured graph's nodes at what they took.
-  models::mlp_config cfg;
-  cfg.inputs = 64;
-  cfg.hidden = {128, 128};
+  const models::mlp_config cfg = small_mlp();
   const graph::graph g = models::trace_mlp<float>(cfg, 32);
   exec::profile_options opt;
   opt.repetitions = 2;
@@ -115,9 +124,7 @@ TEST_CASE("class rates from a profile reproduce its measured step in the cost mo
 
 TEST_CASE("a second measurement on fewer rows: each node's fixed share, kept whole where a rule "
           "divides only the rows") {
-  models::mlp_config cfg;
-  cfg.inputs = 64;
-  cfg.hidden = {128, 128};
+  const models::mlp_config cfg = small_mlp();
   const graph::graph g = models::trace_mlp<float>(cfg, 32);
   const graph::graph half = models::trace_mlp<float>(cfg, 16);
   CHECK(exec::same_structure(g, half));
@@ -202,9 +209,7 @@ TEST_CASE("a second measurement on fewer rows: each node's fixed share, kept who
 
 TEST_CASE("measure_shards times a plan's ops at every device's pieces, and the simulation takes "
           "them") {
-  models::mlp_config cfg;
-  cfg.inputs = 64;
-  cfg.hidden = {128, 128};
+  const models::mlp_config cfg = small_mlp();
   const graph::graph g = models::trace_mlp<float>(cfg, 32);
   const cluster c = test::make_cluster({2e9, 1e9});
   exec::profile_options opt;

@@ -273,7 +273,11 @@ TEST_CASE("the heuristic never exceeds the true remaining cost (sampled states)"
   CHECK(checked >= 40);
 }
 
-TEST_CASE("synthesis is never worse than the baselines and is deterministic") {
+namespace {
+
+// The zoo's models at a size a test plans in milliseconds (two layers: BERT-MoE's second is its
+// MoE layer).
+models::model_options small_models() {
   models::model_options small;
   small.layers = 2;
   small.hidden = 32;
@@ -282,6 +286,13 @@ TEST_CASE("synthesis is never worse than the baselines and is deterministic") {
   small.seq = 16;
   small.vocab = 64;
   small.experts = 4;
+  return small;
+}
+
+} // namespace
+
+TEST_CASE("synthesis is never worse than the baselines and is deterministic") {
+  models::model_options small = small_models();
   for (const auto& speeds :
        {std::vector<double>{2e10, 1e10}, std::vector<double>{5e10, 3e10, 1e10}}) {
     for (double bw : {1e7, 1e10}) {
@@ -304,14 +315,7 @@ TEST_CASE("synthesis is never worse than the baselines and is deterministic") {
 
 TEST_CASE("search: an MoE layer's dispatch and combine route tokens alike, so lowering takes "
           "every plan") {
-  models::model_options small;
-  small.layers = 2;
-  small.hidden = 32;
-  small.ffn = 64;
-  small.heads = 2;
-  small.seq = 16;
-  small.vocab = 64;
-  small.experts = 4;
+  models::model_options small = small_models();
   const auto token_parallel = [](const graph::rule& r) {
     return r.kind == graph::rule::family::split && r.in[1].is_split();
   };
