@@ -511,8 +511,12 @@ private:
     if (calibration_ && device_entry == nullptr) {
       // The plan's ops at each rank's own pieces, for the simulated step: what a rank keeps
       // whole of an op whose rows or weight it divides is in them (exec/profile.hpp).
+      // (more repetitions than the profile: one plan's ops, and a short sample on a shared
+      // machine once put Llama's simulated step 18 % over the run)
       const auto c0 = std::chrono::steady_clock::now();
-      shard_times_ = measure_shards_on_rank0<T>(g_, *plan_, comm, *calibration_);
+      profile_options po = *calibration_;
+      po.repetitions = std::max<std::size_t>(po.repetitions, 7);
+      shard_times_ = measure_shards_on_rank0<T>(g_, *plan_, comm, po);
       if (is_root && o_.out != nullptr)
         print(*o_.out, "measured the plan's ops at every rank's pieces in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
