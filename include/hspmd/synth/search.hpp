@@ -144,6 +144,23 @@ struct search_state {
   return h;
 }
 
+/// Whether an MoE dispatch's or combine's rule `r` routes tokens in parallel (per-rank
+/// capacity: the probabilities split). A layer's two steps must agree (lowering checks it in
+/// shards.hpp, the search keeps it).
+[[nodiscard]] inline bool moe_token_parallel(const graph::rule& r) {
+  return r.kind == graph::rule::family::split && r.in[1].is_split();
+}
+
+/// The dispatch of MoE combine `combine` (the one routing the same probabilities), if any.
+[[nodiscard]] inline std::optional<graph::node_id> moe_dispatch_of(const graph::graph& g,
+                                                                   graph::node_id combine) {
+  std::optional<graph::node_id> found;
+  for (graph::node_id d = 0; d < g.size(); ++d)
+    if (g[d].kind == graph::op::moe_dispatch && g[d].inputs[1] == g[combine].inputs[1])
+      found = d;
+  return found;
+}
+
 [[nodiscard]] inline mask_t bit(placement p) {
   return static_cast<mask_t>(mask_t{1} << code_of(p));
 }
@@ -433,18 +450,10 @@ private:
   // lowering refuses a plan that mixes them (shards.hpp). Where a combine token parallel has no
   // dispatch, its token-parallel rules are no choice.
   [[nodiscard]] static bool token_parallel(const graph::rule& r) {
-    return r.kind == graph::rule::family::split && r.in[1].is_split();
-  }
-  [[nodiscard]] const graph::node* moe_dispatch_of(graph::node_id combine) const {
-    const graph::node& c = (*g_)[combine];
-    const graph::node* found = nullptr;
-    for (graph::node_id d : order_)
-      if ((*g_)[d].kind == graph::op::moe_dispatch && (*g_)[d].inputs[1] == c.inputs[1])
-        found = &(*g_)[d];
-    return found;
+    return detail::moe_token_parallel(r);
   }
   [[nodiscard]] bool unpaired_combine(graph::node_id id) const {
-    return (*g_)[id].kind == graph::op::moe_combine && moe_dispatch_of(id) == nullptr;
+    return (*g_)[id].kind == graph::op::moe_combine && !detail::moe_dispatch_of(*g_, id);
   }
   // Each MoE layer open at a step (its dispatch done, its combine not) holds a bit of the state
   // (`search_state::moe`): layers open at once get different bits.
@@ -453,10 +462,8 @@ private:
     std::vector<std::pair<std::size_t, std::size_t>> layers; // (dispatch step, combine step)
     for (std::size_t k = 0; k < order_.size(); ++k)
       if ((*g_)[order_[k]].kind == graph::op::moe_combine)
-        if (const graph::node* d = moe_dispatch_of(order_[k]))
-          for (std::size_t j = 0; j < k; ++j)
-            if (&(*g_)[order_[j]] == d)
-              layers.emplace_back(j, k);
+        if (const auto d = detail::moe_dispatch_of(*g_, order_[k]); d && step_of_[*d] < k)
+          layers.emplace_back(step_of_[*d], k);
     std::sort(layers.begin(), layers.end());
     std::array<std::size_t, 64> free_from{}; // per bit: the step after its last layer's combine
     for (const auto& [d, c] : layers)

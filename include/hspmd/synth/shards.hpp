@@ -73,17 +73,15 @@ inline void pair_moe_routing(split_classes& c, const graph::graph& g, const plan
   std::map<graph::node_id, const plan_step*> step_of;
   for (const plan_step& s : p.steps)
     step_of[s.node] = &s;
-  const auto token_parallel = [](const plan_step& s) {
-    return s.rule.kind == graph::rule::family::split && s.rule.in[1].is_split();
-  };
+  const auto token_parallel = [](const plan_step& s) { return moe_token_parallel(s.rule); };
   for (const plan_step& s : p.steps) {
     if (g[s.node].kind != graph::op::moe_combine)
       continue;
     const graph::node_id probs = g[s.node].inputs[1];
     const plan_step* dispatch = nullptr;
-    for (const auto& [id, step] : step_of)
-      if (g[id].kind == graph::op::moe_dispatch && g[id].inputs[1] == probs)
-        dispatch = step;
+    if (const auto d = moe_dispatch_of(g, s.node))
+      if (const auto it = step_of.find(*d); it != step_of.end())
+        dispatch = it->second;
     if (dispatch == nullptr) {
       if (token_parallel(s))
         throw plan_error("lowering",
