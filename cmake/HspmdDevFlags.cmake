@@ -27,7 +27,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(hspmd_dev_flags INTERFACE -Werror)
   endif()
   if(HSPMD_NATIVE_ARCH)
-    target_compile_options(hspmd_dev_flags INTERFACE -march=native)
+    target_compile_options(hspmd_dev_flags INTERFACE -march=native ${HSPMD_WIDE_VECTORS})
   endif()
   if(HSPMD_SANITIZE)
     set(hspmd_sanitize_flags -fsanitize=address,undefined -fno-sanitize-recover=all

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -81,6 +82,7 @@ public:
     placed_.assign(n, false);
     shared_.assign(n, false);
     zero_before_.resize(n);
+    first_written_.assign(n, false);
     for (graph::node_id i = 0; i < n; ++i) {
       const graph::node& node = g[i];
       if (node.type == dtype::i64) {
@@ -287,10 +289,11 @@ public:
   }
   /// Zeroes every gradient and seeds d loss / d loss = 1 (shared gradient buffers are zeroed
   /// when they come into use, see `reuse_gradient_buffers`).
+  /// A gradient whose first writer stores it whole (`plan_first_writes`) is not zeroed.
   void begin_backward() {
     materialize();
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      if (!pooled_[i])
+      if (!pooled_[i] && !first_written_[i])
         fill(backend_, s_.grads[i].data(), s_.grads[i].size(), T{});
     fill(backend_, s_.grads[*g_.loss()].data(), 1, static_cast<T>(loss_scale_));
   }
@@ -305,7 +308,8 @@ public:
   void enter_backward(graph::node_id i) {
     materialize();
     for (graph::node_id j : zero_before_[i])
-      fill(backend_, s_.grads[j].data(), s_.grads[j].size(), T{});
+      if (!first_written_[j])
+        fill(backend_, s_.grads[j].data(), s_.grads[j].size(), T{});
   }
 
   /// Shares the memory of intermediate gradients whose lives do not overlap
@@ -324,6 +328,8 @@ public:
     for (graph::node_id i = 0; i < g_.size(); ++i)
       sizes[i] = gradient_size(i);
     const auto plan = plan_gradient_memory(g_, sizes, keep, extra_users);
+    extra_users_ = extra_users;
+    plan_first_writes();
     try {
       pool_ = backend_.template allocate<T>(plan.pool_elements);
     } catch (const device_error& e) {
@@ -402,6 +408,11 @@ public:
   [[nodiscard]] std::span<const T> grad(graph::node_id id) const {
     allocated("gradient", id, s_.grads.at(id).size() == gradient_size(id));
     return s_.grads[id];
+  }
+  /// Whether node `id`'s gradient is stored whole by its first writer in the backward, so that
+  /// it is never zeroed (see `plan_first_writes`); after the executor first runs.
+  [[nodiscard]] bool gradient_stored_whole(graph::node_id id) const {
+    return first_written_.at(id);
   }
   /// The value of an integer node (token ids, labels).
   [[nodiscard]] std::span<std::int64_t> ids(graph::node_id id) { return s_.ids.at(id); }
@@ -525,6 +536,40 @@ private:
       }
     }
     point_views();
+    plan_first_writes();
+  }
+  // Which backward writes each gradient first in the reverse sweep (its user of the largest id),
+  // and whether it can store the gradient whole instead of adding into a zeroed buffer: the
+  // user's kernel says so for that input (`kernel_assigns`), reads the node through one input
+  // only, and nothing outside the graph's edges adds into the gradient (`extra_users_`, a
+  // transfer's dual). Such gradients are not zeroed before the backward: a memory pass fewer
+  // per activation and parameter (the zeroing was ~5 % of a BERT-small step on the host).
+  void plan_first_writes() {
+    const std::size_t n = g_.size();
+    std::vector<std::optional<graph::node_id>> first(n);
+    for (graph::node_id j = 0; j < n; ++j)
+      for (graph::node_id in : g_[j].inputs)
+        if (!first[in] || *first[in] < j)
+          first[in] = j;
+    std::vector<bool> external(n, false);
+    for (const auto& [from, to] : extra_users_)
+      external.at(from) = true;
+    s_.assign.assign(n, 0U);
+    first_written_.assign(n, false);
+    for (graph::node_id i = 0; i < n; ++i) {
+      const graph::node& node = g_[i];
+      if (node.type == dtype::i64) // (no backward runs)
+        continue;
+      const std::uint32_t can = kernel_assigns(node.kind);
+      for (std::size_t k = 0; k < node.inputs.size() && k < 32; ++k) {
+        const graph::node_id j = node.inputs[k];
+        if (((can >> k) & 1U) == 0 || external[j] || first[j] != i || g_[j].type == dtype::i64 ||
+            std::ranges::count(node.inputs, j) != 1)
+          continue;
+        s_.assign[i] |= 1U << k;
+        first_written_[j] = true;
+      }
+    }
   }
   // A view reads its input's buffer, once that has one.
   void point_views() {
@@ -661,6 +706,8 @@ private:
   std::vector<bool> shared_;  // node i's value lies in value_pool_
   bool materialized_ = false; // every value and gradient has its storage
   std::vector<std::vector<graph::node_id>> zero_before_; // zeroed when node i's backward starts
+  std::vector<bool> first_written_; // stored whole by its first writer: never zeroed
+  std::vector<std::pair<graph::node_id, graph::node_id>> extra_users_; // (see reuse_...)
 };
 
 /// Recomputation segments for `executor::recompute`, one per block of a model whose parameters

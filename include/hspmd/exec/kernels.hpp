@@ -22,6 +22,8 @@
 #include <hspmd/exec/kernels/vocabulary.hpp>
 #include <hspmd/graph/ops.hpp>
 
+#include <cstdint>
+
 namespace hspmd::exec {
 
 /// The two halves of a kernel pair, as types for diagnostics.
@@ -69,6 +71,19 @@ constexpr bool kernel_complete() {
 #define HSPMD_EXEC_KERNEL_CHECK(o, form) &&detail::kernel_complete<graph::op::o, #o>()
 static_assert(true HSPMD_GRAPH_OPS(HSPMD_EXEC_KERNEL_CHECK), "every op has a kernel pair");
 #undef HSPMD_EXEC_KERNEL_CHECK
+
+/// The inputs (a bit each) whose gradients op O's backward can store whole instead of adding
+/// (`kernel<O>::assigns`, see exec/kernels/common.hpp); 0 where the pair does not say.
+template <graph::op O>
+[[nodiscard]] constexpr std::uint32_t kernel_assigns() {
+  if constexpr (requires { kernel<O>::assigns; })
+    return kernel<O>::assigns;
+  else
+    return 0;
+}
+[[nodiscard]] inline std::uint32_t kernel_assigns(graph::op kind) {
+  return graph::visit_op(kind, [](auto o) { return kernel_assigns<o.value>(); });
+}
 
 /// Runs the forward (or backward) kernel of the context's node.
 template <class T, class B>

@@ -1,16 +1,22 @@
 // Optimizer arithmetic, clipping, and an MLP learning a synthetic task in 50 steps.
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/trainer.hpp>
+#include <hspmd/models/bert.hpp>
+#include <hspmd/models/llama.hpp>
 #include <hspmd/nn/layers.hpp>
 
 #include "../../support/training.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 using namespace hspmd;
@@ -290,4 +296,99 @@ TEST_CASE("a 5:3 slowdown shows as 1.67x, not 1.66x") {
   CHECK(exec::detail::times_text(2.0) == "2x");
   CHECK(exec::detail::duration_text(3725.0) == "1:02:05");
   CHECK(exec::detail::duration_text(65.4) == "1:05");
+}
+
+namespace {
+// Every gradient buffer the executor can name, filled with NaN (what another gradient's
+// leftovers could be in a shared buffer).
+template <class B>
+void poison_gradients(exec::executor<float, B>& ex) {
+  for (graph::node_id i = 0; i < ex.graph().size(); ++i)
+    if (ex.graph()[i].type != dtype::i64)
+      std::ranges::fill(ex.grad(i), std::numeric_limits<float>::quiet_NaN());
+}
+} // namespace
+
+TEST_CASE("gradients stored by their first writer read nothing their buffers held before") {
+  // A backward stores (rather than adds) a gradient where it writes it first and whole (a
+  // GEMM's beta 0, a kernel's `assign`), and such buffers are not zeroed. With every gradient
+  // buffer filled with NaN between two identical steps, the second step's gradients must come
+  // out bit-identical to the first's: any gradient added into instead of stored, or stored only
+  // in part, would carry the NaN. BERT (dropout, layer norm, GELU, softmax, permutes, tied
+  // position add), Llama (RMS norm, rotary, SwiGLU), a node read twice by one op, with and
+  // without shared gradient buffers and recomputation.
+  models::bert_config bc;
+  bc.layers = 2;
+  bc.hidden = 32;
+  bc.heads = 2;
+  bc.ffn = 64;
+  bc.seq = 8;
+  bc.vocab = 40;
+  models::llama_config lc;
+  lc.layers = 2;
+  lc.hidden = 32;
+  lc.heads = 2;
+  lc.ffn = 48;
+  lc.seq = 8;
+  lc.vocab = 40;
+  nn::tracer t(dtype::f32, 3);
+  const auto x = t.input<float, extents<dynamic_extent, dynamic_extent>>("x", 4, 6);
+  const auto w =
+      t.parameter<float>("w", extents<dynamic_extent, dynamic_extent>(6, 6), nn::normal_init(0.3));
+  const auto h = nn::functional::matmul(x, w);
+  t.set_loss(nn::functional::sum(nn::functional::add(
+      nn::functional::mul(h, h), nn::functional::gelu(h)))); // h read twice by one mul
+  const std::vector<std::pair<std::string, graph::graph>> graphs = {
+      {"bert", models::trace_bert_lm<float>(bc, 2)},
+      {"llama", models::trace_llama_lm<float>(lc, 2)},
+      {"squares", t.take()}};
+  for (const auto& [name, g] : graphs)
+    for (const bool shared : {false, true}) {
+      INFO(name << (shared ? ", shared gradient buffers and recomputation" : ""));
+      exec::executor<float> ex(g, 5);
+      if (shared) {
+        ex.reuse_gradient_buffers();
+        ex.recompute(exec::scope_segments(g));
+      }
+      std::mt19937 rng(11);
+      for (graph::node_id i = 0; i < g.size(); ++i) {
+        const graph::node& n = g[i];
+        if (n.kind != graph::op::input)
+          continue;
+        if (n.type == dtype::i64) {
+          std::vector<std::int64_t> ids(n.out.size());
+          for (auto& id : ids)
+            id = static_cast<std::int64_t>(rng() % 40);
+          ex.set_input(n.name, std::span<const std::int64_t>(ids));
+        } else {
+          std::vector<float> v(n.out.size());
+          for (auto& e : v)
+            e = static_cast<float>(rng() % 100) / 50.0F - 1.0F;
+          ex.set_input(n.name, std::span<const float>(v));
+        }
+      }
+      std::vector<std::vector<float>> first;
+      const auto step = [&] {
+        ex.set_step(1);
+        (void)ex.forward();
+        ex.backward();
+        std::vector<std::vector<float>> out;
+        for (graph::node_id p : g.parameters())
+          out.emplace_back(std::as_const(ex).grad(p).begin(), std::as_const(ex).grad(p).end());
+        return out;
+      };
+      first = step();
+      std::size_t stored = 0;
+      for (graph::node_id i = 0; i < g.size(); ++i)
+        stored += ex.gradient_stored_whole(i) ? 1U : 0U;
+      CHECK(stored > g.size() / 2); // most gradients are stored, not zeroed and added
+      poison_gradients(ex);
+      const auto second = step();
+      REQUIRE(second.size() == first.size());
+      for (std::size_t p = 0; p < first.size(); ++p) {
+        INFO("parameter " << g[g.parameters()[p]].name);
+        CHECK(std::ranges::all_of(second[p], [](float v) { return std::isfinite(v); }));
+        CHECK(second[p] == first[p]);
+      }
+    }
 }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <numbers>
 
 namespace hspmd::exec {
@@ -21,7 +22,7 @@ struct map_forward {
   T* y;
   HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const { y[i] = m.forward(x[i]); }
 };
-/// dx[i] += m.backward(x[i], y[i], dy[i]).
+/// dx[i] += m.backward(x[i], y[i], dy[i]) (stored with `assign`).
 template <class Math, class T>
 struct map_backward {
   Math m;
@@ -29,8 +30,9 @@ struct map_backward {
   const T* y;
   const T* dy;
   T* dx;
+  bool assign = false;
   HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
-    dx[i] += m.backward(x[i], y[i], dy[i]);
+    contribute(dx[i], m.backward(x[i], y[i], dy[i]), assign);
   }
 };
 
@@ -38,6 +40,7 @@ struct map_backward {
 /// `Math<T>::of(context)`).
 template <template <class> class Math>
 struct map_kernel {
+  static constexpr std::uint32_t assigns = 0b1;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     for_each_index(c.backend(), c.out_size(),
@@ -46,7 +49,8 @@ struct map_kernel {
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     for_each_index(c.backend(), c.out_size(),
-                   map_backward<Math<T>, T>{Math<T>::of(c), c.in(0), c.out(), c.dout(), c.din(0)});
+                   map_backward<Math<T>, T>{Math<T>::of(c), c.in(0), c.out(), c.dout(), c.din(0),
+                                            c.assign(0)});
   }
 };
 
@@ -154,15 +158,18 @@ struct swiglu_backward {
   const T* dy;
   T* da;
   T* db;
+  bool assign_a = false;
+  bool assign_b = false;
   HSPMD_HD HSPMD_INLINE void operator()(std::size_t i) const {
     const T s = math::sigmoid(a[i]);
-    da[i] += dy[i] * b[i] * (s * (T{1} + a[i] * (T{1} - s)));
-    db[i] += dy[i] * (a[i] * s);
+    contribute(da[i], dy[i] * b[i] * (s * (T{1} + a[i] * (T{1} - s))), assign_a);
+    contribute(db[i], dy[i] * (a[i] * s), assign_b);
   }
 };
 
 template <>
 struct kernel<graph::op::swiglu> {
+  static constexpr std::uint32_t assigns = 0b11;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     for_each_index(c.backend(), c.out_size(), swiglu_forward<T>{c.in(0), c.in(1), c.out()});
@@ -170,7 +177,8 @@ struct kernel<graph::op::swiglu> {
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     for_each_index(c.backend(), c.out_size(),
-                   swiglu_backward<T>{c.in(0), c.in(1), c.dout(), c.din(0), c.din(1)});
+                   swiglu_backward<T>{c.in(0), c.in(1), c.dout(), c.din(0), c.din(1), c.assign(0),
+                                      c.assign(1)});
   }
 };
 

@@ -5,7 +5,11 @@
 //     template <class T, class B> static void forward(kernel_context<T, B>& c);
 //     template <class T, class B> static void backward(kernel_context<T, B>& c);
 // `forward` writes the node's value from its inputs; `backward` *adds* the input gradients from
-// the output gradient (a node used twice receives two contributions). The arithmetic is in
+// the output gradient (a node used twice receives two contributions). A pair may declare
+// `static constexpr std::uint32_t assigns`, a bit per input whose gradient its backward writes
+// whole: where the executor says the node is that gradient's first writer in the reverse sweep
+// (`kernel_context::assign(k)`), it stores instead of adding, and the executor does not zero the
+// buffer first (`contribute`). The arithmetic is in
 // HSPMD_HD functors launched through `for_each_index` and `gemm` of the backend, so the same
 // functor runs on the host here and on a device under nvcc. Host-side work in a kernel is limited
 // to checking inputs and choosing launches.
@@ -45,6 +49,9 @@ struct node_storage {
   std::vector<buffer<T>> saved;                 ///< state a forward keeps for its backward
   std::vector<buffer<std::size_t>> saved_index; ///< (max pooling: where each maximum came from)
   std::vector<node_layout> layouts;             ///< empty when the graph is not a rank's piece
+  /// Per node, a bit per input: the node's backward is the first to write that input's gradient
+  /// and stores it (empty: every backward adds).
+  std::vector<std::uint32_t> assign;
 };
 
 /// One node's view of the executor, for its kernels.
@@ -83,6 +90,11 @@ public:
   [[nodiscard]] T* dout() const { return s_->grads[id_].data(); }
   [[nodiscard]] const T* in(std::size_t k) const { return s_->value_views[input(k)].data(); }
   [[nodiscard]] T* din(std::size_t k) const { return s_->grads[input(k)].data(); }
+  /// Whether the backward stores input k's gradient instead of adding to it: this node is its
+  /// first writer and the buffer was not zeroed (only for inputs in the kernel's `assigns`).
+  [[nodiscard]] bool assign(std::size_t k) const {
+    return !s_->assign.empty() && ((s_->assign[id_] >> k) & 1U) != 0;
+  }
   /// Input k's integer values (token ids, labels), on the host.
   [[nodiscard]] std::span<const std::int64_t> ids(std::size_t k) const {
     auto& b = s_->ids[input(k)];
@@ -178,6 +190,14 @@ struct two_way_kernel {
     Self::run(c, true);
   }
 };
+
+/// A backward's contribution v to a gradient element d: stored where the node is the gradient's
+/// first writer (`kernel_context::assign`), else added. Branch-free, so element loops vectorize;
+/// what a stored element held before (another gradient's leftovers) is not read into v.
+template <class T>
+HSPMD_HD HSPMD_INLINE void contribute(T& d, T v, bool assign) {
+  d = math::select(assign, v, d + v);
+}
 
 /// Columns per functor index of the kernels that reduce over rows (bias and normalization
 /// gradients, embedding scatters): each index owns a block of columns and walks the rows, so

@@ -73,6 +73,7 @@ struct binary_rows_backward {
   T sign;
   std::size_t rows;
   std::size_t len;
+  bool assign = false;
   HSPMD_HD void operator()(std::size_t b) const {
     const std::size_t j0 = b * column_block;
     const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
@@ -81,7 +82,7 @@ struct binary_rows_backward {
       for (std::size_t j = 0; j < w; ++j)
         s[j] += dy[i * len + j0 + j];
     for (std::size_t j = 0; j < w; ++j)
-      d[j0 + j] += sign * s[j];
+      contribute(d[j0 + j], sign * s[j], assign);
   }
 };
 
@@ -95,6 +96,7 @@ struct binary_backward {
   T sign;
   broadcast_fanout fan;
   broadcast_index other_at;
+  bool assign = false;
   HSPMD_HD void operator()(std::size_t j) const {
     const std::size_t base = fan.first(j);
     T s{0};
@@ -105,7 +107,7 @@ struct binary_backward {
       else
         s += dy[o];
     }
-    d[j] += sign * s;
+    contribute(d[j], sign * s, assign);
   }
 };
 
@@ -117,16 +119,18 @@ struct binary_backward_same {
   T* d;
   T sign;
   broadcast_index other_at;
+  bool assign = false;
   HSPMD_HD void operator()(std::size_t j) const {
     if constexpr (Product)
-      d[j] += sign * (dy[j] * other[other_at(j)]);
+      contribute(d[j], sign * (dy[j] * other[other_at(j)]), assign);
     else
-      d[j] += sign * dy[j];
+      contribute(d[j], sign * dy[j], assign);
   }
 };
 
 template <graph::op O>
 struct binary_kernel {
+  static constexpr std::uint32_t assigns = 0b11;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const auto& out = c.out_shape();
@@ -154,20 +158,22 @@ struct binary_kernel {
       if (c.in_shape(k).dims == out.dims) {
         for_each_index(c.backend(), out.size(),
                        binary_backward_same<T, product>{c.dout(), c.in(1 - k), c.din(k), sign,
-                                                        broadcast_index(c.in_shape(1 - k), out)});
+                                                        broadcast_index(c.in_shape(1 - k), out),
+                                                        c.assign(k)});
         continue;
       }
       const broadcast_index own(c.in_shape(k), out);
       if (!product && own.modulo != 0) {
-        for_each_index(
-            c.backend(), column_blocks(own.modulo),
-            binary_rows_backward<T>{c.dout(), c.din(k), sign, out.size() / own.modulo, own.modulo});
+        for_each_index(c.backend(), column_blocks(own.modulo),
+                       binary_rows_backward<T>{c.dout(), c.din(k), sign, out.size() / own.modulo,
+                                               own.modulo, c.assign(k)});
         continue;
       }
       for_each_index(c.backend(), c.in_shape(k).size(),
                      binary_backward<T, product>{c.dout(), c.in(1 - k), c.din(k), sign,
                                                  broadcast_fanout(c.in_shape(k), out),
-                                                 broadcast_index(c.in_shape(1 - k), out)});
+                                                 broadcast_index(c.in_shape(1 - k), out),
+                                                 c.assign(k)});
     }
   }
 };
@@ -190,6 +196,7 @@ struct broadcast_forward {
 
 template <>
 struct kernel<graph::op::broadcast> {
+  static constexpr std::uint32_t assigns = 0b1;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     for_each_index(
@@ -198,10 +205,14 @@ struct kernel<graph::op::broadcast> {
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
-    for_each_index(
-        c.backend(), c.in_shape(0).size(),
-        binary_backward<T, false>{
-            c.dout(), nullptr, c.din(0), T{1}, broadcast_fanout(c.in_shape(0), c.out_shape()), {}});
+    for_each_index(c.backend(), c.in_shape(0).size(),
+                   binary_backward<T, false>{c.dout(),
+                                             nullptr,
+                                             c.din(0),
+                                             T{1},
+                                             broadcast_fanout(c.in_shape(0), c.out_shape()),
+                                             {},
+                                             c.assign(0)});
   }
 };
 
@@ -300,9 +311,10 @@ struct masked_copy {
   const T* x;
   const T* m;
   T* out;
+  bool assign = false; ///< (Add: store instead)
   HSPMD_HD void operator()(std::size_t i) const {
     if constexpr (Add)
-      out[i] += x[i] * m[i];
+      contribute(out[i], x[i] * m[i], assign);
     else
       out[i] = x[i] * m[i];
   }
@@ -318,6 +330,7 @@ struct constant_fill {
 
 template <>
 struct kernel<graph::op::dropout> {
+  static constexpr std::uint32_t assigns = 0b1;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const std::size_t n = c.out_size();
@@ -354,7 +367,8 @@ struct kernel<graph::op::dropout> {
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
-    for_each_index(c.backend(), c.out_size(), masked_copy<T, true>{c.dout(), c.saved(), c.din(0)});
+    for_each_index(c.backend(), c.out_size(),
+                   masked_copy<T, true>{c.dout(), c.saved(), c.din(0), c.assign(0)});
   }
 };
 

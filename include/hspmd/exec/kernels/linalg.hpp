@@ -6,6 +6,7 @@
 #include <hspmd/exec/kernels/common.hpp>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace hspmd::exec {
 
@@ -21,13 +22,14 @@ struct fill_row_bias {
       row[j] = b[j];
   }
 };
-/// db[j] += sum over rows of dy[., j], for the columns of block b.
+/// db[j] += sum over rows of dy[., j], for the columns of block b (stored with `assign`).
 template <class T>
 struct bias_gradient {
   const T* dy;
   T* db;
   std::size_t rows;
   std::size_t n;
+  bool assign = false;
   HSPMD_HD void operator()(std::size_t b) const {
     const std::size_t j0 = b * column_block;
     const std::size_t w = n - j0 < column_block ? n - j0 : column_block;
@@ -36,12 +38,13 @@ struct bias_gradient {
       for (std::size_t j = 0; j < w; ++j)
         s[j] += dy[i * n + j0 + j];
     for (std::size_t j = 0; j < w; ++j)
-      db[j0 + j] += s[j];
+      contribute(db[j0 + j], s[j], assign);
   }
 };
 
 /// matmul and linear: x (m, k) . w (k, n) [+ b (n)], leading dimensions of x flattened into m.
 struct matmul_kernel {
+  static constexpr std::uint32_t assigns = 0b111; // dX, dW, db
   struct dims {
     std::size_t m, k, n;
   };
@@ -62,16 +65,24 @@ struct matmul_kernel {
     gemm(c, transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, bias ? T{1} : T{0},
          c.out(), n);
   }
-  // dX += dY W^T ; dW += X^T dY ; db += column sums of dY
+  // dX += dY W^T ; dW += X^T dY ; db += column sums of dY (beta 0 where the gradient is stored)
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const auto [m, k, n] = dims_of(c);
-    gemm(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, c.in(1), n, T{1}, c.din(0),
-         k);
-    gemm(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, T{1}, c.din(1),
-         n);
+    gemm(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, c.in(1), n, beta(c, 0),
+         c.din(0), k);
+    gemm(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, beta(c, 1),
+         c.din(1), n);
     if (c.arity() == 3 && !c.skip_bias())
-      for_each_index(c.backend(), column_blocks(n), bias_gradient<T>{c.dout(), c.din(2), m, n});
+      for_each_index(c.backend(), column_blocks(n),
+                     bias_gradient<T>{c.dout(), c.din(2), m, n, c.assign(2)});
+    else if (c.arity() == 3 && c.assign(2)) // another rank's bias: its gradient here is 0
+      fill(c.backend(), c.din(2), n, T{});
+  }
+  /// A backward GEMM's beta: 0 where it stores input k's gradient, else 1 (adds).
+  template <class T, class B>
+  static T beta(const kernel_context<T, B>& c, std::size_t k) {
+    return c.assign(k) ? T{0} : T{1};
   }
 };
 
@@ -82,6 +93,7 @@ struct kernel<graph::op::linear> : matmul_kernel {};
 
 template <>
 struct kernel<graph::op::batched_matmul> {
+  static constexpr std::uint32_t assigns = 0b11;
   struct dims {
     std::size_t batches, m, k, n;
   };
@@ -104,16 +116,26 @@ struct kernel<graph::op::batched_matmul> {
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const auto [batches, m, k, n] = dims_of(c);
+    if (batches == 0) { // no rows (a rank's empty piece): B's stored gradient is 0
+      for (std::size_t i = 0; i < 2; ++i)
+        if (c.assign(i))
+          fill(c.backend(), c.din(i), c.in_shape(i).size(), T{});
+      return;
+    }
     if (!c.attrs().flag) { // C = A B: dA += dC B^T (m x k), dB += A^T dC (k x n)
       gemm_strided_batched(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, m * n,
-                           c.in(1), n, k * n, T{1}, c.din(0), k, m * k, batches);
+                           c.in(1), n, k * n, matmul_kernel::beta(c, 0), c.din(0), k, m * k,
+                           batches);
       gemm_strided_batched(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, m * k,
-                           c.dout(), n, m * n, T{1}, c.din(1), n, k * n, batches);
+                           c.dout(), n, m * n, matmul_kernel::beta(c, 1), c.din(1), n, k * n,
+                           batches);
     } else { // C = A B^T, B is n x k: dA += dC B (m x k), dB += dC^T A (n x k)
       gemm_strided_batched(c, transpose::no, transpose::no, m, k, n, T{1}, c.dout(), n, m * n,
-                           c.in(1), k, k * n, T{1}, c.din(0), k, m * k, batches);
+                           c.in(1), k, k * n, matmul_kernel::beta(c, 0), c.din(0), k, m * k,
+                           batches);
       gemm_strided_batched(c, transpose::yes, transpose::no, n, k, m, T{1}, c.dout(), n, m * n,
-                           c.in(0), k, m * k, T{1}, c.din(1), k, k * n, batches);
+                           c.in(0), k, m * k, matmul_kernel::beta(c, 1), c.din(1), k, k * n,
+                           batches);
     }
   }
 };

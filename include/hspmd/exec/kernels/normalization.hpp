@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 namespace hspmd::exec {
 
@@ -51,23 +52,27 @@ struct softmax_row_backward {
   const T* dy;
   T* dx;
   std::size_t len;
+  bool assign = false;
   template <class Team>
   HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* gr = dy + r * len;
     const T* yr = y + r * len;
     T* dr = dx + r * len;
+    const bool store = assign;
     if constexpr (!Log) {
       const T s = t.template sum<T>(len, [&](std::size_t j) { return gr[j] * yr[j]; });
-      t.for_each(len, [=](std::size_t j) { dr[j] += yr[j] * (gr[j] - s); });
+      t.for_each(len, [=](std::size_t j) { contribute(dr[j], yr[j] * (gr[j] - s), store); });
     } else {
       const T s = t.template sum<T>(len, [&](std::size_t j) { return gr[j]; });
-      t.for_each(len, [=](std::size_t j) { dr[j] += gr[j] - math::exp(yr[j]) * s; });
+      t.for_each(len,
+                 [=](std::size_t j) { contribute(dr[j], gr[j] - math::exp(yr[j]) * s, store); });
     }
   }
 };
 
 template <bool Log>
 struct softmax_kernel {
+  static constexpr std::uint32_t assigns = 0b1;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const auto& out = c.out_shape();
@@ -85,7 +90,7 @@ struct softmax_kernel {
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     for_each_row(c.backend(), graph::rows_of(c.out_shape()),
-                 softmax_row_backward<T, Log>{c.out(), c.dout(), c.din(0), len});
+                 softmax_row_backward<T, Log>{c.out(), c.dout(), c.din(0), len, c.assign(0)});
   }
 };
 
@@ -108,9 +113,9 @@ struct layer_norm_row {
   HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* xr = x + r * len;
     const T mu = t.template sum<T>(len, [&](std::size_t j) { return xr[j]; }) / static_cast<T>(len);
-    const T var =
-        t.template sum<T>(len, [&](std::size_t j) { return (xr[j] - mu) * (xr[j] - mu); }) /
-        static_cast<T>(len);
+    const T var = t.template sum<T>(len, [&](std::size_t j) {
+      return (xr[j] - mu) * (xr[j] - mu);
+    }) / static_cast<T>(len);
     const T rstd = T{1} / std::sqrt(var + eps);
     if (t.leader()) {
       saved[2 * r] = mu;
@@ -133,6 +138,7 @@ struct layer_norm_row_backward {
   const T* saved;
   T* dx;
   std::size_t len;
+  bool assign = false;
   template <class Team>
   HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T mu = saved[2 * r];
@@ -142,14 +148,17 @@ struct layer_norm_row_backward {
     const auto lt = static_cast<T>(len);
     const T* g = gamma;
     const T sum_dxhat = t.template sum<T>(len, [=](std::size_t j) { return gr[j] * g[j]; });
-    const T sum_dxhat_xhat = t.template sum<T>(
-        len, [=](std::size_t j) { return gr[j] * g[j] * ((xr[j] - mu) * rstd); });
+    const T sum_dxhat_xhat =
+        t.template sum<T>(len, [=](std::size_t j) { return gr[j] * g[j] * ((xr[j] - mu) * rstd); });
     // dx = a dy gamma - b - c (x - mu), the row's constants hoisted so the loop is three FMAs
     const T a = rstd;
     const T b = rstd / lt * sum_dxhat;
     const T cc = rstd * rstd / lt * sum_dxhat_xhat;
     T* dr = dx + r * len;
-    t.for_each(len, [=](std::size_t j) { dr[j] += a * (gr[j] * g[j]) - b - cc * (xr[j] - mu); });
+    const bool store = assign;
+    t.for_each(len, [=](std::size_t j) {
+      contribute(dr[j], a * (gr[j] * g[j]) - b - cc * (xr[j] - mu), store);
+    });
   }
 };
 
@@ -163,6 +172,8 @@ struct layer_norm_column_backward {
   T* dbeta;
   std::size_t len;
   std::size_t rows;
+  bool assign_gamma = false;
+  bool assign_beta = false;
   HSPMD_HD void operator()(std::size_t k) const {
     const std::size_t j0 = k * column_block;
     const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
@@ -179,32 +190,33 @@ struct layer_norm_column_backward {
       }
     }
     for (std::size_t j = 0; j < w; ++j) {
-      dgamma[j0 + j] += g[j];
-      dbeta[j0 + j] += b[j];
+      contribute(dgamma[j0 + j], g[j], assign_gamma);
+      contribute(dbeta[j0 + j], b[j], assign_beta);
     }
   }
 };
 
 template <>
 struct kernel<graph::op::layer_norm> {
+  static constexpr std::uint32_t assigns = 0b111;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
     for_each_row(c.backend(), rows,
                  layer_norm_row<T>{c.in(0), c.in(1), c.in(2), c.out(), c.saved(2 * rows), len,
-                                     static_cast<T>(c.attrs().scalar)});
+                                   static_cast<T>(c.attrs().scalar)});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
-    for_each_row(
-        c.backend(), rows,
-        layer_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
-    for_each_index(
-        c.backend(), column_blocks(len),
-        layer_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), c.din(2), len, rows});
+    for_each_row(c.backend(), rows,
+                 layer_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len,
+                                            c.assign(0)});
+    for_each_index(c.backend(), column_blocks(len),
+                   layer_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), c.din(2),
+                                                 len, rows, c.assign(1), c.assign(2)});
   }
 };
 
@@ -240,6 +252,7 @@ struct rms_norm_row_backward {
   const T* saved;
   T* dx;
   std::size_t len;
+  bool assign = false;
   template <class Team>
   HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T rrms = saved[r];
@@ -250,7 +263,10 @@ struct rms_norm_row_backward {
     const T mean = dot / static_cast<T>(len);
     T* dr = dx + r * len;
     const T* wt = w;
-    t.for_each(len, [=](std::size_t j) { dr[j] += rrms * (gr[j] * wt[j] - xr[j] * rrms * mean); });
+    const bool store = assign;
+    t.for_each(len, [=](std::size_t j) {
+      contribute(dr[j], rrms * (gr[j] * wt[j] - xr[j] * rrms * mean), store);
+    });
   }
 };
 
@@ -263,6 +279,7 @@ struct rms_norm_column_backward {
   T* dw;
   std::size_t len;
   std::size_t rows;
+  bool assign = false;
   HSPMD_HD void operator()(std::size_t k) const {
     const std::size_t j0 = k * column_block;
     const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
@@ -274,28 +291,31 @@ struct rms_norm_column_backward {
         g[j] += dr[j] * (xr[j] * saved[r]);
     }
     for (std::size_t j = 0; j < w; ++j)
-      dw[j0 + j] += g[j];
+      contribute(dw[j0 + j], g[j], assign);
   }
 };
 
 template <>
 struct kernel<graph::op::rms_norm> {
+  static constexpr std::uint32_t assigns = 0b11;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
     for_each_row(c.backend(), rows,
                  rms_norm_row<T>{c.in(0), c.in(1), c.out(), c.saved(rows), len,
-                                   static_cast<T>(c.attrs().scalar)});
+                                 static_cast<T>(c.attrs().scalar)});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const std::size_t len = c.out_shape().dims.back();
     const std::size_t rows = graph::rows_of(c.out_shape());
     for_each_row(c.backend(), rows,
-                 rms_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len});
+                 rms_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len,
+                                          c.assign(0)});
     for_each_index(c.backend(), column_blocks(len),
-                   rms_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), len, rows});
+                   rms_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), len, rows,
+                                               c.assign(1)});
   }
 };
 

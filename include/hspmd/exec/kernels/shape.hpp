@@ -7,6 +7,7 @@
 #include <hspmd/exec/kernels/common.hpp>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace hspmd::exec {
 
@@ -26,6 +27,7 @@ struct copy_elements {
 
 template <>
 struct kernel<graph::op::reshape> {
+  static constexpr std::uint32_t assigns = 0b1;
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     if (c.in(0) == c.out()) // the executor keeps the value where the input lies
@@ -34,7 +36,7 @@ struct kernel<graph::op::reshape> {
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
-    for_each_index(c.backend(), c.out_size(), copy_elements<T>{c.dout(), c.din(0), true});
+    for_each_index(c.backend(), c.out_size(), copy_elements<T>{c.dout(), c.din(0), !c.assign(0)});
   }
 };
 
@@ -48,6 +50,7 @@ struct permute_rows {
   std::size_t out_dims[graph::max_rank];
   std::size_t in_stride[graph::max_rank]; // stride in x of each output dimension
   bool backward;
+  bool assign = false; ///< (backward: store instead of adding)
   HSPMD_HD void operator()(std::size_t o) const {
     const std::size_t len = out_dims[rank - 1];
     const std::size_t step = in_stride[rank - 1];
@@ -59,7 +62,7 @@ struct permute_rows {
     }
     if (backward)
       for (std::size_t j = 0; j < len; ++j)
-        dst[from + j * step] += src[o * len + j];
+        contribute(dst[from + j * step], src[o * len + j], assign);
     else
       for (std::size_t j = 0; j < len; ++j)
         dst[o * len + j] = src[from + j * step];
@@ -68,15 +71,22 @@ struct permute_rows {
 
 template <>
 struct kernel<graph::op::permute> : two_way_kernel<kernel<graph::op::permute>> {
+  static constexpr std::uint32_t assigns = 0b1;
   template <class T, class B>
   static void run(kernel_context<T, B>& c, bool backward) {
     const auto& x = c.in_shape(0);
     const auto& perm = c.attrs().dims;
-    permute_rows<T> f{
-        backward ? c.dout() : c.in(0), backward ? c.din(0) : c.out(), x.rank(), {}, {}, backward};
+    const bool assign = backward && c.assign(0);
+    permute_rows<T> f{backward ? c.dout() : c.in(0),
+                      backward ? c.din(0) : c.out(),
+                      x.rank(),
+                      {},
+                      {},
+                      backward,
+                      assign};
     if (x.rank() == 0 || c.out_size() == 0) {
       if (x.rank() == 0)
-        for_each_index(c.backend(), 1, copy_elements<T>{f.src, f.dst, backward});
+        for_each_index(c.backend(), 1, copy_elements<T>{f.src, f.dst, backward && !assign});
       return;
     }
     std::size_t s = 1;

@@ -216,6 +216,7 @@ struct cross_entropy_backward {
   std::size_t v;
   vocab_span range;
   T scale;
+  bool assign = false;
   template <class Team>
   HSPMD_HD void operator()(std::size_t r, const Team& team) const {
     const T g = scale * dy[0];
@@ -223,7 +224,8 @@ struct cross_entropy_backward {
     const T* lr = logits + r * v;
     T* dr = dlogits + r * v;
     const auto t = static_cast<std::size_t>(targets[r]);
-    team.for_each(v, [=](std::size_t j) { dr[j] += g * math::exp(lr[j] - m); });
+    const bool store = assign;
+    team.for_each(v, [=](std::size_t j) { contribute(dr[j], g * math::exp(lr[j] - m), store); });
     // The target's -g, by the thread that wrote its element (program order: no race).
     if (t >= range.first && t < range.first + range.count && team.owns(t - range.first))
       dr[t - range.first] -= g;
@@ -240,6 +242,7 @@ template <class T, class B>
 
 template <>
 struct kernel<graph::op::cross_entropy> {
+  static constexpr std::uint32_t assigns = 0b1; // the logits
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const std::size_t v = c.in_shape(0).dims[1];
@@ -268,7 +271,7 @@ struct kernel<graph::op::cross_entropy> {
     const auto targets = c.ids(1);
     for_each_row(c.backend(), v == 0 ? 0 : targets.size(),
                  cross_entropy_backward<T>{c.in(0), targets.data(), c.saved(), c.dout(), c.din(0),
-                                             v, vocab_range(c, 1), loss_scale<T>(c)});
+                                           v, vocab_range(c, 1), loss_scale<T>(c), c.assign(0)});
   }
 };
 
