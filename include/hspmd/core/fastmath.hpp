@@ -11,8 +11,8 @@
 //   erf : |x| < 0.921875: x P(x^2) (degree 6 in x^2); beyond: 1 - e^{-x^2} R(t), t = 1/(1 + |x|/2)
 //         (degree 7), R fitted to erfc(x) e^{x^2} (the form keeps erfc's tail relative).
 //   erfc: 1 - x P(x^2) near 0; beyond, e^{-x^2} R(t) itself (2 minus it below 0): within 3 ulp
-//         below 0.92 (2 with FMA), 11 ulp below 4; beyond, the relative error grows with x^2 (R's fit and
-//         the rounded square) to 6e-5 where erfc underflows, near x = 10.
+//         below 0.92 (2 with FMA), 11 ulp below 4; beyond, the relative error grows with x^2 (R's
+//         fit and the rounded square) to 6e-5 where erfc underflows, near x = 10.
 //   tanh: |x| < 0.625: x P(x^2) (degree 5 in x^2); beyond: 1 - 2 / (e^{2|x|} + 1).
 //   sqrt: 1 / sqrt(x) from the exponent halved in the bit pattern, three Newton steps, then one
 //         Newton step on sqrt itself (subnormals scaled by 2^24 first); within 1 ulp of every
@@ -50,6 +50,10 @@ namespace detail {
 [[nodiscard]] HSPMD_HD constexpr std::int32_t key(float x) {
   const auto b = std::bit_cast<std::int32_t>(x);
   return b ^ ((b >> 31) & 0x7fffffff);
+}
+// The float whose key is k (the inverse of `key`).
+[[nodiscard]] HSPMD_HD constexpr float from_key(std::int32_t k) {
+  return std::bit_cast<float>(k ^ ((k >> 31) & 0x7fffffff));
 }
 [[nodiscard]] HSPMD_HD constexpr std::uint32_t magnitude(float x) {
   return std::bit_cast<std::uint32_t>(x) & 0x7fffffffU;
