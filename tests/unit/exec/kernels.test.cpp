@@ -3,7 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <new>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -98,4 +101,22 @@ TEST_CASE("GELU's derivative from the forward's output is accurate over a dense 
     check(x);
   INFO("worst error " << worst << " of its bound at x = " << worst_at);
   CHECK(worst <= 1);
+}
+
+TEST_CASE("host buffers of 2 MiB or more start on a 2 MiB boundary (huge pages); all are zeroed") {
+  const hspmd::exec::host_backend host;
+  constexpr std::size_t huge = std::size_t{2} << 20;
+  const auto big = host.allocate<float>(huge / sizeof(float) + 3); // a little over 2 MiB
+  REQUIRE(big.size() == huge / sizeof(float) + 3);
+  CHECK(reinterpret_cast<std::uintptr_t>(big.data()) % huge == 0);
+  CHECK(std::all_of(big.begin(), big.end(), [](float v) { return v == 0.0F; }));
+  const auto small = host.allocate<double>(1000);
+  CHECK(std::all_of(small.begin(), small.end(), [](double v) { return v == 0.0; }));
+  auto copy = big; // copies and moves keep the allocator's blocks consistent
+  copy.back() = 1.0F;
+  auto moved = std::move(copy);
+  CHECK(moved.back() == 1.0F);
+  CHECK(big.back() == 0.0F);
+  hspmd::exec::host_allocator<double> a;
+  CHECK_THROWS_AS((void)a.allocate(SIZE_MAX / 4), std::bad_array_new_length);
 }
