@@ -9,7 +9,8 @@ Comparisons (each a name for --only):
   single-llama  one process, Llama-small LM (2 layers, hidden 256, SwiGLU 688, seq 64, vocab 2000)
   ddp           2 equal ranks: hspmd DP-EV vs PyTorch DDP (gloo), BERT-small
   emulated      2 ranks, rank 1 emulated 2x slower (every op's compute stretched, as hspmd's
-                cluster file says): hspmd synth and DP-EV vs DDP at the best hand-set batch split
+                cluster file says): hspmd synth (calibrated) and DP-EV vs DDP at the best
+                hand-set batch split
 
 Global batch 16, Adam (lr 1e-3), clip 1.0, dropout 0.1 (BERT), mean cross-entropy. A round runs
 each side once for --steps steps; a side's time is the median step after the first two. Ratios
@@ -64,6 +65,11 @@ def run_hspmd(args, model, steps, ranks=1, cluster=None, plan=None, batch=BATCH)
                "--lr", "1e-3", "--metrics", metrics] + model_flags(model)
         if cluster:
             cmd += ["--cluster", cluster, "--plan", plan or "synth"]
+            if (plan or "synth") == "synth":
+                # the synthesizer plans with measured op times and collectives (a few seconds
+                # before the first step, not counted), as PyTorch's side gets its best split
+                # from a timed sweep
+                cmd += ["--calibrate"]
         if ranks > 1:
             cmd = mpirun_prefix(ranks) + cmd
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
