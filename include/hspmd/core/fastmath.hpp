@@ -13,6 +13,8 @@
 //   erfc: 1 - x P(x^2) near 0; beyond, e^{-x^2} R(t) itself (2 minus it below 0): within 3 ulp
 //         below 0.92 (2 with FMA), 11 ulp below 4; beyond, the relative error grows with x^2 (R's
 //         fit and the rounded square) to 6e-5 where erfc underflows, near x = 10.
+//   normal_tail (GELU's): erfc(a / sqrt 2) and e^{-a^2/2} for 0 <= a <= 13 from one formula,
+//         t S(t) e^{-z^2}, t = 1 / (1 + 0.45 z) (no branch): within 8 and 2 ulp.
 //   tanh: |x| < 0.625: x P(x^2) (degree 5 in x^2); beyond: 1 - 2 / (e^{2|x|} + 1).
 //   sqrt: 1 / sqrt(x) from the exponent halved in the bit pattern, three Newton steps, then one
 //         Newton step on sqrt itself (subnormals scaled by 2^24 first); within 1 ulp of every
@@ -148,6 +150,78 @@ namespace detail {
   const float ax = std::bit_cast<float>(magnitude(x));
   return erf_f32(x, exp_f32(-ax * ax));
 }
+
+// a * b - round(a * b), exactly (given p = round(a * b)): an FMA where the target has one, else
+// Dekker's product of halves (Veltkamp split; the halves' products are exact).
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float product_error(float a, float b, float p) {
+#if defined(__FMA__) || defined(__CUDA_ARCH__)
+  return std::fma(a, b, -p);
+#else
+  const auto split = [](float v, float& hi, float& lo) {
+    const float c = 4097.0f * v; // 2^12 + 1
+    hi = c - (c - v);
+    lo = v - hi;
+  };
+  float ah = 0, al = 0, bh = 0, bl = 0;
+  split(a, ah, al);
+  split(b, bh, bl);
+  return ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+#endif
+}
+
+// e^u for -87 <= u <= 0, no range checks (callers bound u): exp_f32's reduction and polynomial,
+// 2^n in one step (the result stays a normal float).
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float exp_nonpositive(float u) {
+  constexpr float round = 12582912.0f;
+  const float n = (u * 1.44269504088896341f + round) - round;
+  float r = u - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  const float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r2 + r + 1.0f;
+  return p * pow2i(static_cast<std::int32_t>(n));
+}
+
+} // namespace detail
+
+/// The standard normal's upper tail and density at a >= 0, the pair GELU needs.
+struct normal_tail_pair {
+  float erfc;  ///< erfc(a / sqrt 2) = 2 Q(a), relative to its last digits
+  float gauss; ///< e^{-a^2 / 2}
+};
+/// For 0 <= a <= 13 (callers clamp |x|; beyond, Q(a) < 6e-39 is 0 to any float sum): one branch-
+/// free formula over the whole range, erfc(z) = t S(t) e^{-z^2} with z = a / sqrt 2,
+/// t = 1 / (1 + 0.45 z) and S of degree 9 fitted (relative, weighted minimax) to erfc(z) e^{z^2} /
+/// t over all z >= 0 (3.2e-8). a^2 is split exactly into a rounded square and its error, so the
+/// exponential keeps its digits where a^2 is large. One exponential and one division for both
+/// values: the cheaper, not the general `erfc`'s two branches (a near-0 series and a tail, both
+/// computed per lane). GELU's output within 7 ulp, its derivative as tests/unit/exec/kernels.
+[[nodiscard]] HSPMD_HD HSPMD_INLINE normal_tail_pair normal_tail(float a) {
+  const float z = a * 0.70710678118654752f;
+  const float t = 1.0f / (1.0f + 0.45f * z);
+  float s = -4.141016304e-02f;
+  s = s * t + 1.907707602e-01f;
+  s = s * t - 3.007331192e-01f;
+  s = s * t + 1.425494552e-01f;
+  s = s * t - 2.244409360e-02f;
+  s = s * t + 1.199803129e-01f;
+  s = s * t + 1.752461195e-01f;
+  s = s * t + 2.282722890e-01f;
+  s = s * t + 2.538831234e-01f;
+  s = s * t + 2.538853288e-01f;
+  const float hi = a * a;
+  const float lo = detail::product_error(a, a, hi);
+  float g = detail::exp_nonpositive(-0.5f * hi); // e^{-(hi + lo)/2} = g (1 - lo/2)
+  g = g - g * (0.5f * lo);
+  return {(t * s) * g, g};
+}
+
+namespace detail {
 
 [[nodiscard]] HSPMD_HD HSPMD_INLINE float sqrt_f32(float x) {
   const std::int32_t k = key(x);

@@ -5,6 +5,8 @@
 // That is what lets rank r materialize rows [a, b) of a parameter, or draw the dropout mask of
 // its shard, and get exactly the numbers a single-device run draws at the same global indices.
 
+#include <hspmd/core/hd.hpp>
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -12,8 +14,11 @@
 
 namespace hspmd {
 
-/// One Philox4x32-10 block: 4 random words from a 128-bit counter and a 64-bit key.
-[[nodiscard]] constexpr std::array<std::uint32_t, 4>
+/// One Philox4x32-10 block: 4 random words from a 128-bit counter and a 64-bit key. Inlined
+/// into its callers (as `random_block` is): a kernel's loop over blocks then vectorizes, the
+/// 32 x 32 -> 64-bit products as even/odd lane multiplies (a call per block had kept dropout's
+/// mask scalar, ~4 ns an element).
+[[nodiscard]] HSPMD_INLINE constexpr std::array<std::uint32_t, 4>
 philox4x32_10(std::array<std::uint32_t, 4> ctr, std::array<std::uint32_t, 2> key) noexcept {
   constexpr std::uint32_t m0 = 0xD2511F53U; // round multipliers
   constexpr std::uint32_t m1 = 0xCD9E8D57U;
@@ -41,8 +46,8 @@ struct rng_key {
 };
 
 namespace detail {
-[[nodiscard]] constexpr std::array<std::uint32_t, 4> rng_block(rng_key k,
-                                                               std::uint64_t index) noexcept {
+[[nodiscard]] HSPMD_INLINE constexpr std::array<std::uint32_t, 4>
+rng_block(rng_key k, std::uint64_t index) noexcept {
   const auto lo = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
   const auto hi = [](std::uint64_t v) { return static_cast<std::uint32_t>(v >> 32U); };
   return philox4x32_10({lo(index), hi(index), lo(k.stream), hi(k.stream)},
@@ -57,8 +62,8 @@ namespace detail {
 
 /// The four random words of block `block` of stream `k` (`fill_uniform01_u32` gives element i
 /// word i % 4 of block i / 4).
-[[nodiscard]] constexpr std::array<std::uint32_t, 4> random_block(rng_key k,
-                                                                  std::uint64_t block) noexcept {
+[[nodiscard]] HSPMD_INLINE constexpr std::array<std::uint32_t, 4>
+random_block(rng_key k, std::uint64_t block) noexcept {
   return detail::rng_block(k, block);
 }
 

