@@ -532,6 +532,25 @@ private:
     if (materialized_)
       return;
     materialized_ = true;
+    if constexpr (std::is_same_v<B, host_backend>) {
+      // On the host the values share one arena (one block, so it is in huge pages: most of a
+      // transformer's activations are below 2 MiB, and on 4 KiB pages the step ran ~2 % slower),
+      // each value at a multiple of 64 bytes.
+      constexpr std::size_t align = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
+      std::vector<std::size_t> offset(g_.size(), 0);
+      std::size_t total = 0;
+      for (graph::node_id i = 0; i < g_.size(); ++i)
+        if (g_[i].type != dtype::i64 && !placed_[i] && !is_view(g_[i])) {
+          offset[i] = total;
+          total += (value_size(i) + align - 1) / align * align;
+        }
+      value_arena_ = allocate_for<T>(0, total, "values");
+      for (graph::node_id i = 0; i < g_.size(); ++i)
+        if (g_[i].type != dtype::i64 && !placed_[i] && !is_view(g_[i])) {
+          s_.value_views[i] = std::span<T>(value_arena_.data() + offset[i], value_size(i));
+          placed_[i] = true;
+        }
+    }
     for (graph::node_id i = 0; i < g_.size(); ++i) {
       if (g_[i].type == dtype::i64)
         continue;
@@ -707,6 +726,7 @@ private:
   std::vector<buffer<T>> own_grad_; // nodes with a gradient buffer of their own
   buffer<T> pool_;                  // shared gradient buffers (reuse_gradient_buffers)
   buffer<T> value_pool_;            // shared working-copy values (share_value_buffers)
+  buffer<T> value_arena_;           // the host's values placed when the executor first runs
   buffer<T> recompute_pool_;        // the recomputed segments' values (recompute)
   static constexpr std::size_t none_segment = static_cast<std::size_t>(-1);
   std::vector<std::size_t> segment_of_; // node i's recomputation segment, or none_segment
