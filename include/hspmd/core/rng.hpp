@@ -15,9 +15,9 @@
 namespace hspmd {
 
 /// One Philox4x32-10 block: 4 random words from a 128-bit counter and a 64-bit key. Inlined
-/// into its callers (as `random_block` is): a kernel's loop over blocks then vectorizes, the
-/// 32 x 32 -> 64-bit products as even/odd lane multiplies (a call per block had kept dropout's
-/// mask scalar, ~4 ns an element).
+/// into its callers (as `random_block` is): a kernel's loop over blocks then vectorizes (with
+/// AVX-512 the 32 x 32 -> 64-bit products become 64-bit lane multiplies); a call per block had
+/// kept dropout's mask loop scalar, ~4 ns an element.
 [[nodiscard]] HSPMD_INLINE constexpr std::array<std::uint32_t, 4>
 philox4x32_10(std::array<std::uint32_t, 4> ctr, std::array<std::uint32_t, 2> key) noexcept {
   constexpr std::uint32_t m0 = 0xD2511F53U; // round multipliers

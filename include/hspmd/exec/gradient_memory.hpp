@@ -6,8 +6,8 @@
 // over the reverse sweep). Parameters, the loss, integer nodes, nodes without users and nodes
 // the caller keeps get buffers of their own, so their gradients survive the backward.
 // A view's input whose gradient is the view's own gradient reinterpreted (`aliases`: a reshape,
-// the input's only user, storing it whole) takes the view's memory: its life continues the
-// view's, and the view's backward (a copy) need not run.
+// the input's last user, storing it whole; the input's other users add into it after) takes the
+// view's memory: its life continues the view's, and the view's backward (a copy) need not run.
 //
 //     auto plan = exec::plan_gradient_memory(g, sizes, keep, extra_users);
 //     plan.pooled[i];         // node i's gradient lies in the shared pool at plan.offset[i]
@@ -39,8 +39,8 @@ struct gradient_memory_plan {
 /// Plans the gradients of `g` whose element counts are `sizes` (0: no gradient). `extra_users`
 /// (from, to): to's backward adds into from's gradient outside the graph's edges (a transfer's
 /// dual). `aliases` (input, view): the input's gradient may be the view's, in its memory (the
-/// caller vouches that the view is the input's only user and stores its gradient whole); taken
-/// where both lie in the pool and have the same size.
+/// caller vouches that the view stores that gradient whole, as its first writer); taken where
+/// the view is the input's last user and both lie in the pool with the same size.
 [[nodiscard]] inline gradient_memory_plan
 plan_gradient_memory(const graph::graph& g, const std::vector<std::size_t>& sizes,
                      const std::vector<graph::node_id>& keep = {},
