@@ -72,15 +72,12 @@ namespace detail {
   return std::bit_cast<float>(static_cast<std::int32_t>((n + 127) << 23));
 }
 
-[[nodiscard]] HSPMD_HD HSPMD_INLINE float exp_f32(float x) {
-  constexpr std::int32_t hi = key(88.72283935546875f);   // above: +inf
-  constexpr std::int32_t lo = key(-103.97208404541016f); // below: 0
-  const std::int32_t k = key(x);
-  // Clamped so that n stays within the two halves' exponent range; the ends are selected below.
-  const float xc = select(k < key(-104.0f), -104.0f, select(k > key(89.0f), 89.0f, x));
+// e^{x - n ln 2} for n = round(x / ln 2) (set): Cody-Waite reduction, |r| <= ln 2 / 2, and the
+// degree-7 polynomial; callers scale by 2^n.
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float exp_reduced(float x, float& n) {
   constexpr float round = 12582912.0f; // 1.5 * 2^23: adding and subtracting it rounds to integer
-  const float n = (xc * 1.44269504088896341f + round) - round;
-  float r = xc - n * 0.693359375f; // ln 2 = 0.693359375 - 2.12194440e-4 (the first part exact)
+  n = (x * 1.44269504088896341f + round) - round;
+  float r = x - n * 0.693359375f; // ln 2 = 0.693359375 - 2.12194440e-4 (the first part exact)
   r = r + n * 2.12194440e-4f;
   const float r2 = r * r;
   float p = 1.9875691500e-4f;
@@ -89,7 +86,17 @@ namespace detail {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r + 1.0f;
+  return p * r2 + r + 1.0f;
+}
+
+[[nodiscard]] HSPMD_HD HSPMD_INLINE float exp_f32(float x) {
+  constexpr std::int32_t hi = key(88.72283935546875f);   // above: +inf
+  constexpr std::int32_t lo = key(-103.97208404541016f); // below: 0
+  const std::int32_t k = key(x);
+  // Clamped so that n stays within the two halves' exponent range; the ends are selected below.
+  const float xc = select(k < key(-104.0f), -104.0f, select(k > key(89.0f), 89.0f, x));
+  float n = 0;
+  const float p = exp_reduced(xc, n);
   const auto ni = static_cast<std::int32_t>(n);
   const std::int32_t h = ni / 2;
   float y = p * pow2i(h) * pow2i(ni - h);
@@ -172,18 +179,8 @@ namespace detail {
 // e^u for -87 <= u <= 0, no range checks (callers bound u): exp_f32's reduction and polynomial,
 // 2^n in one step (the result stays a normal float).
 [[nodiscard]] HSPMD_HD HSPMD_INLINE float exp_nonpositive(float u) {
-  constexpr float round = 12582912.0f;
-  const float n = (u * 1.44269504088896341f + round) - round;
-  float r = u - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  const float r2 = r * r;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r + 1.0f;
+  float n = 0;
+  const float p = exp_reduced(u, n);
   return p * pow2i(static_cast<std::int32_t>(n));
 }
 

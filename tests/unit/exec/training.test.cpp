@@ -307,6 +307,28 @@ void poison_gradients(exec::executor<float, B>& ex) {
     if (ex.graph()[i].type != dtype::i64)
       std::ranges::fill(ex.grad(i), std::numeric_limits<float>::quiet_NaN());
 }
+// Feeds every input of the executors' graph the same values drawn from `seed`: token ids below
+// 40, floats in [-1, 1).
+template <class... Ex>
+void feed_random_inputs(const graph::graph& g, unsigned seed, Ex&... ex) {
+  std::mt19937 rng(seed);
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    const graph::node& n = g[i];
+    if (n.kind != graph::op::input)
+      continue;
+    if (n.type == dtype::i64) {
+      std::vector<std::int64_t> ids(n.out.size());
+      for (auto& id : ids)
+        id = static_cast<std::int64_t>(rng() % 40);
+      (ex.set_input(n.name, std::span<const std::int64_t>(ids)), ...);
+    } else {
+      std::vector<float> v(n.out.size());
+      for (auto& e : v)
+        e = static_cast<float>(rng() % 100) / 50.0F - 1.0F;
+      (ex.set_input(n.name, std::span<const float>(v)), ...);
+    }
+  }
+}
 } // namespace
 
 TEST_CASE("gradients stored by their first writer read nothing their buffers held before") {
@@ -350,23 +372,7 @@ TEST_CASE("gradients stored by their first writer read nothing their buffers hel
         ex.reuse_gradient_buffers();
         ex.recompute(exec::scope_segments(g));
       }
-      std::mt19937 rng(11);
-      for (graph::node_id i = 0; i < g.size(); ++i) {
-        const graph::node& n = g[i];
-        if (n.kind != graph::op::input)
-          continue;
-        if (n.type == dtype::i64) {
-          std::vector<std::int64_t> ids(n.out.size());
-          for (auto& id : ids)
-            id = static_cast<std::int64_t>(rng() % 40);
-          ex.set_input(n.name, std::span<const std::int64_t>(ids));
-        } else {
-          std::vector<float> v(n.out.size());
-          for (auto& e : v)
-            e = static_cast<float>(rng() % 100) / 50.0F - 1.0F;
-          ex.set_input(n.name, std::span<const float>(v));
-        }
-      }
+      feed_random_inputs(g, 11, ex);
       std::vector<std::vector<float>> first;
       const auto step = [&] {
         ex.set_step(1);
@@ -422,24 +428,7 @@ TEST_CASE("a reshape that stores its input's gradient hands it its own gradient'
     exec::executor<float> own(g, 5);
     exec::executor<float> shared(g, 5);
     shared.reuse_gradient_buffers();
-    std::mt19937 rng(3);
-    for (graph::node_id i = 0; i < g.size(); ++i) {
-      if (g[i].kind != graph::op::input)
-        continue;
-      if (g[i].type == dtype::i64) {
-        std::vector<std::int64_t> ids(g[i].out.size());
-        for (auto& id : ids)
-          id = static_cast<std::int64_t>(rng() % 40);
-        own.set_input(g[i].name, std::span<const std::int64_t>(ids));
-        shared.set_input(g[i].name, std::span<const std::int64_t>(ids));
-      } else {
-        std::vector<float> v(g[i].out.size());
-        for (auto& e : v)
-          e = static_cast<float>(rng() % 100) / 50.0F - 1.0F;
-        own.set_input(g[i].name, std::span<const float>(v));
-        shared.set_input(g[i].name, std::span<const float>(v));
-      }
-    }
+    feed_random_inputs(g, 3, own, shared);
     for (auto* ex : {&own, &shared}) {
       ex->set_step(1);
       (void)ex->forward();
