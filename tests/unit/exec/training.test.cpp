@@ -329,6 +329,17 @@ void feed_random_inputs(const graph::graph& g, unsigned seed, Ex&... ex) {
     }
   }
 }
+// BERT with 2 layers of hidden 32 (2 heads, FFN 64), sequence 8, vocabulary 40.
+models::bert_config tiny_bert() {
+  models::bert_config bc;
+  bc.layers = 2;
+  bc.hidden = 32;
+  bc.heads = 2;
+  bc.ffn = 64;
+  bc.seq = 8;
+  bc.vocab = 40;
+  return bc;
+}
 } // namespace
 
 TEST_CASE("gradients stored by their first writer read nothing their buffers held before") {
@@ -339,13 +350,7 @@ TEST_CASE("gradients stored by their first writer read nothing their buffers hel
   // in part, would carry the NaN. BERT (dropout, layer norm, GELU, softmax, permutes, tied
   // position add), Llama (RMS norm, rotary, SwiGLU), a node read twice by one op, with and
   // without shared gradient buffers and recomputation.
-  models::bert_config bc;
-  bc.layers = 2;
-  bc.hidden = 32;
-  bc.heads = 2;
-  bc.ffn = 64;
-  bc.seq = 8;
-  bc.vocab = 40;
+  const models::bert_config bc = tiny_bert();
   models::llama_config lc;
   lc.layers = 2;
   lc.hidden = 32;
@@ -404,13 +409,7 @@ TEST_CASE("a reshape that stores its input's gradient hands it its own gradient'
   // the reshape's gradient memory (the same elements in the same order), and the reshape's
   // backward, a copy, does not run. The gradients must be bit-identical to an executor's with
   // buffers of their own.
-  models::bert_config bc;
-  bc.layers = 2;
-  bc.hidden = 32;
-  bc.heads = 2;
-  bc.ffn = 64;
-  bc.seq = 8;
-  bc.vocab = 40;
+  const models::bert_config bc = tiny_bert();
   // A graph whose reshaped node has another user before the reshape: the reshape is its last
   // user, stores its gradient, and the other user's backward adds into the shared memory after.
   nn::tracer t(dtype::f32, 3);
