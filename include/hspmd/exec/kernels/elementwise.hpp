@@ -341,19 +341,29 @@ struct kernel<graph::op::dropout> {
       const rng_key key{s.seed ^ (s.step * 0x9E3779B97F4A7C15ULL), fnv1a64(c.node().name)};
       const piece_runs piece = piece_runs::of(c.layout(), n);
       const T keep = static_cast<T>(1.0 / (1.0 - p));
-      if (piece.runs == 1 && piece.first_global(0) % 4 == 0) { // mask and product in one pass
+      bool aligned = piece.runs == 1 || piece.run % 4 == 0;
+      for (std::size_t r = 0; aligned && r < piece.runs; ++r)
+        aligned = piece.first_global(r) % 4 == 0;
+      if (aligned) { // mask and product in one pass, run by run (a split of heads: one a sample)
         const auto threshold = static_cast<std::uint64_t>(std::ceil(p * 0x1.0p32));
-        const std::uint64_t first = piece.first_global(0) / 4;
-        for_each_index(c.backend(), n / 4,
-                       dropout_aligned<T>{key, first, threshold, keep, c.in(0), mask, c.out()});
-        const std::size_t done = n / 4 * 4;
-        if (done < n) {    // the last block's first n % 4 elements
-          piece_runs tail; // one run of n % 4 elements from global element first + done
-          tail.run = n - done;
-          tail.offset = piece.first_global(0) + done;
-          for_each_index(c.backend(), 1, dropout_mask<T>{key, p, keep, tail, 1, mask + done});
-          for_each_index(c.backend(), n - done,
-                         masked_copy<T, false>{c.in(0) + done, mask + done, c.out() + done});
+        for (std::size_t r = 0; r < piece.runs; ++r) {
+          const std::size_t at = r * piece.run;
+          const std::size_t len = std::min(piece.run, n - at);
+          const std::uint64_t first = piece.first_global(r) / 4;
+          for_each_index(c.backend(), len / 4,
+                         dropout_aligned<T>{key, first, threshold, keep, c.in(0) + at, mask + at,
+                                            c.out() + at});
+          const std::size_t done = len / 4 * 4;
+          if (done < len) {  // (one run) the last block's first len % 4 elements
+            piece_runs tail; // one run of len % 4 elements from global element first + done
+            tail.run = len - done;
+            tail.offset = piece.first_global(r) + done;
+            for_each_index(c.backend(), 1,
+                           dropout_mask<T>{key, p, keep, tail, 1, mask + at + done});
+            for_each_index(c.backend(), len - done,
+                           masked_copy<T, false>{c.in(0) + at + done, mask + at + done,
+                                                 c.out() + at + done});
+          }
         }
         return;
       }
