@@ -177,6 +177,25 @@ struct row_exp_sum {
       sums[r] = s;
   }
 };
+/// Both of the above for row r while it is in cache (a whole vocabulary: nothing to combine
+/// between the passes).
+template <class T>
+struct row_max_exp_sum {
+  const T* logits;
+  T* lse;
+  T* sums;
+  std::size_t v;
+  template <class Team>
+  HSPMD_HD void operator()(std::size_t r, const Team& t) const {
+    const T* row = logits + r * v;
+    const T m = v == 0 ? -std::numeric_limits<T>::infinity() : t.max(row, v);
+    const T s = t.template sum<T>(v, [&](std::size_t j) { return math::exp(row[j] - m); });
+    if (t.leader()) {
+      lse[r] = m;
+      sums[r] = s;
+    }
+  }
+};
 /// lse[r] += log sums[r]; out[0] = scale * the sum over rows of (owner ? lse : 0) - the target's
 /// logit where the rank holds it (one index: the sum runs in order).
 template <class T>
@@ -255,12 +274,14 @@ struct kernel<graph::op::cross_entropy> {
     T* lse = c.saved(2 * rows); // per row: log-sum-exp (kept for the backward), then the sums
     T* sums = lse + rows;
     auto& be = c.backend();
-    for_each_row(be, rows, row_max<T>{c.in(0), lse, v});
-    if (vocab_parallel) // the row maxima over every rank's piece of the vocabulary
+    if (vocab_parallel) { // the row maxima, then the sums, over every rank's piece
+      for_each_row(be, rows, row_max<T>{c.in(0), lse, v});
       c.row_reduce(std::span<T>(lse, rows), true);
-    for_each_row(be, rows, row_exp_sum<T>{c.in(0), lse, sums, v});
-    if (vocab_parallel)
+      for_each_row(be, rows, row_exp_sum<T>{c.in(0), lse, sums, v});
       c.row_reduce(std::span<T>(sums, rows), false);
+    } else {
+      for_each_row(be, rows, row_max_exp_sum<T>{c.in(0), lse, sums, v});
+    }
     for_each_index(be, 1,
                    cross_entropy_total<T>{c.in(0), targets.data(), sums, lse, c.out(), rows, v,
                                           range, !vocab_parallel || l->owner, loss_scale<T>(c)});
