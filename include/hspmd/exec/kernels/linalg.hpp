@@ -60,8 +60,12 @@ struct matmul_kernel {
     // With a bias: rows of the bias first, the product accumulated onto them (one pass over the
     // result fewer than adding the bias after a beta-0 GEMM, which clears it first).
     const bool bias = c.arity() == 3 && !c.skip_bias();
-    if (bias)
-      for_each_index(c.backend(), m, fill_row_bias<T>{c.in(2), c.out(), n});
+    if (bias) {
+      if constexpr (requires { c.backend().fill_rows(c.in(2), c.out(), m, n); })
+        c.backend().fill_rows(c.in(2), c.out(), m, n);
+      else
+        for_each_index(c.backend(), m, fill_row_bias<T>{c.in(2), c.out(), n});
+    }
     gemm(c, transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, bias ? T{1} : T{0},
          c.out(), n);
   }
