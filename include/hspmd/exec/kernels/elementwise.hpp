@@ -341,7 +341,8 @@ struct kernel<graph::op::dropout> {
       const rng_key key{s.seed ^ (s.step * 0x9E3779B97F4A7C15ULL), fnv1a64(c.node().name)};
       const piece_runs piece = piece_runs::of(c.layout(), n);
       const T keep = static_cast<T>(1.0 / (1.0 - p));
-      bool aligned = piece.runs == 1 || piece.run % 4 == 0;
+      // (a device takes a piece of several runs in one launch of the general form below)
+      bool aligned = piece.runs == 1 || (host_memory_v<B> && piece.run % 4 == 0);
       for (std::size_t r = 0; aligned && r < piece.runs; ++r)
         aligned = piece.first_global(r) % 4 == 0;
       if (aligned) { // mask and product in one pass, run by run (a split of heads: one a sample)
