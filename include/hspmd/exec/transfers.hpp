@@ -26,10 +26,14 @@
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace hspmd::exec {
@@ -140,43 +144,75 @@ public:
     }
   }
 
+  // A temporary of n elements of E: on host memory, for the executor's element type, one of
+  // the runner's two kept buffers (grown, never shrunk: a step's collectives would otherwise
+  // allocate, zero and fault in fresh pages each time); else a buffer of its own.
+  template <class E>
+  struct temporary {
+    std::optional<decltype(std::declval<B&>().template allocate<E>(0))> own;
+    E* kept = nullptr;
+    [[nodiscard]] E* data() { return own ? own->data() : kept; }
+  };
+  template <class E>
+  temporary<E> temporary_of(std::size_t slot, std::size_t n) {
+    temporary<E> t;
+    if constexpr (host_memory_v<B> && std::is_same_v<E, T>) {
+      auto& buf = scratch_.at(slot);
+      if (!buf || buf->size() < n)
+        buf.emplace(backend_->template allocate<T>(n));
+      t.kept = buf->data();
+    } else {
+      t.own.emplace(backend_->template allocate<E>(n));
+    }
+    return t;
+  }
+
   // all-gather of split version `sv` (data `piece`) into the whole tensor `whole` (set or add).
+  // Where the rank-major blocks are the whole's layout (a split of the leading dimension), the
+  // collective writes the whole directly.
   template <class E>
   void gather_into(graph::node_id sv, std::span<const E> piece, E* whole, bool add,
                    uneven_algorithm alg) {
     const auto v = view_of(sv);
     const std::size_t total = v.starts.back() + v.counts.back();
-    auto blocks = backend_->template allocate<E>(total);
+    const bool direct = leading(sv) && !add;
+    auto blocks = direct ? temporary<E>{} : temporary_of<E>(0, total);
     {
       comm_span<const E, Comm, B> in(*backend_, piece, true);
-      comm_span<E, Comm, B> out(*backend_, std::span<E>(blocks.data(), total), false);
+      comm_span<E, Comm, B> out(*backend_, std::span<E>(direct ? whole : blocks.data(), total),
+                                false);
       comm_->all_gather_v(in.get(), out.get(), std::span<const std::size_t>(v.counts), alg);
       out.written();
     }
-    if (leading(sv) && !add)
-      for_each_index(*backend_, total, copy_elements<E>{blocks.data(), whole, false});
-    else
+    if (!direct)
       reblock(blocks.data(), sv, whole, false, add);
   }
   // reduce-scatter of the whole partial tensor `whole` to this rank's piece of split version
   // `sv` (set or add).
+  // (the whole is read in place where its layout is the rank-major blocks', and the sum is
+  // written into the piece directly where it is set, not added)
   template <class E>
   void scatter_into(graph::node_id sv, std::span<const E> whole, E* piece, bool add,
                     uneven_algorithm alg) {
     const auto v = view_of(sv);
-    auto blocks = backend_->template allocate<E>(whole.size());
-    reblock(whole.data(), sv, blocks.data(), true, false);
+    const bool in_place = leading(sv);
+    auto blocks = in_place ? temporary<E>{} : temporary_of<E>(0, whole.size());
+    if (!in_place)
+      reblock(whole.data(), sv, blocks.data(), true, false);
     const auto me = static_cast<std::size_t>(comm_->rank());
-    auto mine = backend_->template allocate<E>(v.counts[me]);
+    auto mine = add ? temporary_of<E>(1, v.counts[me]) : temporary<E>{};
     {
-      comm_span<const E, Comm, B> in(*backend_, std::span<const E>(blocks.data(), whole.size()),
-                                     true);
-      comm_span<E, Comm, B> out(*backend_, std::span<E>(mine.data(), v.counts[me]), false);
+      comm_span<const E, Comm, B> in(
+          *backend_, std::span<const E>(in_place ? whole.data() : blocks.data(), whole.size()),
+          true);
+      comm_span<E, Comm, B> out(*backend_, std::span<E>(add ? mine.data() : piece, v.counts[me]),
+                                false);
       comm_->reduce_scatter_v(in.get(), out.get(), std::span<const std::size_t>(v.counts),
                               reduce_op::sum, alg);
       out.written();
     }
-    for_each_index(*backend_, v.counts[me], copy_elements<E>{mine.data(), piece, add});
+    if (add)
+      for_each_index(*backend_, v.counts[me], copy_elements<E>{mine.data(), piece, true});
   }
   // all-to-all from split version `a` (data `in`) to split version `b` of the same tensor
   // (data `out`, set or add).
@@ -322,6 +358,7 @@ private:
   const local_program* prog_;
   Comm* comm_;
   B* backend_;
+  std::array<std::optional<decltype(std::declval<B&>().template allocate<T>(0))>, 2> scratch_;
 };
 
 } // namespace hspmd::exec
