@@ -155,8 +155,12 @@ struct row_max {
   T* lse;
   std::size_t v;
   template <class Team>
+  [[nodiscard]] HSPMD_HD static T of(const T* row, std::size_t n, const Team& t) {
+    return n == 0 ? -std::numeric_limits<T>::infinity() : t.max(row, n);
+  }
+  template <class Team>
   HSPMD_HD void operator()(std::size_t r, const Team& t) const {
-    const T m = v == 0 ? -std::numeric_limits<T>::infinity() : t.max(logits + r * v, v);
+    const T m = of(logits + r * v, v, t);
     if (t.leader())
       lse[r] = m;
   }
@@ -169,10 +173,12 @@ struct row_exp_sum {
   T* sums;
   std::size_t v;
   template <class Team>
+  [[nodiscard]] HSPMD_HD static T of(const T* row, T m, std::size_t n, const Team& t) {
+    return t.template sum<T>(n, [&](std::size_t j) { return math::exp(row[j] - m); });
+  }
+  template <class Team>
   HSPMD_HD void operator()(std::size_t r, const Team& t) const {
-    const T* row = logits + r * v;
-    const T m = lse[r];
-    const T s = t.template sum<T>(v, [&](std::size_t j) { return math::exp(row[j] - m); });
+    const T s = of(logits + r * v, lse[r], v, t);
     if (t.leader())
       sums[r] = s;
   }
@@ -188,8 +194,8 @@ struct row_max_exp_sum {
   template <class Team>
   HSPMD_HD void operator()(std::size_t r, const Team& t) const {
     const T* row = logits + r * v;
-    const T m = v == 0 ? -std::numeric_limits<T>::infinity() : t.max(row, v);
-    const T s = t.template sum<T>(v, [&](std::size_t j) { return math::exp(row[j] - m); });
+    const T m = row_max<T>::of(row, v, t);
+    const T s = row_exp_sum<T>::of(row, m, v, t);
     if (t.leader()) {
       lse[r] = m;
       sums[r] = s;
