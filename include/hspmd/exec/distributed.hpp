@@ -118,24 +118,33 @@ public:
         prog_(lower_agreed(g, p, *control_)),
         ex_(prog_.local, seed, prog_.layouts, std::move(backend)) {
     ex_.set_row_reduce([this](std::span<T> v, bool max) {
+      // (inside a kernel: an emulated slow device first computes what came before, slowly,
+      // and then waits for the others only as long as a real one would)
+      if (computing_)
+        emulate_since(*computing_);
       comm_span<T, Comm, B> s(ex_.backend(), v, true);
       comm_->all_reduce(s.get(), max ? reduce_op::max : reduce_op::sum);
       s.written();
+      if (computing_)
+        computing_ = std::chrono::steady_clock::now();
     });
     // Gradient buffers of intermediate versions are shared across the backward; SFB reads its
     // layer's output gradient after the backward, so that one keeps its own.
     std::vector<graph::node_id> keep;
     std::vector<std::pair<graph::node_id, graph::node_id>> duals;
+    std::vector<graph::node_id> storing; // whose dual can store the gradient instead of adding
     for (const lowered_transfer& t : prog_.transfers) {
       if (t.source)
         duals.emplace_back(*t.source, t.target);
+      if (t.source && transfer_runner<T, Comm, B>::dual_can_store(t.what.kind))
+        storing.push_back(*t.source);
       if (g_[t.what.tensor].kind == graph::op::parameter) // a master weight's copy: float
         ex_.keep_in_float(t.target);
       if (t.what.sfb)
         if (const auto user = sole_user(t.target))
           keep.push_back(*user);
     }
-    gradient_bytes_ = ex_.reuse_gradient_buffers(keep, duals);
+    gradient_bytes_ = ex_.reuse_gradient_buffers(keep, duals, storing);
     plan_gradient_sync();
     share_gathered_parameters();
   }
@@ -469,21 +478,31 @@ private:
                 run);
   }
 
-  // Runs f; with a slowdown s, waits (s - 1) times as long again.
+  // Runs f; with a slowdown s, waits (s - 1) times as long again. A kernel that communicates
+  // (the vocabulary-parallel cross-entropy's row reductions) is slowed phase by phase: its
+  // compute before each collective is stretched before the collective starts, and the time
+  // spent waiting inside the collective is not stretched (once it was: rank 1's wait for the
+  // faster rank inside the cross-entropy counted twice, ~1 ms a BERT-small step).
   template <class F>
   void compute(F&& f) {
     const auto start = std::chrono::steady_clock::now();
+    computing_ = start;
     f();
-    const auto took = std::chrono::steady_clock::now() - start;
-    if (slowdown_ > 1.0) {
-      const auto until =
-          std::chrono::steady_clock::now() +
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * (slowdown_ - 1.0));
-      while (std::chrono::steady_clock::now() < until)
-        progress(); // an emulated slow device computes; its host drives the collectives
-    }
+    emulate_since(*computing_);
+    computing_.reset();
     compute_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  // With a slowdown s: busy-waits (s - 1) times the time since `from` (an emulated slow device
+  // computes; its host drives the collectives in flight meanwhile).
+  void emulate_since(std::chrono::steady_clock::time_point from) {
+    if (slowdown_ <= 1.0)
+      return;
+    const auto now = std::chrono::steady_clock::now();
+    const auto until = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 (now - from) * (slowdown_ - 1.0));
+    while (std::chrono::steady_clock::now() < until)
+      progress();
   }
 
   template <class E>
@@ -605,7 +624,8 @@ private:
   }
   void transfer_backward(const lowered_transfer& t) {
     if (prog_.local[t.target].type != dtype::i64)
-      moves_.backward(t, ex_.grad(*t.source), ex_.grad(t.target));
+      moves_.backward(t, ex_.grad(*t.source), ex_.grad(t.target),
+                      !ex_.gradient_stored_whole(*t.source));
   }
 
   // Replicated parameters' gradients are partial sums over the ranks: all-reduced in buckets, or
@@ -854,6 +874,7 @@ private:
   std::vector<graph::node_id> sfb_params_;
   bool in_flight_ = false;
   double slowdown_ = 1.0;
+  std::optional<std::chrono::steady_clock::time_point> computing_; // a compute phase's start
   double compute_seconds_ = 0.0;
   std::uint64_t step_ = 0;
   bool check_inputs_ = debug_collectives_from_env();

@@ -317,11 +317,15 @@ public:
   /// (exec/gradient_memory.hpp). Parameters, the loss, nodes without users and `keep` keep
   /// buffers of their own, so their gradients survive the backward; every other node's gradient
   /// is valid only during the backward. `extra_users` (from, to): to's backward adds into from's
-  /// gradient outside the graph's edges (a transfer's dual). Returns the bytes of gradient
+  /// gradient outside the graph's edges (a transfer's dual). `stored_by_dual`: nodes whose
+  /// gradient their dual can store whole instead of adding; where that dual is the only writer
+  /// (the node has no user in the graph and one extra user), the gradient is not zeroed and
+  /// `gradient_stored_whole` says so: the driver then stores. Returns the bytes of gradient
   /// storage after.
   std::size_t reuse_gradient_buffers(
       const std::vector<graph::node_id>& keep = {},
-      const std::vector<std::pair<graph::node_id, graph::node_id>>& extra_users = {}) {
+      const std::vector<std::pair<graph::node_id, graph::node_id>>& extra_users = {},
+      const std::vector<graph::node_id>& stored_by_dual = {}) {
     if (pool_.size() != 0 || std::ranges::any_of(pooled_, [](bool p) { return p; }))
       throw plan_error("executor", "gradient buffers are already shared",
                        "call reuse_gradient_buffers once, before the first backward");
@@ -329,6 +333,7 @@ public:
     for (graph::node_id i = 0; i < g_.size(); ++i)
       sizes[i] = gradient_size(i);
     extra_users_ = extra_users;
+    stored_by_dual_ = stored_by_dual;
     plan_first_writes();
     // A reshape that stores its input's gradient whole (its last user) hands it its own
     // gradient's memory: the two are the same elements in the same order.
@@ -580,9 +585,9 @@ private:
       for (graph::node_id in : g_[j].inputs)
         if (!first[in] || *first[in] < j)
           first[in] = j;
-    std::vector<bool> external(n, false);
+    std::vector<std::size_t> external(n, 0);
     for (const auto& [from, to] : extra_users_)
-      external.at(from) = true;
+      ++external.at(from);
     s_.assign.assign(n, 0U);
     first_written_.assign(n, false);
     for (graph::node_id i = 0; i < n; ++i) {
@@ -592,13 +597,16 @@ private:
       const std::uint32_t can = kernel_assigns(node.kind);
       for (std::size_t k = 0; k < node.inputs.size() && k < 32; ++k) {
         const graph::node_id j = node.inputs[k];
-        if (((can >> k) & 1U) == 0 || external[j] || first[j] != i || g_[j].type == dtype::i64 ||
-            j == *g_.loss() || std::ranges::count(node.inputs, j) != 1)
+        if (((can >> k) & 1U) == 0 || external[j] != 0 || first[j] != i ||
+            g_[j].type == dtype::i64 || j == *g_.loss() || std::ranges::count(node.inputs, j) != 1)
           continue; // (the loss's gradient holds the backward's seed)
         s_.assign[i] |= 1U << k;
         first_written_[j] = true;
       }
     }
+    for (graph::node_id j : stored_by_dual_) // its dual is its only writer
+      if (j < n && !first[j] && external[j] == 1 && j != *g_.loss() && g_[j].type != dtype::i64)
+        first_written_[j] = true;
   }
   // A view reads its input's buffer, once that has one.
   void point_views() {
@@ -740,6 +748,7 @@ private:
   std::vector<std::vector<graph::node_id>> zero_before_; // zeroed when node i's backward starts
   std::vector<bool> first_written_; // stored whole by its first writer: never zeroed
   std::vector<std::pair<graph::node_id, graph::node_id>> extra_users_; // (see reuse_...)
+  std::vector<graph::node_id> stored_by_dual_;                         // (see reuse_...)
 };
 
 /// Recomputation segments for `executor::recompute`, one per block of a model whose parameters

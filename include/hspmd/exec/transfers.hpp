@@ -308,8 +308,16 @@ public:
     }
   }
 
-  /// The dual of transfer t: the target's gradient `gout` flows into the source's `gin`.
-  void backward(const lowered_transfer& t, std::span<T> gin, std::span<T> gout) {
+  /// Whether the dual of a transfer of kind `k` can store the source's whole gradient
+  /// (`backward` with `add` false) instead of adding into it.
+  [[nodiscard]] static constexpr bool dual_can_store(synth::transfer_kind k) noexcept {
+    using enum synth::transfer_kind;
+    return k == all_gather || k == reduce_scatter || k == all_to_all;
+  }
+  /// The dual of transfer t: the target's gradient `gout` flows into the source's `gin` (added;
+  /// stored where `add` is false, for the kinds `dual_can_store`: an all-gather's dual then
+  /// writes the piece and a reduce-scatter's the whole directly, without a staging buffer).
+  void backward(const lowered_transfer& t, std::span<T> gin, std::span<T> gout, bool add = true) {
     using k = synth::transfer_kind;
     const graph::node_id src = *t.source;
     const std::span<const T> cg(gout.data(), gout.size());
@@ -320,10 +328,10 @@ public:
       piece_of(gin.data(), t.target, gout.data(), true, gin.data());
       return;
     case k::all_gather:
-      scatter_into(src, cg, gin.data(), true, t.what.algorithm);
+      scatter_into(src, cg, gin.data(), add, t.what.algorithm);
       return;
     case k::reduce_scatter:
-      gather_into(t.target, cg, gin.data(), true, t.what.algorithm);
+      gather_into(t.target, cg, gin.data(), add, t.what.algorithm);
       return;
     case k::all_reduce: {
       auto sum = backend_->template allocate<T>(gout.size());
@@ -337,7 +345,7 @@ public:
       return;
     }
     case k::all_to_all:
-      exchange(t.target, cg, src, gin.data(), true);
+      exchange(t.target, cg, src, gin.data(), add);
       return;
     case k::to_partial:
       to_partial_backward(src, gin, gout);
