@@ -246,8 +246,8 @@ public:
     const auto rs = detail::starts_of(recv_counts);
     const std::size_t sent = ss.back() + send_counts.back();
     const std::size_t received = rs.back() + recv_counts.back();
-    auto send = backend_->template allocate<E>(sent);
-    auto recv = backend_->template allocate<E>(received);
+    auto send = temporary_of<E>(0, sent);
+    auto recv = temporary_of<E>(1, received);
     const std::vector<std::size_t> zero(la.global.size(), 0);
     for (std::size_t s = 0; s < n; ++s) {
       auto start = zero;
@@ -334,7 +334,7 @@ public:
       gather_into(t.target, cg, gin.data(), add, t.what.algorithm);
       return;
     case k::all_reduce: {
-      auto sum = backend_->template allocate<T>(gout.size());
+      auto sum = temporary_of<T>(0, gout.size());
       {
         comm_span<const T, Comm, B> ci(*backend_, cg, true);
         comm_span<T, Comm, B> co(*backend_, std::span<T>(sum.data(), gout.size()), false);
@@ -354,7 +354,7 @@ public:
   }
   void to_partial_backward(graph::node_id src, std::span<T> gin, std::span<T> gout) {
     if (prog_->where[src].is_split()) {
-      auto piece = backend_->template allocate<T>(gin.size());
+      auto piece = temporary_of<T>(0, gin.size());
       piece_of(gout.data(), src, piece.data(), false);
       for_each_index(*backend_, gin.size(), copy_elements<T>{piece.data(), gin.data(), true});
     } else if (comm_->rank() == 0) {
