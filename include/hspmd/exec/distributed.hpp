@@ -144,6 +144,12 @@ public:
         if (const auto user = sole_user(t.target))
           keep.push_back(*user);
     }
+    {
+      std::vector<graph::node_id> sources; // (a transfer reads its value whole)
+      for (const auto& d : duals)
+        sources.push_back(d.first);
+      ex_.keep_element_order(sources);
+    }
     gradient_bytes_ = ex_.reuse_gradient_buffers(keep, duals, storing);
     plan_gradient_sync();
     share_gathered_parameters();

@@ -97,6 +97,7 @@ public:
         initialize_parameter_on(i, seed);
       }
     }
+    plan_strided_views();
     point_views();
   }
 
@@ -218,7 +219,7 @@ public:
     // A value read (directly or through its views) by a node outside its segment is kept.
     std::vector<graph::node_id> owner(n); // a view's buffer is its source's
     for (graph::node_id i = 0; i < n; ++i)
-      owner[i] = is_view(g_[i]) ? owner[g_[i].inputs[0]] : i;
+      owner[i] = is_view(i) ? owner[g_[i].inputs[0]] : i;
     std::vector<bool> kept(n, false);
     for (graph::node_id i = 0; i < n; ++i)
       for (graph::node_id in : g_[i].inputs)
@@ -237,7 +238,7 @@ public:
       std::size_t at = 0;
       for (graph::node_id i = sg.first; i <= sg.last; ++i) {
         const graph::node& node = g_[i];
-        if (kept[i] || shared_[i] || is_view(node) || node.type == dtype::i64 ||
+        if (kept[i] || shared_[i] || is_view(i) || node.type == dtype::i64 ||
             node.kind == graph::op::parameter ||
             (node.kind == graph::op::input && (refilled.empty() || !refilled.at(i))))
           continue;
@@ -339,7 +340,7 @@ public:
     // gradient's memory: the two are the same elements in the same order.
     std::vector<std::pair<graph::node_id, graph::node_id>> aliases;
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      if (is_view(g_[i]) && (s_.assign[i] & 1U) != 0U)
+      if (is_view(i) && (s_.assign[i] & 1U) != 0U)
         aliases.emplace_back(g_[i].inputs[0], i);
     const auto plan = plan_gradient_memory(g_, sizes, keep, extra_users, aliases);
     try {
@@ -385,14 +386,50 @@ public:
 
   /// Node `id`'s value. The const overload reads what is allocated: parameters, inputs, and
   /// every other node once the executor has run (before that it throws naming the node).
+  /// (A node whose elements lie with dimensions 1 and 2 exchanged, `swapped`, is refused:
+  /// `value_storage` and `gradient_storage` give its buffer as it lies.)
   [[nodiscard]] std::span<T> value(graph::node_id id) {
+    in_order("value", id);
+    return value_storage(id);
+  }
+  /// Node `id`'s value as it lies in memory, swapped or not.
+  [[nodiscard]] std::span<T> value_storage(graph::node_id id) {
     if (s_.value_views.at(id).size() != value_size(id))
       materialize();
     return s_.value_views[id];
   }
+  /// Node `id`'s gradient as it lies in memory, swapped or not.
+  [[nodiscard]] std::span<T> gradient_storage(graph::node_id id) {
+    if (s_.grads.at(id).size() != gradient_size(id))
+      materialize();
+    return s_.grads[id];
+  }
+  /// Whether node `id`'s value and gradient lie with dimensions 1 and 2 exchanged: a permute
+  /// {0, 2, 1, 3} that batched matmuls read by strides (in its input's order), or a batched
+  /// matmul that writes in the order of the permute reading it (graph::swapped_values).
+  [[nodiscard]] bool swapped(graph::node_id id) const {
+    return id < s_.swapped.size() && s_.swapped[id];
+  }
   [[nodiscard]] std::span<const T> value(graph::node_id id) const {
+    in_order("value", id);
     allocated("value", id, s_.value_views.at(id).size() == value_size(id));
     return s_.value_views[id];
+  }
+  /// Nodes whose values are read outside the graph's edges (a transfer's source, a driver's
+  /// own use): they keep their elements in their own order, not as a strided view (see
+  /// `is_view`). Before the executor first runs.
+  void keep_element_order(const std::vector<graph::node_id>& nodes) {
+    for (graph::node_id id : nodes)
+      if (id < s_.swapped.size() && s_.swapped[id]) {
+        if (materialized_)
+          throw plan_error("executor", "keep_element_order after the executor ran",
+                           "call it before the first forward");
+        s_.swapped[id] = false;
+        s_.value_views[id] = {}; // its own buffer, allocated with the others
+        for (graph::node_id j = id + 1; j < g_.size(); ++j) // a permute viewing it: its own too
+          if (g_[j].kind == graph::op::permute && g_[j].inputs.size() == 1 && g_[j].inputs[0] == id)
+            s_.value_views[j] = {};
+      }
   }
   /// A copy of node `id`'s value in host memory (through the backend: any backend).
   [[nodiscard]] std::vector<T> value_to_host(graph::node_id id) {
@@ -415,11 +452,11 @@ public:
 
   /// Node `id`'s gradient (the const overload: as `value`).
   [[nodiscard]] std::span<T> grad(graph::node_id id) {
-    if (s_.grads.at(id).size() != gradient_size(id))
-      materialize();
-    return s_.grads[id];
+    in_order("gradient", id);
+    return gradient_storage(id);
   }
   [[nodiscard]] std::span<const T> grad(graph::node_id id) const {
+    in_order("gradient", id);
     allocated("gradient", id, s_.grads.at(id).size() == gradient_size(id));
     return s_.grads[id];
   }
@@ -501,7 +538,7 @@ public:
     std::vector<bool> of(g_.size(), false);
     of[id] = true;
     for (graph::node_id i = id + 1; i < g_.size(); ++i)
-      if (is_view(g_[i]) && of[g_[i].inputs[0]]) {
+      if (is_view(i) && of[g_[i].inputs[0]]) {
         of[i] = true;
         out.push_back(i);
       }
@@ -522,10 +559,13 @@ private:
   // instead of copying (only its forward's copy goes; its gradient stays a buffer of its own).
   // Nothing writes a node's value but its own forward, so the input's buffer holds the reshape's
   // value for as long as the input's own.
-  [[nodiscard]] bool is_view(const graph::node& node) const {
-    return node.kind == graph::op::reshape && node.inputs.size() == 1 &&
-           g_[node.inputs[0]].type == node.type && g_[node.inputs[0]].out.size() >= node.out.size();
-  }
+  // A permute {0, 2, 1, 3} read only by batched matmuls is one too: they read it by strides
+  // (its elements stay in its input's order, `node_storage::swapped`).
+  // A batched matmul read only by a permute {0, 2, 1, 3} writes its value in the permute's order,
+  // and the permute is a view of it.
+  [[nodiscard]] bool is_view(graph::node_id i) const { return graph::is_view(g_, i, s_.swapped); }
+  // Which values lie with dimensions 1 and 2 exchanged (graph::swapped_values).
+  void plan_strided_views() { s_.swapped = graph::swapped_values(g_); }
 
   [[nodiscard]] std::size_t value_size(graph::node_id i) const {
     return g_[i].type == dtype::i64 ? 0 : g_[i].out.size();
@@ -545,13 +585,13 @@ private:
       std::vector<std::size_t> offset(g_.size(), 0);
       std::size_t total = 0;
       for (graph::node_id i = 0; i < g_.size(); ++i)
-        if (g_[i].type != dtype::i64 && !placed_[i] && !is_view(g_[i])) {
+        if (g_[i].type != dtype::i64 && !placed_[i] && !is_view(i)) {
           offset[i] = total;
           total += (value_size(i) + align - 1) / align * align;
         }
       value_arena_ = allocate_for<T>(0, total, "values");
       for (graph::node_id i = 0; i < g_.size(); ++i)
-        if (g_[i].type != dtype::i64 && !placed_[i] && !is_view(g_[i])) {
+        if (g_[i].type != dtype::i64 && !placed_[i] && !is_view(i)) {
           s_.value_views[i] = std::span<T>(value_arena_.data() + offset[i], value_size(i));
           placed_[i] = true;
         }
@@ -559,7 +599,7 @@ private:
     for (graph::node_id i = 0; i < g_.size(); ++i) {
       if (g_[i].type == dtype::i64)
         continue;
-      if (!placed_[i] && !is_view(g_[i])) {
+      if (!placed_[i] && !is_view(i)) {
         s_.value_views[i] = s_.values[i] = allocate_for<T>(i, value_size(i), "value");
         placed_[i] = true;
       }
@@ -611,8 +651,18 @@ private:
   // A view reads its input's buffer, once that has one.
   void point_views() {
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      if (is_view(g_[i]) && s_.value_views[g_[i].inputs[0]].size() >= g_[i].out.size())
+      if (is_view(i) && s_.value_views[g_[i].inputs[0]].size() >= g_[i].out.size())
         s_.value_views[i] = s_.value_views[g_[i].inputs[0]].first(g_[i].out.size());
+  }
+  // A strided view's elements are not in its shape's order: reading it whole is refused.
+  void in_order(const char* what, graph::node_id id) const {
+    if (swapped(id))
+      throw plan_error("executor",
+                       std::string("the ") + what + " of graph node \"" + g_[id].name +
+                           "\" lies with dimensions 1 and 2 exchanged (a permute next to a "
+                           "batched matmul, read by strides instead of copied)",
+                       "read the permute's other side, the storage accessors, or name the node "
+                       "in keep_element_order before the first run");
   }
   void allocated(const char* what, graph::node_id id, bool yes) const {
     if (!yes)
@@ -695,7 +745,7 @@ private:
              (keep_float_.empty() || !keep_float_[id]);
     };
     if (!backward) {
-      if (activation(i) && n.kind != graph::op::input && n.out.rank() != 0 && !is_view(n))
+      if (activation(i) && n.kind != graph::op::input && n.out.rank() != 0 && !is_view(i))
         round_in_place(backend_, p, s_.value_views[i].data(), s_.value_views[i].size());
       return;
     }

@@ -98,6 +98,48 @@ using node_range = std::pair<node_id, node_id>;
          g[n.inputs[0]].out.size() >= n.out.size();
 }
 
+/// Per node of `g`: whether its value lies with dimensions 1 and 2 exchanged, so that a permute
+/// {0, 2, 1, 3} next to a batched matmul is not a copy (exec::executor reads and writes such
+/// values by strides): a permute of a rank-4 value that only batched matmuls read (it lies in
+/// its input's order), or a rank-4 batched matmul that only such a permute reads (it lies in
+/// the permute's order; the permute is then a view of it).
+[[nodiscard]] inline std::vector<bool> swapped_values(const graph& g) {
+  const std::size_t n = g.size();
+  std::vector<std::size_t> users(n, 0);
+  std::vector<bool> only_bmm(n, true);
+  std::vector<node_id> last_user(n, 0);
+  for (node_id i = 0; i < n; ++i)
+    for (node_id in : g[i].inputs) {
+      ++users[in];
+      last_user[in] = i;
+      if (g[i].kind != op::batched_matmul || g[i].out.rank() != 4)
+        only_bmm[in] = false;
+    }
+  const auto loss = g.loss();
+  const auto swap = [&](node_id i) {
+    const node& p = g[i];
+    return p.kind == op::permute && p.inputs.size() == 1 && p.out.rank() == 4 &&
+           p.type != dtype::i64 && g[p.inputs[0]].type == p.type && (!loss || *loss != i) &&
+           p.attrs.dims == std::vector<std::size_t>{0, 2, 1, 3};
+  };
+  std::vector<bool> out(n, false);
+  for (node_id i = 0; i < n; ++i)
+    out[i] = swap(i) && users[i] > 0 && only_bmm[i];
+  for (node_id i = 0; i < n; ++i) // a product read only by a permute that is not swapped itself
+    if (g[i].kind == op::batched_matmul && g[i].out.rank() == 4 && users[i] == 1 &&
+        (!loss || *loss != i) && swap(last_user[i]) && !out[last_user[i]] &&
+        g[last_user[i]].inputs[0] == i)
+      out[i] = true;
+  return out;
+}
+/// Whether node `i` of `g` is a view given `swapped_values(g)`: a reshape (`is_view`), a
+/// swapped permute, or a permute of a swapped product.
+[[nodiscard]] inline bool is_view(const graph& g, node_id i, const std::vector<bool>& swapped) {
+  const node& x = g[i];
+  return is_view(g, x) || (x.kind == op::permute && !swapped.empty() &&
+                           (swapped[i] || (x.inputs.size() == 1 && swapped[x.inputs[0]])));
+}
+
 /// Where each node lies among `ranges` (disjoint, in order) and which values recomputation does
 /// not keep.
 struct block_layout {
@@ -125,9 +167,11 @@ layout_blocks(const graph& g, std::vector<node_range> ranges,
   for (std::size_t k = 0; k < b.ranges.size(); ++k)
     for (node_id i = b.ranges[k].first; i <= b.ranges[k].second && i < n; ++i)
       b.block_of[i] = k;
+  const std::vector<bool> swapped = swapped_values(g);
+  const auto view = [&](node_id i) { return is_view(g, i, swapped); };
   std::vector<node_id> owner(n); // a view's value is its source's
   for (node_id i = 0; i < n; ++i)
-    owner[i] = is_view(g, g[i]) ? owner[g[i].inputs[0]] : i;
+    owner[i] = view(i) ? owner[g[i].inputs[0]] : i;
   std::vector<bool> kept(n, false);
   b.readers_in.assign(n, none);
   std::vector<bool> read(n, false);
@@ -159,7 +203,7 @@ layout_blocks(const graph& g, std::vector<node_range> ranges,
   b.recomputed.assign(n, false);
   for (node_id i = 0; i < n; ++i) {
     const node& x = g[i];
-    b.recomputed[i] = b.block_of[i] != none && !kept[i] && !is_view(g, x) && x.type != dtype::i64 &&
+    b.recomputed[i] = b.block_of[i] != none && !kept[i] && !view(i) && x.type != dtype::i64 &&
                       x.kind != op::parameter && x.kind != op::input;
   }
   return b;

@@ -138,6 +138,16 @@ TEST_CASE("gradients of every op match central differences (f64, rel. error <= 1
       const auto w = b.input({4, capacity, 3}); // a stand-in for the experts: scale elementwise
       return b.add(op::moe_combine, {b.add(op::mul, {buffers, w}), probs});
     });
+  // Attention's layout changes: permutes next to batched matmuls, read and written by strides.
+  make("permutes around batched matmuls (strided)", [](builder& b) {
+    const graph::attributes swap{0.0, {0, 2, 1, 3}, false};
+    const auto q = b.add(op::permute, {b.input({2, 3, 2, 4})}, swap);
+    const auto k = b.add(op::permute, {b.input({2, 3, 2, 4})}, swap);
+    const auto v = b.add(op::permute, {b.input({2, 3, 2, 5})}, swap);
+    const auto s = b.add(op::batched_matmul, {q, k}, graph::attributes{0.0, {}, true});
+    const auto c = b.add(op::batched_matmul, {b.add(op::softmax, {s}), v});
+    return b.add(op::permute, {c}, swap);
+  });
   make("fan-out: x*x + x", [](builder& b) {
     const auto x = b.input({3, 3});
     return b.add(op::add, {b.add(op::mul, {x, x}), x});
@@ -187,6 +197,68 @@ TEST_CASE("a reshape reads its input where it lies; its gradient is a buffer of 
   CHECK(ex.grad(r).data() != ex.grad(x).data());
   const std::vector<double> dx(ex.grad(x).begin(), ex.grad(x).end());
   CHECK(dx == std::vector<double>{0.0, 2.0, 0.0, 2.0, 0.0, 4.0});
+}
+
+TEST_CASE("permutes next to batched matmuls are read and written by strides, not copied") {
+  // Q K^T and P V over (2 samples, 2 heads) from (B, S, heads, d) projections, the product
+  // permuted back: the permutes that only products read, and the product only a permute reads,
+  // lie with dimensions 1 and 2 exchanged. The same graph with a second reader of each (times
+  // 0, so the loss is the same) copies instead: values and gradients must agree.
+  const graph::attributes swap{0.0, {0, 2, 1, 3}, false};
+  struct built {
+    builder b;
+    graph::node_id q, k, v, s, c, out;
+  };
+  const auto build = [&](bool copied) {
+    built r;
+    builder& b = r.b;
+    const auto xq = b.input({2, 3, 2, 4});
+    const auto xk = b.input({2, 3, 2, 4});
+    const auto xv = b.input({2, 3, 2, 5});
+    r.q = b.add(op::permute, {xq}, swap);
+    r.k = b.add(op::permute, {xk}, swap);
+    r.v = b.add(op::permute, {xv}, swap);
+    r.s = b.add(op::batched_matmul, {r.q, r.k}, graph::attributes{0.0, {}, true});
+    r.c = b.add(op::batched_matmul, {b.add(op::softmax, {r.s}), r.v});
+    r.out = b.add(op::permute, {r.c}, swap);
+    auto loss = b.add(op::sum, {b.add(op::mul, {r.out, b.input({2, 3, 2, 5})})});
+    if (copied)
+      for (graph::node_id x : {r.q, r.k, r.v, r.c})
+        loss = b.add(
+            op::add,
+            {loss, b.add(op::sum, {b.add(op::scale, {x}, graph::attributes{0.0, {}, false})})});
+    b.g.set_loss(loss);
+    return r;
+  };
+  const built strided = build(false);
+  const built copied = build(true);
+  exec::executor<double> a(strided.b.g, 1);
+  exec::executor<double> e(copied.b.g, 1);
+  for (graph::node_id i : {strided.q, strided.k, strided.v, strided.c}) {
+    CHECK(a.swapped(i));
+    CHECK_FALSE(e.swapped(i));
+  }
+  CHECK_FALSE(a.swapped(strided.s)); // (read by the softmax)
+  CHECK_FALSE(a.swapped(strided.out));
+  feed(a, strided.b, 3, 4);
+  feed(e, copied.b, 3, 4);
+  CHECK(a.forward() == Approx(e.forward()).epsilon(1e-12));
+  CHECK(a.value(strided.out).data() == a.value_storage(strided.c).data()); // no copy
+  const std::vector<double> ya(a.value(strided.out).begin(), a.value(strided.out).end());
+  const std::vector<double> ye(e.value(copied.out).begin(), e.value(copied.out).end());
+  REQUIRE(ya.size() == ye.size());
+  for (std::size_t i = 0; i < ya.size(); ++i)
+    CHECK(ya[i] == Approx(ye[i]).epsilon(1e-12));
+  a.backward();
+  e.backward();
+  for (std::size_t in = 0; in < 3; ++in) {
+    const auto ga = a.grad(strided.b.float_inputs[in]);
+    const auto ge = e.grad(copied.b.float_inputs[in]);
+    REQUIRE(ga.size() == ge.size());
+    for (std::size_t i = 0; i < ga.size(); ++i)
+      CHECK(ga[i] == Approx(ge[i]).epsilon(1e-12).margin(1e-14));
+  }
+  CHECK_THROWS_WITH(a.value(strided.q), Catch::Contains("dimensions 1 and 2 exchanged"));
 }
 
 TEST_CASE("rms_norm forward values by hand") {

@@ -305,7 +305,7 @@ template <class B>
 void poison_gradients(exec::executor<float, B>& ex) {
   for (graph::node_id i = 0; i < ex.graph().size(); ++i)
     if (ex.graph()[i].type != dtype::i64)
-      std::ranges::fill(ex.grad(i), std::numeric_limits<float>::quiet_NaN());
+      std::ranges::fill(ex.gradient_storage(i), std::numeric_limits<float>::quiet_NaN());
 }
 // Feeds every input of the executors' graph the same values drawn from `seed`: token ids below
 // 40, floats in [-1, 1).

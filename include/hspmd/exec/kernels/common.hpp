@@ -53,6 +53,9 @@ struct node_storage {
   /// Per node, a bit per input: the node's backward is the first to write that input's gradient
   /// and stores it (empty: every backward adds).
   std::vector<std::uint32_t> assign;
+  /// Per node: its value and gradient lie with dimensions 1 and 2 exchanged, in its input's
+  /// order (a permute {0, 2, 1, 3} that only batched matmuls read, by strides; empty: none).
+  std::vector<bool> swapped;
 };
 
 /// One node's view of the executor, for its kernels.
@@ -91,6 +94,12 @@ public:
   [[nodiscard]] T* dout() const { return s_->grads[id_].data(); }
   [[nodiscard]] const T* in(std::size_t k) const { return s_->value_views[input(k)].data(); }
   [[nodiscard]] T* din(std::size_t k) const { return s_->grads[input(k)].data(); }
+  /// Whether this node's (or input k's) value and gradient lie with dimensions 1 and 2
+  /// exchanged (`node_storage::swapped`).
+  [[nodiscard]] bool swapped() const { return !s_->swapped.empty() && s_->swapped[id_]; }
+  [[nodiscard]] bool in_swapped(std::size_t k) const {
+    return !s_->swapped.empty() && s_->swapped[input(k)];
+  }
   /// Whether the backward stores input k's gradient instead of adding to it: this node is its
   /// first writer and the buffer was not zeroed (only for inputs in the kernel's `assigns`).
   [[nodiscard]] bool assign(std::size_t k) const {

@@ -109,13 +109,43 @@ struct kernel<graph::op::batched_matmul> {
     const std::size_t k = a.dims[r - 1];
     return {m * k == 0 ? 0 : a.size() / (m * k), m, k, c.out_shape().dims[r - 1]};
   }
+  /// Where an operand's matrices lie: rows `ld` apart, matrices `inner` apart within a group of
+  /// `heads` (dimension 1 of a rank-4 operand), groups `outer` apart. A swapped operand (a
+  /// permute {0, 2, 1, 3} read by strides) interleaves its heads' rows.
+  struct strides {
+    std::size_t ld, inner, outer;
+  };
+  static strides strides_of(bool swapped, std::size_t rows, std::size_t cols, std::size_t heads) {
+    return swapped ? strides{heads * cols, cols, heads * rows * cols}
+                   : strides{cols, rows * cols, heads * rows * cols};
+  }
+  /// C = alpha op(A) op(B) + beta C over every matrix: one strided batch, or one per group of
+  /// heads where an operand is swapped.
+  template <class T, class B>
+  static void product(const kernel_context<T, B>& c, bool grouped, std::size_t batches,
+                      std::size_t heads, transpose ta, transpose tb, std::size_t m, std::size_t n,
+                      std::size_t k, const T* a, strides sa, const T* b, strides sb, T beta, T* out,
+                      strides so) {
+    if (!grouped) {
+      gemm_strided_batched(c, ta, tb, m, n, k, T{1}, a, sa.ld, sa.inner, b, sb.ld, sb.inner, beta,
+                           out, so.ld, so.inner, batches);
+      return;
+    }
+    for (std::size_t g = 0; heads != 0 && g < batches / heads; ++g)
+      gemm_strided_batched(c, ta, tb, m, n, k, T{1}, a + g * sa.outer, sa.ld, sa.inner,
+                           b + g * sb.outer, sb.ld, sb.inner, beta, out + g * so.outer, so.ld,
+                           so.inner, heads);
+  }
   template <class T, class B>
   static void forward(kernel_context<T, B>& c) {
     const auto [batches, m, k, n] = dims_of(c);
     const bool bt = c.attrs().flag;
-    gemm_strided_batched(c, transpose::no, bt ? transpose::yes : transpose::no, m, n, k, T{1},
-                         c.in(0), k, m * k, c.in(1), bt ? k : n, k * n, T{0}, c.out(), n, m * n,
-                         batches);
+    const bool grouped = c.in_swapped(0) || c.in_swapped(1) || c.swapped();
+    const std::size_t heads = c.out_shape().rank() == 4 ? c.out_shape().dims[1] : 1;
+    product(c, grouped, batches, heads, transpose::no, bt ? transpose::yes : transpose::no, m, n, k,
+            c.in(0), strides_of(c.in_swapped(0), m, k, heads), c.in(1),
+            strides_of(c.in_swapped(1), bt ? n : k, bt ? k : n, heads), T{0}, c.out(),
+            strides_of(c.swapped(), m, n, heads));
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
@@ -126,20 +156,22 @@ struct kernel<graph::op::batched_matmul> {
           fill(c.backend(), c.din(i), c.in_shape(i).size(), T{});
       return;
     }
-    if (!c.attrs().flag) { // C = A B: dA += dC B^T (m x k), dB += A^T dC (k x n)
-      gemm_strided_batched(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, m * n,
-                           c.in(1), n, k * n, matmul_kernel::beta(c, 0), c.din(0), k, m * k,
-                           batches);
-      gemm_strided_batched(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, m * k,
-                           c.dout(), n, m * n, matmul_kernel::beta(c, 1), c.din(1), n, k * n,
-                           batches);
+    const bool bt = c.attrs().flag;
+    const bool grouped = c.in_swapped(0) || c.in_swapped(1) || c.swapped();
+    const std::size_t heads = c.out_shape().rank() == 4 ? c.out_shape().dims[1] : 1;
+    const strides sa = strides_of(c.in_swapped(0), m, k, heads);
+    const strides sb = strides_of(c.in_swapped(1), bt ? n : k, bt ? k : n, heads);
+    const strides sc = strides_of(c.swapped(), m, n, heads);
+    if (!bt) { // C = A B: dA += dC B^T (m x k), dB += A^T dC (k x n)
+      product(c, grouped, batches, heads, transpose::no, transpose::yes, m, k, n, c.dout(), sc,
+              c.in(1), sb, matmul_kernel::beta(c, 0), c.din(0), sa);
+      product(c, grouped, batches, heads, transpose::yes, transpose::no, k, n, m, c.in(0), sa,
+              c.dout(), sc, matmul_kernel::beta(c, 1), c.din(1), sb);
     } else { // C = A B^T, B is n x k: dA += dC B (m x k), dB += dC^T A (n x k)
-      gemm_strided_batched(c, transpose::no, transpose::no, m, k, n, T{1}, c.dout(), n, m * n,
-                           c.in(1), k, k * n, matmul_kernel::beta(c, 0), c.din(0), k, m * k,
-                           batches);
-      gemm_strided_batched(c, transpose::yes, transpose::no, n, k, m, T{1}, c.dout(), n, m * n,
-                           c.in(0), k, m * k, matmul_kernel::beta(c, 1), c.din(1), k, k * n,
-                           batches);
+      product(c, grouped, batches, heads, transpose::no, transpose::no, m, k, n, c.dout(), sc,
+              c.in(1), sb, matmul_kernel::beta(c, 0), c.din(0), sa);
+      product(c, grouped, batches, heads, transpose::yes, transpose::no, n, k, m, c.dout(), sc,
+              c.in(0), sa, matmul_kernel::beta(c, 1), c.din(1), sb);
     }
   }
 };

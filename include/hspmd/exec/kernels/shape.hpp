@@ -77,6 +77,11 @@ struct kernel<graph::op::permute> : two_way_kernel<kernel<graph::op::permute>> {
     const auto& x = c.in_shape(0);
     const auto& perm = c.attrs().dims;
     const bool assign = backward && c.assign(0);
+    if (c.swapped() || c.in_swapped(0)) { // a view: its elements are its input's, in order
+      if (backward)
+        for_each_index(c.backend(), c.out_size(), copy_elements<T>{c.dout(), c.din(0), !assign});
+      return;
+    }
     permute_rows<T> f{backward ? c.dout() : c.in(0),
                       backward ? c.din(0) : c.out(),
                       x.rank(),
