@@ -420,7 +420,7 @@ public:
   /// `is_view`). Before the executor first runs.
   void keep_element_order(const std::vector<graph::node_id>& nodes) {
     for (graph::node_id id : nodes)
-      if (id < s_.swapped.size() && s_.swapped[id]) {
+      if (swapped(id)) {
         if (materialized_)
           throw plan_error("executor", "keep_element_order after the executor ran",
                            "call it before the first forward");
