@@ -3,6 +3,12 @@
 alternation (A B A B ...), one thread per process; prints the medians and ratios.
 
     python3 bench/vs_pytorch.py [--build build/release] [--rounds 5] [--steps 12] [--only NAME]
+                                [--clean-env]
+
+--clean-env runs hspmd as a new user would: every BLAS variable (OPENBLAS_CORETYPE,
+OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, GOTO_NUM_THREADS, HSPMD_BLAS_CORE) removed from its
+environment, so hspmd chooses the kernel set and the one thread per rank itself. The BLAS line
+hspmd prints at start-up is shown either way.
 
 Comparisons (each a name for --only):
   single-bert   one process, BERT-small LM (2 layers, hidden 256, FFN 3072, seq 64, vocab 2000)
@@ -42,11 +48,34 @@ BATCH = 16
 # hspmd side: the example binaries, timed by their own per-step metrics
 # ----------------------------------------------------------------------------------------------
 
-def mpirun_prefix(n):
+BLAS_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                  "GOTO_NUM_THREADS", "OPENBLAS_VERBOSE", "HSPMD_BLAS_CORE")
+
+
+def hspmd_env(args):
+    if args.clean_env:
+        return {k: v for k, v in os.environ.items() if k not in BLAS_VARIABLES}
+    return dict(os.environ, OPENBLAS_NUM_THREADS="1")
+
+
+def mpirun_prefix(n, args):
     flags = ["--oversubscribe"]
     if os.geteuid() == 0:
         flags.append("--allow-run-as-root")
-    return ["mpirun", "-np", str(n)] + flags + ["-x", "OPENBLAS_NUM_THREADS=1"]
+    if not args.clean_env:
+        flags += ["-x", "OPENBLAS_NUM_THREADS=1"]
+    return ["mpirun", "-np", str(n)] + flags
+
+
+def blas_line(args):
+    """The BLAS line hspmd prints at start-up, from a one-step run of a tiny model."""
+    exe = os.path.join(args.build, "examples", "bert")
+    r = subprocess.run([exe, "--steps", "1", "--layers", "1", "--hidden", "16", "--heads", "2",
+                        "--seq", "8", "--vocab", "32", "--batch", "2"],
+                       capture_output=True, text=True, env=hspmd_env(args))
+    lines = [l for l in (r.stdout + r.stderr).splitlines()
+             if l.startswith("BLAS:") or l.startswith("warning:")]
+    return "\n".join(lines) if lines else "(no BLAS line printed)"
 
 
 def model_flags(model):
@@ -71,9 +100,8 @@ def run_hspmd(args, model, steps, ranks=1, cluster=None, plan=None, batch=BATCH)
                 # from a timed sweep
                 cmd += ["--calibrate"]
         if ranks > 1:
-            cmd = mpirun_prefix(ranks) + cmd
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            cmd = mpirun_prefix(ranks, args) + cmd
+        r = subprocess.run(cmd, capture_output=True, text=True, env=hspmd_env(args))
         if r.returncode != 0:
             sys.exit("hspmd run failed: " + " ".join(cmd) + "\n" + r.stdout + r.stderr)
         seconds = [json.loads(line)["seconds"] for line in open(metrics)
@@ -326,6 +354,8 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--only", action="append",
                     choices=["single-bert", "single-llama", "ddp", "emulated"])
+    ap.add_argument("--clean-env", action="store_true",
+                    help="run hspmd with no BLAS variable in its environment (as a new user)")
     args = ap.parse_args()
     try:
         import torch  # noqa: F401
@@ -339,8 +369,10 @@ def main():
     if shutil.which("mpirun") is None:
         sys.exit("vs_pytorch.py: no mpirun on PATH (apt-get install openmpi-bin)")
     import torch
-    print("hspmd vs PyTorch %s, %d rounds of %d steps, global batch %d\n" %
-          (torch.__version__, args.rounds, args.steps, BATCH), flush=True)
+    print("hspmd vs PyTorch %s, %d rounds of %d steps, global batch %d%s" %
+          (torch.__version__, args.rounds, args.steps, BATCH,
+           ", hspmd with no BLAS variable set" if args.clean_env else ""), flush=True)
+    print("hspmd's " + blas_line(args) + "\n", flush=True)
     want = set(args.only or ["single-bert", "single-llama", "ddp", "emulated"])
     s = args.steps
     if "single-bert" in want:

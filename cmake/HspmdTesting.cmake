@@ -13,7 +13,9 @@
 include_guard(GLOBAL)
 include(Catch)
 
-set(HSPMD_TEST_TIMEOUT 120 CACHE STRING "Timeout in seconds of each hspmd test")
+# Room for a loaded machine (a user's is not idle: `make test` beside a parallel build of another
+# project runs 2-3x slower than alone); hangs are bounded by the watchdogs, not by this.
+set(HSPMD_TEST_TIMEOUT 360 CACHE STRING "Timeout in seconds of each hspmd test")
 set(hspmd_testing_dir ${CMAKE_CURRENT_LIST_DIR})
 
 add_library(hspmd_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_main.cpp)
@@ -104,14 +106,16 @@ endfunction()
 # hspmd_add_bounded_run(NAME <test> NP <ranks used> COMMAND <prog> <args>...
 #                       EXPECT_EXIT zero|nonzero EXPECT_OUTPUT <regex> LEFTOVER <regex>
 #                       [WITHIN <s>] [ENVIRONMENT ...])
-#   A run (usually mpirun) that must end by itself within WITHIN seconds (default 15) with the
+#   A run (usually mpirun) that must end by itself within WITHIN seconds (default 60) with the
 #   given exit status and output, leaving no process whose command line matches LEFTOVER
-#   (cmake/bounded_run.cmake). For failures that must not hang a job.
+#   (cmake/bounded_run.cmake). For failures that must not hang a job. The bound is a guard
+#   against a hang, with room for a loaded machine: how quickly a job ends is what the expected
+#   output says (a watchdog's "has not completed after 3.x s"), and docs/execution.md measures.
 function(hspmd_add_bounded_run)
   cmake_parse_arguments(arg "" "NAME;NP;WITHIN;EXPECT_EXIT;EXPECT_OUTPUT;LEFTOVER"
                         "COMMAND;ENVIRONMENT" ${ARGN})
   if(NOT arg_WITHIN)
-    set(arg_WITHIN 15)
+    set(arg_WITHIN 60)
   endif()
   list(JOIN arg_COMMAND "|" joined)
   add_test(NAME ${arg_NAME}

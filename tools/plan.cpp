@@ -30,6 +30,13 @@
 
 namespace {
 
+// "1.42x"
+std::string times(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", x);
+  return b;
+}
+
 std::string seconds(double s) {
   return hspmd::synth::seconds_text(s);
 }
@@ -327,6 +334,12 @@ int main(int argc, char** argv) {
     try {
       plan = hspmd::synth::synthesize(g, c, so, model);
     } catch (const hspmd::plan_error& e) {
+      if (!hierarchical && c.nodes().size() > 1)
+        throw hspmd::plan_error(
+            e.where(), e.reason(),
+            (e.fix().empty() ? std::string() : e.fix() + "; or ") +
+                "plan two levels with --hierarchical (a program inside each node, the batch "
+                "across nodes; nodes too small for a row sit out)");
       if (!hierarchical)
         throw;
       one_level_error = e.what();
@@ -381,16 +394,21 @@ int main(int argc, char** argv) {
                      hspmd::synth::baseline::tp}) {
         try {
           const auto& p = baselines.emplace_back(hspmd::synth::make_baseline(g, c, b, so, model));
-          std::printf("%-8s %14s %14s %14s %9.2fx%s\n", std::string(hspmd::synth::name(b)).c_str(),
+          std::printf("%-8s %14s %14s %14s %10s%s\n", std::string(hspmd::synth::name(b)).c_str(),
                       seconds(p.step_time).c_str(), seconds(p.compute_time).c_str(),
                       seconds(p.comm_time).c_str(),
-                      one_level_error.empty() ? p.step_time / plan.step_time : 0.0,
+                      one_level_error.empty() ? times(p.step_time / plan.step_time).c_str()
+                                              : "-",
                       p.recompute ? "  (recomputed)" : "");
         } catch (const hspmd::plan_error& e) {
           std::printf("%-8s %s\n", std::string(hspmd::synth::name(b)).c_str(), e.what());
         }
       }
-    std::printf("(speedup: the baseline's predicted step time over synth's)\n");
+    if (one_level_error.empty())
+      std::printf("(speedup: the baseline's predicted step time over synth's)\n");
+    else
+      std::printf("(no one-level synthesized plan to compare with%s)\n",
+                  no_baselines ? "" : ": the baselines' own predictions");
     if (simulate && one_level_error.empty())
       print_simulation(g, c, so, plan, baselines, trace_file);
     if (changed) {
@@ -428,11 +446,15 @@ int main(int argc, char** argv) {
                   h.variants.size(), 100.0 * peak, h.seconds);
       std::printf("%-8s %14s %14s %14s %10s\n", "plan", "step time", "slowest node", "across",
                   "vs synth");
-      std::printf("%-8s %14s %14s %14s %9.2fx\n", "two-lvl", seconds(h.step_time).c_str(),
+      std::printf("%-8s %14s %14s %14s %10s\n", "two-lvl", seconds(h.step_time).c_str(),
                   seconds(h.inner_time).c_str(), seconds(h.cross_time).c_str(),
-                  one_level_error.empty() ? plan.step_time / h.step_time : 0.0);
-      std::printf(
-          "(vs synth: the one-level plan's predicted step time over the two-level one's)\n");
+                  one_level_error.empty() ? times(plan.step_time / h.step_time).c_str() : "-");
+      if (one_level_error.empty())
+        std::printf(
+            "(vs synth: the one-level plan's predicted step time over the two-level one's)\n");
+      else
+        std::printf("(vs synth: none, no one-level plan fits this cluster: the two-level plan is "
+                    "the plan)\n");
     }
     if (!one_level_error.empty())
       return 0;

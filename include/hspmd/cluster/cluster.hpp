@@ -38,6 +38,13 @@ struct device_spec {
   /// Sustained flop/s of GEMMs with 16-bit operands and float accumulation (tensor cores), what
   /// a bf16 or f16 run's matrix products get; 0: none faster than `speed` (a CPU).
   double bf16_speed = 0.0;
+  /// Peak flop/s of the device, what MFU is reported against (a float GEMM's on a CPU, which
+  /// hspmd-profile measures; the data sheet's dense rate in the run's precision on a GPU); 0:
+  /// unknown (a host rank then measures its own BLAS at start-up). Informative: never priced.
+  double peak = 0.0;
+  /// What ran the measured GEMMs ("OpenBLAS 0.3.21, kernels Cooperlake"), as hspmd-profile
+  /// found it; informative.
+  std::string blas;
   /// Measured flop/s per op class (index: `op_class`), FLOPs counted as graph/ops.hpp counts
   /// them (so a memory-bound class has a low rate), after any slowdown; all 0: none measured,
   /// every class runs at `speed`. hspmd-profile writes them; a cluster file gives all four for

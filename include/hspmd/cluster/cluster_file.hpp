@@ -223,8 +223,8 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
 
   // Devices. An entry with "count": N stands for N identical devices named NAME.0 .. NAME.N-1.
   constexpr std::string_view devices_expected =
-      "an array of device objects {name, kind, speed, bf16_speed, rates, memory, node, "
-      "slowdown, count}";
+      "an array of device objects {name, kind, speed, bf16_speed, peak, blas, rates, memory, "
+      "node, slowdown, count}";
   const auto& devs = io::expect_array(
       src, io::require_key(src, doc, "", "devices", devices_expected), "devices", devices_expected);
   if (devs.empty())
@@ -235,7 +235,8 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
     const auto& d = io::expect_object(src, devs[i], path, devices_expected);
     io::reject_unknown_keys(
         src, d, path,
-        {"name", "kind", "speed", "bf16_speed", "rates", "memory", "node", "slowdown", "count"});
+        {"name", "kind", "speed", "bf16_speed", "peak", "blas", "rates", "memory", "node", "slowdown",
+         "count"});
     device_spec dev;
     constexpr std::string_view name_expected =
         "a unique name of letters, digits, '.', '_' or '-', at most 64 characters";
@@ -265,6 +266,19 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
            "for a device without a faster 16-bit path",
            {},
            cluster_limits::min_speed});
+    if (d.contains("peak"))
+      dev.peak = io::read_number(src, d["peak"], json_child(path, "peak"),
+                                 {0.0,
+                                  true,
+                                  cluster_limits::max_speed,
+                                  false,
+                                  "peak flop/s > 0 that MFU is reported against, e.g. 9.9e14 for "
+                                  "an H100 in bf16",
+                                  {},
+                                  cluster_limits::min_speed});
+    if (d.contains("blas"))
+      dev.blas = io::read_string(src, d["blas"], json_child(path, "blas"),
+                                 "free text naming the BLAS and its kernels", {}, 200);
     if (d.contains("rates")) {
       constexpr std::string_view rates_expected =
           "{\"gemm\", \"elementwise\", \"softmax\", \"optimizer\"}: measured flop/s of each "
@@ -395,6 +409,10 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
                             {"slowdown", d.slowdown}});
     if (d.bf16_speed > 0.0)
       j["devices"].back()["bf16_speed"] = d.bf16_speed;
+    if (d.peak > 0.0)
+      j["devices"].back()["peak"] = d.peak;
+    if (!d.blas.empty())
+      j["devices"].back()["blas"] = d.blas;
     if (d.has_rates())
       for (std::size_t k = 0; k < op_class_count; ++k)
         j["devices"].back()["rates"][std::string(op_class_names[k])] = d.rates[k];

@@ -88,9 +88,15 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
                "(one more forward of the blocks per step, a block's activations in memory)");
   app.add_option("--plan", o.plan,
                  "with --cluster: synth (default), dp-ev, dp-cp, tp, or a plan JSON file");
-  app.add_flag("--calibrate", o.calibrate,
-               "with --cluster: before planning, time the model's ops on rank 0 and the "
-               "collectives on all ranks, and price the plan by those measurements");
+  app.add_flag_callback(
+      "--calibrate", [&o] { o.calibrate = true; },
+      "with --cluster: before planning, time the model's ops on rank 0 and the collectives on "
+      "all ranks, and price the plan by those measurements (default: on where the cluster has "
+      "emulated devices, whose declared numbers describe another machine)");
+  app.add_flag_callback(
+      "--no-calibrate", [&o] { o.calibrate = false; },
+      "with --cluster: price the plan by the cluster file's numbers even where it has emulated "
+      "devices");
   app.add_option("--bucket-mb", o.bucket_mb,
                  "with --cluster: MiB of gradients per all-reduce bucket, each started during the "
                  "backward as soon as it is complete (0: the library default)")

@@ -129,7 +129,10 @@ struct train_options {
   std::optional<hspmd::cluster> cluster_spec; ///< a cluster already read (instead of the file)
   /// With a cluster: "synth" (default), "dp-ev", "dp-cp", "tp", or a plan JSON file.
   std::string plan;
-  bool calibrate = false; ///< with a cluster: price the plan by measured op and collective times
+  /// With a cluster: price the plan by op and collective times measured at start-up. Unset: on
+  /// where the cluster describes emulated devices (a "slowdown"), whose declared speeds and
+  /// links describe some other machine, and no plan cache is asked for; off otherwise.
+  std::optional<bool> calibrate;
   /// The model traced at another batch: calibration measures it at half the batch too, to learn
   /// which part of each op's time does not shrink with its rows (exec/profile.hpp). The model
   /// function's constructor sets it; a graph given alone without it is priced in proportion.

@@ -248,7 +248,7 @@ private:
     if (!distributed())
       for (const auto& [flag, set] :
            {std::pair<std::string, bool>{"plan " + o_.plan, !o_.plan.empty()},
-            {"calibrate", o_.calibrate},
+            {"calibrate", o_.calibrate.value_or(false)},
             {"explain", o_.explain},
             {"trace " + o_.trace, !o_.trace.empty()},
             {"save plan " + o_.save_plan, !o_.save_plan.empty()},
@@ -267,11 +267,28 @@ private:
     engine_->set_profiling(o_.profile);
     engine_->set_precision(o_.precision);
     recompute(*engine_, true);
+    const auto cost = graph::total_cost(g_);
+    rank_flops_ = {cost.forward_flops + cost.backward_flops};
+    kinds_ = {engine_->device()};
+    peaks_ = {0.0};
+    const bool host = engine_->device() == "host";
+    if (host) // the float GEMM's measured rate: what MFU is reported against
+      peaks_[0] = blas::status().sgemm_flops;
     if (o_.out != nullptr) {
       describe(*o_.out, engine_->device());
+      if (host)
+        say_blas(*o_.out, blas::status());
       if (o_.print_graph)
         graph::print(*o_.out, g_);
     }
+  }
+
+  // The start-up line of what runs the host GEMMs, and its warning when it is slower than the
+  // CPU allows.
+  static void say_blas(std::ostream& out, const blas::info& b) {
+    out << blas::describe(b) << "\n";
+    if (!b.warning.empty())
+      out << "warning: " << b.warning << "\n";
   }
 
   // The engine of one process on the device the options name: "host"; a registered device
@@ -389,7 +406,14 @@ private:
                          "is built for host tensors only (a device engine's buffers and streams "
                          "are not moved yet)",
                          "drop --rebalance, or train on the host");
-    if (o_.calibrate) {
+    // Emulated devices: the file's speeds and links describe another machine; measure this one
+    // (unless a plan cache is asked for: a start from the cache is the point of one, and a
+    // calibrated plan is not cached).
+    const bool calibrate = o_.calibrate.value_or(
+        o_.plan_cache.empty() && std::ranges::any_of(cluster_.devices, [](const device_spec& d) {
+          return d.slowdown > 1.0;
+        }));
+    if (calibrate) {
       const auto c0 = std::chrono::steady_clock::now();
       profile_options po;
       po.seed = o_.seed;
@@ -414,6 +438,13 @@ private:
       calibration_options co;
       for (graph::node_id w : g_.parameters()) // its gradient may be a bucket of its own
         co.all_reduce_up_to = std::max(co.all_reduce_up_to, g_[w].out.size() * sizeof(T));
+      // No collective of this job moves more than its largest tensor (whole): sizes past the
+      // next one up are not measured (a small model calibrates in a fraction of the time).
+      std::size_t largest = 0;
+      for (const graph::node& n : g_.nodes())
+        largest = std::max(largest, n.out.size() * sizeof(T));
+      while (co.sizes_bytes.size() > 2 && co.sizes_bytes[co.sizes_bytes.size() - 2] >= largest)
+        co.sizes_bytes.pop_back();
       cluster_.set_collective_costs(calibrate_collectives(comm, co));
       cluster_.overlap = measure_overlap(comm);
       if (is_root && o_.out != nullptr) {
@@ -470,6 +501,8 @@ private:
       std::ostream& out = *o_.out;
       describe(out, device_entry == nullptr ? std::string("host")
                                             : device_entry->name + ", one device per rank");
+      if (device_entry == nullptr)
+        say_blas(out, blas::status());
       print(out, "cluster \"%s\" (%zu ranks); plan %s (%.0f ms%s): predicted step %s; shares",
             cluster_.name.c_str(), cluster_.size(), plan_->strategy.c_str(), 1e3 * plan_seconds,
             cache_note.c_str(), synth::milliseconds_text(plan_->step_time).c_str());
@@ -508,6 +541,7 @@ private:
             static_cast<double>(e->gradient_bytes_unshared()) / 1048576.0, e->device().c_str());
     dist_ = e.get();
     engine_ = std::move(e);
+    share_peaks(comm, device_entry == nullptr);
     if (calibration_ && device_entry == nullptr) {
       // The plan's ops at each rank's own pieces, for the simulated step: what a rank keeps
       // whole of an op whose rows or weight it divides is in them (exec/profile.hpp).
@@ -523,6 +557,51 @@ private:
     }
     if (o_.rebalance != 0.0)
       start_monitor(comm);
+  }
+
+  // MFU: every rank's peak flop/s (the cluster file's "peak", else a host rank's measured float
+  // GEMM rate, stretched like its compute where it is emulated) and the FLOPs its own program
+  // runs per micro-batch; rank 0 says which BLAS kernels the ranks run. Collective.
+  void share_peaks(mpi_communicator& comm, bool host) {
+    const std::size_t n = cluster_.size();
+    const auto me = static_cast<std::size_t>(comm.rank());
+    const device_spec& dev = cluster_.devices.at(me);
+    constexpr std::size_t text_len = 64;
+    std::vector<char> mine(text_len, '\0');
+    double peak = dev.peak;
+    if (host) {
+      const blas::info& b = blas::status();
+      if (peak <= 0.0)
+        peak = b.sgemm_flops / std::max(1.0, dev.slowdown);
+      const std::string t = (b.core.empty() ? std::string("?") : b.core) +
+                            (b.warning.empty() ? "" : " (slower than the CPU allows)");
+      std::copy_n(t.begin(), std::min(t.size(), text_len - 1), mine.begin());
+    }
+    const auto cost = graph::total_cost(lower(g_, *plan_, me).local);
+    std::vector<double> values(2 * n, 0.0);
+    values[2 * me] = peak;
+    values[2 * me + 1] = cost.forward_flops + cost.backward_flops;
+    comm.all_reduce(std::span<double>(values), reduce_op::sum);
+    std::vector<char> texts(text_len * n);
+    comm.all_gather_v(std::span<const char>(mine), std::span<char>(texts),
+                      std::vector<std::size_t>(n, text_len));
+    peaks_.assign(n, 0.0);
+    rank_flops_.assign(n, 0.0);
+    kinds_.clear();
+    for (std::size_t r = 0; r < n; ++r) {
+      peaks_[r] = values[2 * r];
+      rank_flops_[r] = values[2 * r + 1];
+      kinds_.push_back(cluster_.devices[r].name);
+    }
+    if (!host || comm.rank() != 0 || o_.out == nullptr)
+      return;
+    std::string differing;
+    const std::string first(texts.data());
+    for (std::size_t r = 1; r < n; ++r)
+      if (const std::string t(texts.data() + r * text_len); t != first)
+        differing += " " + cluster_.devices[r].name + " " + t + ";";
+    if (!differing.empty())
+      print(*o_.out, "other ranks' BLAS kernels:%s\n", differing.c_str());
   }
 
   // Re-balancing: the plan's predictions per device, and (rank 0) the ratio LP's basis for
@@ -755,7 +834,7 @@ private:
         {"recompute", on(o_.recompute)},
         {"device", o_.device},
         {"plan", o_.plan.empty() ? "synth" : o_.plan},
-        {"calibrate", on(o_.calibrate)},
+        {"calibrate", o_.calibrate ? on(*o_.calibrate) : std::string("auto")},
         {"bucket MiB", num(o_.bucket_mb)},
         {"rank by cost", on(o_.rank_by_cost)},
         {"eval every", std::to_string(o_.eval_every)},
@@ -943,6 +1022,11 @@ private:
       if (metrics.is_open()) {
         nlohmann::json j{
             {"step", s + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"seconds", seconds}};
+        if (seconds > 0.0) {
+          j["model_flops_per_s"] = model_flops_per_step() / seconds;
+          if (const double u = mfu(seconds); u > 0.0)
+            j["mfu"] = u;
+        }
         if (loss_scale) {
           j["loss_scale"] = loss_scale->scale();
           if (!apply)
@@ -952,7 +1036,7 @@ private:
           j["allocated_bytes"] = m->allocated_bytes;
           j["reserved_bytes"] = m->reserved_bytes;
         }
-        metrics << j.dump() << "\n";
+        metrics << j.dump() << "\n" << std::flush; // a crashed run keeps its lines
       }
       if (out != nullptr && ((s + 1) % every == 0 || s + 1 == o_.steps))
         progress(*out, rep, elapsed);
@@ -973,7 +1057,7 @@ private:
             j["accuracy"] = ev.accuracy;
           if (!std::isnan(ev.perplexity))
             j["perplexity"] = ev.perplexity;
-          metrics << j.dump() << "\n";
+          metrics << j.dump() << "\n" << std::flush; // a crashed run keeps its lines
         }
       }
     }
@@ -1208,16 +1292,40 @@ private:
     bar.resize(width, '.');
     const double per_step = elapsed / static_cast<double>(done);
     const double units = static_cast<double>(o_.batch * o_.accumulate * o_.units_per_sample);
-    print(out, "%s step %5zu/%-5zu [%s] loss %9.4f  lr %.2e  %8.2f ms/step  %9.1f %s/s  ETA %s\n",
+    const double mfu = this->mfu(per_step);
+    print(out,
+          "%s step %5zu/%-5zu [%s] loss %9.4f  lr %.2e  %8.2f ms/step  %9.1f %s/s%s  ETA %s\n",
           o_.name.c_str(), done, o_.steps, bar.c_str(), r.loss, r.lr, 1e3 * per_step,
-          units / per_step, o_.unit.c_str(),
+          units / per_step, o_.unit.c_str(), mfu > 0.0 ? percent_text("  MFU", mfu).c_str() : "",
           duration_text(per_step * static_cast<double>(o_.steps - done)).c_str());
     out.flush();
   }
 
+  // The model's FLOPs of one optimizer step (forward and backward of every micro-batch;
+  // recomputation and replicated work not counted).
+  [[nodiscard]] double model_flops_per_step() const {
+    const auto cost = graph::total_cost(g_);
+    return (cost.forward_flops + cost.backward_flops) * static_cast<double>(o_.accumulate);
+  }
+  // Model FLOPs utilisation of a step of `seconds`: model FLOP/s over the devices' summed peak;
+  // 0 when a peak is unknown.
+  [[nodiscard]] double mfu(double seconds) const {
+    double peak = 0.0;
+    for (double p : peaks_) {
+      if (p <= 0.0)
+        return 0.0;
+      peak += p;
+    }
+    return seconds > 0.0 && peak > 0.0 ? model_flops_per_step() / seconds / peak : 0.0;
+  }
+  static std::string percent_text(const char* label, double fraction) {
+    char b[48];
+    std::snprintf(b, sizeof b, "%s %.1f%%", label, 100.0 * fraction);
+    return b;
+  }
+
   void summary(std::ostream& out, const train_result& r) const {
     const double median = r.median_step_seconds();
-    const auto cost = graph::total_cost(g_);
     print(out, "%s: loss %.4f -> %.4f over %zu steps; step time measured %.2f ms (median)",
           o_.name.c_str(), r.losses.front(), r.losses.back(), r.losses.size(), 1e3 * median);
     if (plan_)
@@ -1228,11 +1336,26 @@ private:
       print(out, ", simulated %s (%+.0f%%)",
             synth::milliseconds_text(r.simulated_step_seconds).c_str(),
             100.0 * (r.simulated_step_seconds - median) / median);
-    else if (median > 0.0)
-      print(out, ", %.1f GFLOP/s",
-            (cost.forward_flops + cost.backward_flops) * static_cast<double>(o_.accumulate) /
-                median / 1e9);
     out << "\n";
+    if (median > 0.0) {
+      print(out, "model %.2f GFLOP/s", model_flops_per_step() / median / 1e9);
+      if (const double u = mfu(median); u > 0.0) {
+        double peak = 0.0;
+        for (double p : peaks_)
+          peak += p;
+        print(out, ", MFU %.1f%% of %.1f GFLOP/s peak", 100.0 * u, peak / 1e9);
+        if (peaks_.size() > 1) { // what each device ran of its own program, over its peak
+          out << " (each device's own FLOPs over its peak:";
+          const double per_mb = static_cast<double>(o_.accumulate) / median;
+          for (std::size_t d = 0; d < peaks_.size() && d < 16; ++d)
+            print(out, " %s %.1f%%", kinds_[d].c_str(),
+                  100.0 * rank_flops_[d] * per_mb / peaks_[d]);
+          out << (peaks_.size() > 16 ? " ...)" : ")");
+        }
+      } else if (!peaks_.empty())
+        out << " (MFU: a device's peak is unknown; give it in the cluster file's \"peak\")";
+      out << "\n";
+    }
     if (!r.rebalances.empty() && plan_)
       print(out, "re-balanced %zu time%s; the plan now predicts %s per step\n", r.rebalances.size(),
             r.rebalances.size() == 1 ? "" : "s",
@@ -1288,6 +1411,11 @@ private:
   graph::graph g_;
   train_options o_;
   Optimizer opt_{1e-3};
+  // MFU: per rank (one entry in one process) its peak flop/s (0: unknown), the FLOPs its own
+  // program runs per micro-batch, and its name.
+  std::vector<double> peaks_;
+  std::vector<double> rank_flops_;
+  std::vector<std::string> kinds_;
   std::optional<synth::plan> plan_;
 #if defined(HSPMD_HAS_MPI)
   std::unique_ptr<mpi_communicator> comm_;

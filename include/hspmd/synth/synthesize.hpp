@@ -374,11 +374,17 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
     // the search's best so far is the candidate.
     dp.max_expansions = std::min<std::size_t>(dp.max_expansions, 20'000);
     const ratio_table start = proportional_ratios(c, m.segments().count());
-    const search_result res = search(m, start, dp);
+    // A model that pins a placement the data-parallel rules cannot give (a column-split weight,
+    // say) has no such program: then there is no candidate, not an error.
+    std::optional<search_result> res;
+    try {
+      res = search(m, start, dp);
+    } catch (const plan_error&) {
+    }
     // (not re-balanced by the LP: its LP from cold is most of synthesis at thousands of
     // devices, e.g. 10 of 12.6 s for Llama-70B at 4 096)
-    if (res.found)
-      weighed.push_back(make_plan(res, m, start, model, "synth"));
+    if (res && res->found)
+      weighed.push_back(make_plan(*res, m, start, model, "synth"));
   }
   // Candidates the same as `best` or as one before (in program and ratios; the LP's binding
   // rows aside) are weighed once.

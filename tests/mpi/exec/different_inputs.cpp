@@ -1,6 +1,6 @@
-// Ranks that feed different whole batches: with HSPMD_DEBUG=detail the library trainer's
-// distributed executor compares a hash of each input and ends the job naming the input, the step
-// and the rank (without it, each rank would silently train on its own mixture of batches).
+// Ranks that feed different whole batches: the library trainer's distributed executor compares
+// a hash of each input at every feed (by default, no debug setting) and ends the job naming the
+// input, the step and the rank (else each rank would silently train on its own mixture).
 #include <hspmd/hspmd.hpp>
 
 #include <mpi.h>

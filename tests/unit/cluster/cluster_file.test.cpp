@@ -86,6 +86,23 @@ TEST_CASE("the fingerprint ignores formatting and key order but not content") {
   CHECK(parse_cluster(a) == parse_cluster(b));
 }
 
+TEST_CASE("a device's MFU peak and BLAS note are read, round-trip and are checked") {
+  const std::string text = R"({"links": {"intra_node": {"bandwidth": 1e9, "latency": 0}},
+      "devices": [{"name": "d", "kind": "k", "speed": 1e9, "memory": 1024, "peak": 9.8e10,
+                   "blas": "OpenBLAS 0.3.21, kernels Cooperlake"},
+                  {"name": "e", "kind": "k", "speed": 1e9, "memory": 1024}]})";
+  const cluster c = parse_cluster(text, "peak.json");
+  CHECK(c.devices[0].peak == 9.8e10);
+  CHECK(c.devices[0].blas == "OpenBLAS 0.3.21, kernels Cooperlake");
+  CHECK(c.devices[1].peak == 0.0); // unknown: a host rank measures its own
+  CHECK(c.devices[1].blas.empty());
+  CHECK(parse_cluster(to_json(c).dump(), "peak.json") == c);
+  std::string bad = text;
+  bad.replace(bad.find("9.8e10"), 6, "-1e10");
+  CHECK_THROWS_WITH(parse_cluster(bad, "x.json"),
+                    Catch::Contains("x.json: field devices[0].peak: must be > 0"));
+}
+
 TEST_CASE("a cluster's name defaults to the file's stem") {
   const std::string text = R"({"links": {"intra_node": {"bandwidth": 1e9, "latency": 0}},
       "devices": [{"name": "d", "kind": "k", "speed": 1e9, "memory": 1024}]})";

@@ -9,8 +9,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <numbers>
 #include <random>
@@ -126,6 +130,62 @@ TEST_CASE("an MLP learns a teacher's labels: loss after 50 steps <= 0.8 x the fi
   CHECK_THAT(log.str(), Catch::Contains("step    50/50"));
   CHECK_THAT(log.str(), Catch::Contains("ETA"));
   CHECK_THAT(log.str(), Catch::Contains("samples/s"));
+  // What runs the GEMMs, and utilisation against its measured rate.
+  CHECK_THAT(log.str(), Catch::Contains("BLAS: ") && Catch::Contains("kernels "));
+  CHECK_THAT(log.str(), Catch::Contains("  MFU "));
+  CHECK_THAT(log.str(), Catch::Contains("GFLOP/s, MFU ") && Catch::Contains("GFLOP/s peak"));
+}
+
+TEST_CASE("the metrics file has model FLOP/s and MFU per step, written as it goes") {
+  constexpr std::size_t batch = 8;
+  nn::tracer t(dtype::f32, batch);
+  auto x = t.input<float, extents<hspmd::batch, 16>>("x");
+  auto labels = t.input<std::int64_t, extents<hspmd::batch>>("labels");
+  nn::sequential mlp(nn::linear<float, 16, 32>{"fc1"}, nn::relu_layer{},
+                     nn::linear<float, 32, 4>{"fc2"});
+  t.set_loss(nn::cross_entropy(mlp(t, x), labels));
+  const graph::graph g = t.take();
+  const auto cost = graph::total_cost(g);
+  const std::string path = "training_test_metrics.jsonl";
+  exec::train_options o;
+  o.batch = batch;
+  o.steps = 3;
+  o.accumulate = 2;
+  o.metrics = path;
+  o.out = nullptr;
+  exec::trainer<float> tr(g, o);
+  std::size_t lines_seen_in_step = 0;
+  tr.on_step = [&](const exec::step_report& r) { // the step's line is on disk already
+    std::ifstream in(path);
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);)
+      ++n;
+    lines_seen_in_step = n;
+    CHECK(n == r.step + 1);
+  };
+  (void)tr.fit([&](exec::batch_sink<float>& e, std::size_t i) {
+    std::vector<float> xs(batch * 16, 0.1F * static_cast<float>(i % 3));
+    std::vector<std::int64_t> ys(batch, static_cast<std::int64_t>(i % 4));
+    e.set_input("x", xs);
+    e.set_input("labels", ys);
+  });
+  CHECK(lines_seen_in_step == 3);
+  std::ifstream in(path);
+  std::size_t steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("step"))
+      continue;
+    ++steps;
+    const double seconds = j.at("seconds").get<double>();
+    REQUIRE(seconds > 0.0);
+    // Model FLOPs of a step: forward and backward of both micro-batches.
+    CHECK(j.at("model_flops_per_s").get<double>() * seconds ==
+          Approx(2.0 * (cost.forward_flops + cost.backward_flops)).epsilon(1e-9));
+    CHECK(j.at("mfu").get<double>() > 0.0);
+  }
+  CHECK(steps == 3);
+  std::remove(path.c_str());
 }
 
 TEST_CASE("profiling: time per op kind, only for kinds that ran, and a table") {

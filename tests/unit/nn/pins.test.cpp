@@ -4,6 +4,7 @@
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/nn/layers.hpp>
+#include <hspmd/sim/step.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
 #include <catch2/catch.hpp>
@@ -121,6 +122,34 @@ TEST_CASE("the synthesizer keeps every pin") {
     differs = differs || !(plan.steps[i].rule == free_plan.steps[i].rule);
   CHECK(differs);
   CHECK(plan.step_time >= free_plan.step_time); // the pinned space is a subset
+}
+
+TEST_CASE("pinned tensor-parallel weights plan with the simulator weighing candidates") {
+  // Megatron's MLP pinned by hand: the first weight column-split, the second row-split. The
+  // trainer's default weighs the final candidates by the simulated step, among them a data-
+  // parallel program, which cannot give a split weight: that candidate is skipped, not an error.
+  const cluster c = parse_cluster(R"({"version": 1, "name": "two", "links": {"intra_node":
+      {"bandwidth": 1e9, "latency": 1e-6}}, "devices": [
+      {"name": "a", "kind": "cpu", "speed": 2e10, "memory": "1 GiB"},
+      {"name": "b", "kind": "cpu", "speed": 1e10, "memory": "1 GiB"}]})",
+                                  "two");
+  nn::tracer t(dtype::f32, 32);
+  auto x = t.input<float, extents<batch, 64>>("x");
+  auto y = t.input<std::int64_t, extents<batch>>("y");
+  auto w1 = t.parameter<float, extents<64, 256>, split<1>>("fc1.weight", {}, {});
+  auto w2 = t.parameter<float, extents<256, 8>, split<0>>("fc2.weight", {}, {});
+  auto whole = nn::redistribute<replicated>(x);
+  auto h = nn::relu(nn::matmul(whole, w1)); // column parallel: split<1>
+  auto out = nn::matmul(h, w2);             // row parallel: partial
+  t.set_loss(nn::cross_entropy(nn::redistribute<replicated>(out), y));
+  const graph::graph g = t.take();
+  synth::synth_options so;
+  so.judge = sim::judge();
+  synth::plan p;
+  REQUIRE_NOTHROW(p = synth::synthesize(g, c, so));
+  for (const auto& s : p.steps)
+    if (const auto& pin = g[s.node].pin)
+      CHECK(s.rule.out == *pin);
 }
 
 TEST_CASE("a search that fails because of pins names the pins and the fix") {

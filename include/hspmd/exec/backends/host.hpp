@@ -4,6 +4,7 @@
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/backend.hpp>
+#include <hspmd/exec/backends/blas.hpp>
 
 #include <cblas.h>
 #if defined(__AVX512F__)
@@ -27,16 +28,13 @@
 #include <utility>
 #include <vector>
 
-extern "C" void openblas_set_num_threads(int num_threads); // OpenBLAS extension
-
 namespace hspmd::exec {
 
-/// Sets OpenBLAS to one thread per process unless OPENBLAS_NUM_THREADS says otherwise: with one
-/// rank per core, BLAS threads would only compete with the other ranks.
+/// The BLAS set up once: its widest kernels for this CPU, one thread per process unless
+/// OPENBLAS_NUM_THREADS says otherwise (exec/backends/blas.hpp).
 inline void init_blas_threads() {
   static const bool once = [] {
-    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr)
-      openblas_set_num_threads(1);
+    (void)blas::ensure();
     return true;
   }();
   (void)once;
