@@ -397,8 +397,7 @@ int main(int argc, char** argv) {
           std::printf("%-8s %14s %14s %14s %10s%s\n", std::string(hspmd::synth::name(b)).c_str(),
                       seconds(p.step_time).c_str(), seconds(p.compute_time).c_str(),
                       seconds(p.comm_time).c_str(),
-                      one_level_error.empty() ? times(p.step_time / plan.step_time).c_str()
-                                              : "-",
+                      one_level_error.empty() ? times(p.step_time / plan.step_time).c_str() : "-",
                       p.recompute ? "  (recomputed)" : "");
         } catch (const hspmd::plan_error& e) {
           std::printf("%-8s %s\n", std::string(hspmd::synth::name(b)).c_str(), e.what());

@@ -233,10 +233,9 @@ inline void read_collective_costs(const json_source& src, const nlohmann::json& 
   for (std::size_t i = 0; i < devs.size(); ++i) {
     const std::string path = json_child("devices", i);
     const auto& d = io::expect_object(src, devs[i], path, devices_expected);
-    io::reject_unknown_keys(
-        src, d, path,
-        {"name", "kind", "speed", "bf16_speed", "peak", "blas", "rates", "memory", "node", "slowdown",
-         "count"});
+    io::reject_unknown_keys(src, d, path,
+                            {"name", "kind", "speed", "bf16_speed", "peak", "blas", "rates",
+                             "memory", "node", "slowdown", "count"});
     device_spec dev;
     constexpr std::string_view name_expected =
         "a unique name of letters, digits, '.', '_' or '-', at most 64 characters";

@@ -1293,8 +1293,7 @@ private:
     const double per_step = elapsed / static_cast<double>(done);
     const double units = static_cast<double>(o_.batch * o_.accumulate * o_.units_per_sample);
     const double mfu = this->mfu(per_step);
-    print(out,
-          "%s step %5zu/%-5zu [%s] loss %9.4f  lr %.2e  %8.2f ms/step  %9.1f %s/s%s  ETA %s\n",
+    print(out, "%s step %5zu/%-5zu [%s] loss %9.4f  lr %.2e  %8.2f ms/step  %9.1f %s/s%s  ETA %s\n",
           o_.name.c_str(), done, o_.steps, bar.c_str(), r.loss, r.lr, 1e3 * per_step,
           units / per_step, o_.unit.c_str(), mfu > 0.0 ? percent_text("  MFU", mfu).c_str() : "",
           duration_text(per_step * static_cast<double>(o_.steps - done)).c_str());

@@ -43,6 +43,28 @@ TEST_CASE("kernel sets are ranked by vector width, and a CPU's widest set is nam
   CHECK(blas::widest_core(zen2) == "Zen");
   blas::cpu_features old;
   CHECK(blas::widest_core(old).empty());
+  // AMD Zen 4: AVX-512 through 256-bit units; OpenBLAS's AVX2 kernels run faster there.
+  zen4.amd_zen4 = true;
+  CHECK(blas::widest_core(zen4) == "Cooperlake");
+  CHECK(blas::preferred_core(zen4) == "Haswell");
+  CHECK(blas::preferred_core(skylake_server()) == "SkylakeX");
+}
+
+TEST_CASE("on AMD Zen 4 the AVX2 kernels replace OpenBLAS's AVX-512 choice, unless asked") {
+  blas::cpu_features zen4 = skylake_server();
+  zen4.amd = zen4.avx512_bf16 = zen4.amd_zen4 = true;
+  auto d = blas::decide("Cooperlake", zen4, nullptr, nullptr, true);
+  CHECK(d.target == "Haswell");
+  CHECK(d.warning.empty());
+  CHECK_THAT(d.reason, Catch::Contains("on AMD Zen 4 its Haswell kernels are faster"));
+  d = blas::decide("Prescott", zen4, nullptr, nullptr, true); // a fallback there too
+  CHECK(d.target == "Haswell");
+  d = blas::decide("Cooperlake", zen4, nullptr, "keep", true);
+  CHECK(d.target.empty());
+  CHECK(d.warning.empty()); // wider than preferred: slower here, but not a fallback
+  d = blas::decide("Cooperlake", zen4, "Cooperlake", nullptr, true);
+  CHECK(d.target.empty());
+  CHECK(d.warning.empty());
 }
 
 TEST_CASE("a generic fallback on a wider CPU is replaced, and a right choice kept") {
@@ -50,8 +72,8 @@ TEST_CASE("a generic fallback on a wider CPU is replaced, and a right choice kep
   auto d = blas::decide("Prescott", skylake_server(), nullptr, nullptr, true);
   CHECK(d.target == "SkylakeX");
   CHECK(d.warning.empty());
-  CHECK_THAT(d.reason, Catch::Contains("OpenBLAS took Prescott (SSE)") &&
-                           Catch::Contains("AVX-512"));
+  CHECK_THAT(d.reason,
+             Catch::Contains("OpenBLAS took Prescott (SSE)") && Catch::Contains("AVX-512"));
   // OpenBLAS chose well: nothing to do.
   d = blas::decide("SkylakeX", skylake_server(), nullptr, nullptr, true);
   CHECK(d.target.empty());
@@ -75,8 +97,8 @@ TEST_CASE("a slower kernel set chosen by hand is kept, with a warning and the fi
   CHECK_THAT(d.warning, Catch::Contains("unset HSPMD_BLAS_CORE"));
   d = blas::decide("SkylakeX", skylake_server(), nullptr, "Haswell", true);
   CHECK(d.target == "Haswell");
-  CHECK_THAT(d.warning, Catch::Contains("HSPMD_BLAS_CORE=Haswell runs AVX2 kernels on a CPU "
-                                        "with AVX-512"));
+  CHECK_THAT(d.warning, Catch::Contains("HSPMD_BLAS_CORE=Haswell runs AVX2 kernels where "
+                                        "SkylakeX's AVX-512 kernels run"));
 }
 
 namespace {
@@ -111,7 +133,7 @@ TEST_CASE("OpenBLAS's kernels switch at run time: from Prescott back to the CPU'
   const blas::info& first = blas::ensure();
   INFO(blas::describe(first));
   CHECK(first.threads >= 1);
-  const std::string widest = blas::widest_core(blas::detect_cpu());
+  const std::string widest = blas::preferred_core(blas::detect_cpu());
   if (first.library.rfind("OpenBLAS", 0) != 0 || first.core.empty() || widest.empty() ||
       blas::tier(widest) == 0)
     SUCCEED("not an OpenBLAS with run-time kernel selection on a CPU with AVX: nothing to switch");

@@ -7,7 +7,8 @@
 // the 128-bit SSE3 kernels (Prescott) even where the CPU has AVX-512 — a GEMM 4-5x slower. The
 // first GEMM (or blas::status()) therefore compares the kernel set that runs with the widest
 // vectors the CPU and the OS support (cpuid, XCR0 through __builtin_cpu_supports) and, where
-// OpenBLAS chose narrower ones by itself, selects the matching set through OpenBLAS's own
+// OpenBLAS chose narrower ones by itself (or, on AMD Zen 4, AVX-512 sets that run slower there
+// than its AVX2 ones: preferred_core), selects the matching set through OpenBLAS's own
 // re-initialisation entry points (gotoblas_dynamic_quit / gotoblas_dynamic_init, which read
 // OPENBLAS_CORETYPE). Nothing is linked against them: they are looked up at run time, so any
 // CBLAS links, and one without them is reported as it is.
@@ -51,6 +52,7 @@ struct cpu_features {
   bool avx2_fma = false;    // AVX2 and FMA3
   bool avx512 = false;      // F, CD, BW, DQ and VL: what OpenBLAS's SkylakeX kernels use
   bool avx512_bf16 = false; // and BF16: Cooper Lake and newer, AMD Zen 4 and newer
+  bool amd_zen4 = false;    // AMD family 19h with AVX-512 (Zen 4), see preferred_core
 };
 
 /// This CPU's features.
@@ -67,6 +69,7 @@ struct cpu_features {
 #if defined(__clang__) || __GNUC__ >= 12
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
+  f.amd_zen4 = f.amd && f.avx512 && __builtin_cpu_is("amdfam19h");
 #endif
   return f;
 }
@@ -97,6 +100,14 @@ struct cpu_features {
   return {};
 }
 
+/// The kernel set hspmd runs on this CPU: the widest, except on AMD Zen 4, whose AVX-512 units
+/// are 256 bits wide inside: there OpenBLAS 0.3.21's AVX2 Haswell kernels beat its AVX-512 ones
+/// (the Cooperlake set it chooses by itself) by 5-10 % on every GEMM shape of BERT-small, and a
+/// BERT-small step by 5 % (docs/benchmarks.md, measured alternating).
+[[nodiscard]] inline std::string preferred_core(const cpu_features& f) {
+  return f.amd_zen4 ? "Haswell" : widest_core(f);
+}
+
 [[nodiscard]] inline const char* vectors_text(int t) {
   switch (t) {
   case 3:
@@ -124,7 +135,7 @@ struct decision {
                                      const char* coretype_env, const char* hspmd_env,
                                      bool can_switch) {
   decision d;
-  const std::string best = widest_core(f);
+  const std::string best = preferred_core(f);
   const int have = tier(current);
   const int could = best.empty() ? 0 : tier(best);
   const std::string mode = hspmd_env == nullptr || *hspmd_env == '\0' ? "auto" : hspmd_env;
@@ -140,16 +151,17 @@ struct decision {
       d.reason = "the library's own";
     } else if (tier(mode) < could)
       d.warning = "HSPMD_BLAS_CORE=" + mode + " runs " + vectors_text(tier(mode)) +
-                  " kernels on a CPU with " + vectors_text(could) +
-                  ": unset HSPMD_BLAS_CORE (hspmd then runs " + best + ")";
+                  " kernels where " + best + "'s " + vectors_text(could) +
+                  " kernels run: unset HSPMD_BLAS_CORE (hspmd then runs " + best + ")";
     return d;
   }
   if (coretype_env != nullptr && *coretype_env != '\0') {
     d.reason = std::string("OPENBLAS_CORETYPE=") + coretype_env;
     if (have < could)
       d.warning = std::string("OPENBLAS_CORETYPE=") + coretype_env + " runs " + cur + "'s " +
-                  vectors_text(have) + " kernels on a CPU with " + vectors_text(could) +
-                  ", a GEMM several times slower: unset OPENBLAS_CORETYPE (hspmd then runs " +
+                  vectors_text(have) + " kernels where " + best + "'s " + vectors_text(could) +
+                  " kernels run, a GEMM several times slower: unset OPENBLAS_CORETYPE (hspmd "
+                  "then runs " +
                   best + ") or set it to " + best;
     return d;
   }
@@ -157,14 +169,20 @@ struct decision {
     d.reason = "OpenBLAS's choice, kept by HSPMD_BLAS_CORE=keep";
     if (have < could)
       d.warning = "HSPMD_BLAS_CORE=keep keeps " + cur + "'s " + vectors_text(have) +
-                  " kernels on a CPU with " + vectors_text(could) +
-                  ", a GEMM several times slower: unset HSPMD_BLAS_CORE";
+                  " kernels where " + best + "'s " + vectors_text(could) +
+                  " kernels run, a GEMM several times slower: unset HSPMD_BLAS_CORE";
     return d;
   }
   if (have < could && can_switch) {
     d.target = best;
     d.reason = "hspmd's choice: OpenBLAS took " + (cur.empty() ? std::string("?") : cur) + " (" +
                vectors_text(have) + ") on a CPU with " + vectors_text(could);
+    return d;
+  }
+  if (f.amd_zen4 && have == 3 && can_switch) { // see preferred_core
+    d.target = best;
+    d.reason = "hspmd's choice: OpenBLAS took " + cur + "; on AMD Zen 4 its " + best +
+               " kernels are faster";
     return d;
   }
   d.reason = "OpenBLAS's choice";
@@ -178,12 +196,12 @@ struct decision {
 
 /// What runs the host GEMMs.
 struct info {
-  std::string library;  // "OpenBLAS 0.3.21" (or "CBLAS" when it does not say)
-  std::string core;     // the kernel set that runs ("" when the library does not say)
-  std::string reason;   // why that kernel set
-  std::string warning;  // non-empty: something slower than the CPU allows, and the fix
-  std::string cpu;      // the CPU's widest vectors, e.g. "AVX-512 + BF16"
-  int threads = 1;      // BLAS threads per process
+  std::string library;      // "OpenBLAS 0.3.21" (or "CBLAS" when it does not say)
+  std::string core;         // the kernel set that runs ("" when the library does not say)
+  std::string reason;       // why that kernel set
+  std::string warning;      // non-empty: something slower than the CPU allows, and the fix
+  std::string cpu;          // the CPU's widest vectors, e.g. "AVX-512 + BF16"
+  int threads = 1;          // BLAS threads per process
   double sgemm_flops = 0.0; // measured FLOP/s of a 512^3 single-precision GEMM (0: not yet)
 };
 
@@ -263,12 +281,13 @@ inline void initialise(info& i) {
   i.cpu = vectors_text(best.empty() ? 0 : tier(best));
   if (f.avx512_bf16)
     i.cpu += " + BF16";
+  if (f.amd_zen4)
+    i.cpu += ", AMD Zen 4";
   auto config = symbol<char* (*)()>("openblas_get_config");
   auto name = symbol<char* (*)()>("openblas_get_corename");
   i.library = config != nullptr ? library_text(config()) : "CBLAS";
   const bool can_switch = symbol<void (*)()>("gotoblas_dynamic_init") != nullptr &&
-                          symbol<void (*)()>("gotoblas_dynamic_quit") != nullptr &&
-                          name != nullptr;
+                          symbol<void (*)()>("gotoblas_dynamic_quit") != nullptr && name != nullptr;
   i.core = name != nullptr ? name() : "";
   const decision d = decide(i.core, f, std::getenv("OPENBLAS_CORETYPE"),
                             std::getenv("HSPMD_BLAS_CORE"), can_switch);
@@ -312,8 +331,8 @@ inline const info& ensure() {
     b[i] = 1.0F / static_cast<float>(i % 5 + 1);
   }
   const auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, a.data(), n, b.data(),
-                n, 0.0F, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, a.data(), n, b.data(), n,
+                0.0F, c.data(), n);
   };
   run();
   double best = 1e30;
