@@ -5,6 +5,7 @@
 #   scripts/test-under-load.sh            # ctest --preset dev on the existing dev build
 #   scripts/test-under-load.sh --fresh    # a fresh clone of HEAD, `make test` there (build too)
 #   BUSY=3 scripts/test-under-load.sh     # how many busy processes (default 2)
+#   scripts/test-under-load.sh -- -R unit # extra ctest arguments (not with --fresh)
 #
 # Each busy process spins on a core (a shell loop) for the whole run. Prints the suite's result
 # and its wall time; exits with the suite's status.
@@ -12,12 +13,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 busy=${BUSY:-2}
 fresh=0
-[[ "${1-}" == "--fresh" ]] && fresh=1
+if [[ "${1-}" == "--fresh" ]]; then
+  fresh=1
+  shift
+fi
+[[ "${1-}" == "--" ]] && shift
 
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -n "${tmp-}" ]] && rm -rf "$tmp"
+  if [[ -n "${tmp-}" ]]; then rm -rf "$tmp"; fi
+  return 0
 }
 trap cleanup EXIT
 for ((i = 0; i < busy; i++)); do
@@ -34,7 +40,7 @@ if ((fresh)); then
   (cd "$tmp/hspmd" && make test) || status=$?
 else
   [[ -f build/dev/CTestTestfile.cmake ]] || { echo "no dev build: run make test once, or --fresh" >&2; exit 2; }
-  ctest --preset dev || status=$?
+  ctest --preset dev "$@" || status=$?
 fi
 end=$(date +%s)
 echo "test-under-load: suite exit $status after $((end - start)) s with $busy busy process(es) beside it"
