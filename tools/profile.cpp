@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
                     m.rates[3] / 1e9, m.gemm_f32 / 1e9, m.gemm_f64 / 1e9,
                     static_cast<double>(d.memory) / 1073741824.0);
       }
+      for (const auto& d : c.devices) // the MFU peak the file records, and what ran it
+        std::printf("%s: peak %.2f GF/s (%s)\n", d.name.c_str(), d.peak / 1e9, d.blas.c_str());
       std::printf("intra-node link: %.2f GB/s, latency %.2f us", c.intra_node.bandwidth / 1e9,
                   c.intra_node.latency * 1e6);
       if (c.inter_node)
