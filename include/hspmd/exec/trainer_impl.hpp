@@ -269,7 +269,7 @@ private:
     recompute(*engine_, true);
     const auto cost = graph::total_cost(g_);
     rank_flops_ = {cost.forward_flops + cost.backward_flops};
-    kinds_ = {engine_->device()};
+    device_names_ = {engine_->device()};
     peaks_ = {0.0};
     const bool host = engine_->device() == "host";
     if (host) // the float GEMM's measured rate: what MFU is reported against
@@ -587,11 +587,11 @@ private:
                       std::vector<std::size_t>(n, text_len));
     peaks_.assign(n, 0.0);
     rank_flops_.assign(n, 0.0);
-    kinds_.clear();
+    device_names_.clear();
     for (std::size_t r = 0; r < n; ++r) {
       peaks_[r] = values[2 * r];
       rank_flops_[r] = values[2 * r + 1];
-      kinds_.push_back(cluster_.devices[r].name);
+      device_names_.push_back(cluster_.devices[r].name);
     }
     if (!host || comm.rank() != 0 || o_.out == nullptr)
       return;
@@ -1347,12 +1347,15 @@ private:
           out << " (each device's own FLOPs over its peak:";
           const double per_mb = static_cast<double>(o_.accumulate) / median;
           for (std::size_t d = 0; d < peaks_.size() && d < 16; ++d)
-            print(out, " %s %.1f%%", kinds_[d].c_str(),
+            print(out, " %s %.1f%%", device_names_[d].c_str(),
                   100.0 * rank_flops_[d] * per_mb / peaks_[d]);
           out << (peaks_.size() > 16 ? " ...)" : ")");
         }
       } else if (!peaks_.empty())
-        out << " (MFU: a device's peak is unknown; give it in the cluster file's \"peak\")";
+        out << (distributed() ? " (MFU: a device's peak is unknown; give it in the cluster "
+                                "file's \"peak\")"
+                              : " (MFU: measured against the host BLAS only; no peak is known "
+                                "for this device)");
       out << "\n";
     }
     if (!r.rebalances.empty() && plan_)
@@ -1414,7 +1417,7 @@ private:
   // program runs per micro-batch, and its name.
   std::vector<double> peaks_;
   std::vector<double> rank_flops_;
-  std::vector<std::string> kinds_;
+  std::vector<std::string> device_names_;
   std::optional<synth::plan> plan_;
 #if defined(HSPMD_HAS_MPI)
   std::unique_ptr<mpi_communicator> comm_;
