@@ -74,11 +74,19 @@ struct cpu_features {
   return f;
 }
 
+namespace detail {
+/// ASCII lower case: kernel-set names compare case-insensitively, as OpenBLAS reads them.
+[[nodiscard]] inline std::string lower(std::string_view s) {
+  std::string r(s);
+  for (auto& ch : r)
+    ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  return r;
+}
+} // namespace detail
+
 /// How wide the vectors of a kernel set are: 0 SSE (or unknown), 1 AVX, 2 AVX2 + FMA, 3 AVX-512.
 [[nodiscard]] inline int tier(std::string_view core) {
-  std::string c(core);
-  for (auto& ch : c)
-    ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  const std::string c = detail::lower(core);
   if (c == "skylakex" || c == "cooperlake" || c == "sapphirerapids")
     return 3;
   if (c == "haswell" || c == "zen")
@@ -206,13 +214,6 @@ struct info {
 };
 
 namespace detail {
-
-[[nodiscard]] inline std::string lower(std::string_view s) {
-  std::string r(s);
-  for (auto& ch : r)
-    ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
-  return r;
-}
 
 template <class F>
 [[nodiscard]] F symbol(const char* name) {
