@@ -5,6 +5,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <hspmd/comm/mpi/environment.hpp>
+
 #include <mpi.h>
 
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <vector>
 
 int main(int argc, char** argv) {
+  hspmd::prefer_mpi_settings(); // what hspmd::mpi_environment applies
   MPI_Init(&argc, &argv);
   int rank = 0;
   int size = 1;

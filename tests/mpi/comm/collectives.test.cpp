@@ -6,6 +6,7 @@
 // failure. Run at np 1, 2, 3 and 4 (oversubscribed), and at np 3 with HSPMD_DEBUG=detail.
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/mpi/communicator.hpp>
+#include <hspmd/comm/mpi/environment.hpp>
 #include <hspmd/core/partition.hpp>
 #include <hspmd/core/rng.hpp>
 
@@ -16,7 +17,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -229,6 +232,21 @@ TEMPLATE_TEST_CASE("all_to_all_v with uneven and empty messages", "", float, dou
     CAPTURE(scale);
     CHECK(out == want);
   }
+}
+
+TEST_CASE("under Open MPI the non-blocking all-reduce runs the ring unless the user chose") {
+#if defined(OPEN_MPI) && OPEN_MPI
+  // tests/support/mpi_main.cpp applies prefer_mpi_settings() before MPI_Init, as
+  // hspmd::mpi_environment does; a value set in the environment by hand stays.
+  const std::optional<int> alg = mpi_control_variable("coll_libnbc_iallreduce_algorithm");
+  REQUIRE(alg.has_value());
+  const char* set = std::getenv(libnbc_iallreduce_variable);
+  REQUIRE(set != nullptr);
+  CHECK(*alg == std::stoi(set));
+  CHECK(!mpi_control_variable("no_such_variable_anywhere").has_value());
+#else
+  SUCCEED("not Open MPI: nothing is preferred");
+#endif
 }
 
 TEST_CASE("send and recv around a ring, and barrier") {
