@@ -196,17 +196,20 @@ class_rates(const graph::graph& g, const synth::compute_profile& p) {
 /// `measure`: how rank 0 measures (a device engine's `measure`, exec/engine.hpp); the host
 /// executor when empty. `part`: the model traced at `rows` of the batch (`same_structure` as
 /// `g`), measured too for the fixed shares (`with_fixed_shares`); none, or another structure:
-/// none.
+/// none. `by_weight`: a plan that divides parameters, measured at its pieces on the host for the
+/// weight-fixed shares (`with_weight_fixed_shares`); none: none.
 template <std::floating_point T, class Comm>
 requires communicator<Comm, double>
 [[nodiscard]] synth::compute_profile measure_compute_on_rank0(
     const graph::graph& g, double speed, Comm& comm, profile_options opt = {},
     const std::function<synth::compute_profile(const graph::graph&, double,
                                                const profile_options&)>& measure = {},
-    const graph::graph* part = nullptr, double rows = 0.5) {
-  std::vector<double> buf(3 * g.size() + 3 + op_class_count, 0.0);
+    const graph::graph* part = nullptr, double rows = 0.5,
+    const synth::plan* by_weight = nullptr) {
+  std::vector<double> buf(4 * g.size() + 3 + op_class_count, 0.0);
   const auto forward_at = static_cast<std::ptrdiff_t>(g.size() + 3 + op_class_count);
   const auto fixed_at = forward_at + static_cast<std::ptrdiff_t>(g.size());
+  const auto weight_at = fixed_at + static_cast<std::ptrdiff_t>(g.size());
   if (comm.rank() == 0) {
     const auto measured = [&](const graph::graph& x) {
       return measure ? measure(x, speed, opt) : measure_compute<T>(x, speed, opt);
@@ -214,6 +217,8 @@ requires communicator<Comm, double>
     synth::compute_profile p = measured(g);
     if (part != nullptr && same_structure(g, *part))
       with_fixed_shares(p, measured(*part), rows);
+    if (by_weight != nullptr && !measure) // (pieces are measured on the host)
+      with_weight_fixed_shares<T>(p, g, *by_weight, opt);
     std::copy(p.seconds.begin(), p.seconds.end(), buf.begin());
     buf[g.size()] = p.optimizer_seconds_per_element;
     buf[g.size() + 1] = p.speed;
@@ -224,6 +229,9 @@ requires communicator<Comm, double>
       buf[static_cast<std::size_t>(forward_at) + i] = i < p.forward.size() ? p.forward[i] : -1.0;
     for (std::size_t i = 0; i < g.size(); ++i) // -1: no fixed shares
       buf[static_cast<std::size_t>(fixed_at) + i] = i < p.fixed.size() ? p.fixed[i] : -1.0;
+    for (std::size_t i = 0; i < g.size(); ++i) // -2: no weight-fixed shares
+      buf[static_cast<std::size_t>(weight_at) + i] =
+          p.weight_fixed.empty() ? -2.0 : p.weight_fixed[i];
   }
   comm.broadcast(std::span<double>(buf), 0);
   synth::compute_profile p;
@@ -239,7 +247,66 @@ requires communicator<Comm, double>
   if (g.size() > 0 && buf[static_cast<std::size_t>(fixed_at)] >= 0.0)
     p.fixed.assign(buf.begin() + fixed_at,
                    buf.begin() + fixed_at + static_cast<std::ptrdiff_t>(g.size()));
+  if (g.size() > 0 && buf[static_cast<std::size_t>(weight_at)] >= -1.0)
+    p.weight_fixed.assign(buf.begin() + weight_at,
+                          buf.begin() + weight_at + static_cast<std::ptrdiff_t>(g.size()));
   return p;
+}
+
+namespace detail {
+// Device d's program of plan p measured on this process (its ops at its lengths, transfers as
+// placeholders). A vocabulary-parallel cross-entropy combines its rows' maxima and sums across
+// the ranks, which one process cannot: it is timed as a cross-entropy of its piece; the
+// combination is the rule's collectives, priced apart.
+template <std::floating_point T>
+[[nodiscard]] synth::compute_profile measure_piece(const local_program& prog,
+                                                   const profile_options& opt) {
+  std::vector<node_layout> layouts = prog.layouts;
+  for (node_layout& l : layouts)
+    l.vocab_parallel = false;
+  return measure_compute<T>(prog.local, 1.0, opt, host_backend{}, std::move(layouts));
+}
+} // namespace detail
+
+/// Sets `full.weight_fixed` (per node, the share of its time that does not shrink when its
+/// weight is divided: a convolution split by output channels unfolds its whole input, a call
+/// has a fixed cost) from `g` measured at device 0's pieces of `by_weight`, a plan of `g` over
+/// two devices that divides parameters (a tensor-parallel baseline on two equal devices): for
+/// each node whose rule there divides a parameter, time = fixed + per-column * share through
+/// both points, share = device 0's part of that parameter, clamped to [0, 1]; -1 for the nodes
+/// that plan keeps whole. `full` is `g` measured whole with the same options.
+template <std::floating_point T>
+void with_weight_fixed_shares(synth::compute_profile& full, const graph::graph& g,
+                              const synth::plan& by_weight, const profile_options& opt = {}) {
+  if (full.seconds.size() != g.size())
+    throw config_error("with_weight_fixed_shares",
+                       "the profile has " + std::to_string(full.seconds.size()) +
+                           " node times for " + std::to_string(g.size()) + " nodes",
+                       "measure the profile on this graph");
+  const local_program prog = lower(g, by_weight, 0);
+  const synth::compute_profile q = detail::measure_piece<T>(prog, opt);
+  std::vector<const graph::rule*> rule(g.size(), nullptr);
+  for (const synth::plan_step& st : by_weight.steps)
+    rule[st.node] = &st.rule;
+  full.weight_fixed.assign(g.size(), -1.0);
+  for (graph::node_id i = 0; i < prog.local.size(); ++i) {
+    const graph::node_id id = prog.global[i];
+    const graph::node& n = g[id];
+    if (prog.transfer_of[i] || rule[id] == nullptr || !(full.seconds[id] > 0.0))
+      continue;
+    for (std::size_t k = 0; k < n.inputs.size() && k < rule[id]->arity; ++k) {
+      const graph::node& w = g[n.inputs[k]];
+      if (!rule[id]->in[k].is_split() || w.kind != graph::op::parameter || w.out.size() == 0)
+        continue;
+      const double share = static_cast<double>(prog.local[prog.local[i].inputs[k]].out.size()) /
+                           static_cast<double>(w.out.size());
+      if (share > 0.0 && share < 1.0)
+        full.weight_fixed[id] = std::clamp(
+            (q.seconds[i] - share * full.seconds[id]) / ((1.0 - share) * full.seconds[id]), 0.0,
+            1.0);
+      break;
+    }
+  }
 }
 
 /// The compute of plan `p` of `g` at every device's own pieces (sim::shard_times): each
@@ -268,14 +335,7 @@ template <std::floating_point T>
       continue;
     }
     measured.emplace(std::move(shapes), d);
-    // (A vocabulary-parallel cross-entropy combines its rows' maxima and sums across the ranks,
-    // which one process cannot: timed as a cross-entropy of its piece; the combination is the
-    // rule's collectives, priced apart.)
-    std::vector<node_layout> layouts = prog.layouts;
-    for (node_layout& l : layouts)
-      l.vocab_parallel = false;
-    const synth::compute_profile q =
-        measure_compute<T>(prog.local, 1.0, opt, host_backend{}, std::move(layouts));
+    const synth::compute_profile q = detail::measure_piece<T>(prog, opt);
     std::size_t elements = 0;
     for (graph::node_id i = 0; i < prog.local.size(); ++i) {
       const graph::node& x = prog.local[i];

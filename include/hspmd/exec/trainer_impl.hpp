@@ -425,11 +425,18 @@ private:
       std::optional<graph::graph> half;
       if (o_.trace_at && o_.batch >= 2)
         half = o_.trace_at(o_.batch / 2);
+      // And at the pieces of a plan that divides the weights (the tensor-parallel baseline on
+      // two of device 0): which part of each op's time a rank keeps whole when it holds only
+      // some of a weight's columns or channels. (Host pieces only; none where no such plan is.)
+      std::optional<synth::plan> by_weight;
+      if (is_root && device_entry == nullptr && cluster_.size() > 1)
+        by_weight = weight_splitting_plan();
       so.profile = measure_compute_on_rank0<T>(
           g_, cluster_.devices.at(0).speed, comm, po,
           device_entry != nullptr ? device_entry->measure : decltype(device_entry->measure){},
           half ? &*half : nullptr,
-          static_cast<double>(o_.batch / 2) / static_cast<double>(o_.batch));
+          static_cast<double>(o_.batch / 2) / static_cast<double>(o_.batch),
+          by_weight ? &*by_weight : nullptr);
       // Measured in the run's precision: GEMM times already hold device 0's 16-bit rate.
       so.profile->gemm_speed =
           cluster_.devices.at(0).gemm_speed(o_.precision != exec::precision::f32);
@@ -450,16 +457,30 @@ private:
       if (is_root && o_.out != nullptr) {
         double step = 0.0;
         double fixed = 0.0;
+        double weighted = 0.0; // the time of the ops measured at divided weights
+        double weight_fixed = 0.0;
         for (std::size_t i = 0; i < so.profile->seconds.size(); ++i) {
           step += so.profile->seconds[i];
           if (!so.profile->fixed.empty())
             fixed += so.profile->seconds[i] * so.profile->fixed[i];
+          if (!so.profile->weight_fixed.empty() && so.profile->weight_fixed[i] >= 0.0) {
+            weighted += so.profile->seconds[i];
+            weight_fixed += so.profile->seconds[i] * so.profile->weight_fixed[i];
+          }
         }
-        const std::string fixed_text =
+        const auto percent = [](double part, double whole) {
+          return std::to_string(static_cast<int>(std::lround(100.0 * part / whole)));
+        };
+        std::string fixed_text =
             so.profile->fixed.empty()
                 ? std::string()
-                : " (" + std::to_string(static_cast<int>(std::lround(100.0 * fixed / step))) +
-                      "% of it not shrinking with the rows, measured at half the batch)";
+                : " (" + percent(fixed, step) +
+                      "% of it not shrinking with the rows, measured at half the batch";
+        if (weighted > 0.0)
+          fixed_text += (fixed_text.empty() ? " (" : "; ") + percent(weight_fixed, weighted) +
+                        "% of the weight-split ops' time not shrinking with the weight";
+        if (!fixed_text.empty())
+          fixed_text += ")";
         const auto ar =
             cluster_.cost_model().params(collective::all_reduce, uneven_algorithm::native, 1 << 20);
         print(*o_.out,
@@ -1423,6 +1444,26 @@ private:
   std::unique_ptr<mpi_communicator> comm_;
   cluster cluster_;
   synth::synth_options so_;                     // how the plan was made (re-balancing re-prices)
+
+  // The tensor-parallel baseline of the model on two devices like rank 0 (for the weight-fixed
+  // shares, exec/profile.hpp); none where that baseline finds no plan.
+  [[nodiscard]] std::optional<synth::plan> weight_splitting_plan() const {
+    cluster two = cluster_;
+    two.devices = {cluster_.devices.at(0), cluster_.devices.at(0)};
+    two.devices[1].name += "'";
+    two.inter_node.reset();
+    two.devices[1].node = two.devices[0].node;
+    two.collective_costs.clear();
+    synth::synth_options opt;
+    opt.segments = so_.segments;
+    opt.search.check_memory = false; // measured on the host, one piece at a time
+    opt.search.max_seconds = 1.0;
+    try {
+      return synth::make_baseline(g_, two, synth::baseline::tp, opt);
+    } catch (const plan_error&) {
+      return std::nullopt;
+    }
+  }
   std::optional<profile_options> calibration_;  // how --calibrate measured (when it did)
   std::optional<sim::shard_times> shard_times_; // the plan's ops at every rank's pieces
   std::optional<straggler_monitor> monitor_;    // with train_options::rebalance

@@ -230,6 +230,11 @@ struct compute_profile {
   /// share whole on every device; one that divides a weight divides it all. Empty: 0 (every
   /// node's time proportional to its share).
   std::vector<double> fixed;
+  /// Per node id: the same along a parameter's split (a convolution split by output channels
+  /// still unfolds its whole input), from the model measured at a weight-splitting plan's pieces
+  /// (exec/profile.hpp, `with_weight_fixed_shares`); a rule that divides a parameter keeps it
+  /// whole. Empty, or -1 for a node not measured so: 0 (the weight split divides it all).
+  std::vector<double> weight_fixed;
 };
 
 /// The class of work of op `k` (which of a device's rates prices it).
@@ -269,7 +274,10 @@ public:
          (!profile_->forward.empty() && profile_->forward.size() != g.size()) ||
          !std::ranges::all_of(profile_->forward, [](double x) { return x >= 0.0 && x <= 1.0; }) ||
          (!profile_->fixed.empty() && profile_->fixed.size() != g.size()) ||
-         !std::ranges::all_of(profile_->fixed, [](double x) { return x >= 0.0 && x <= 1.0; })))
+         !std::ranges::all_of(profile_->fixed, [](double x) { return x >= 0.0 && x <= 1.0; }) ||
+         (!profile_->weight_fixed.empty() && profile_->weight_fixed.size() != g.size()) ||
+         !std::ranges::all_of(profile_->weight_fixed,
+                              [](double x) { return x == -1.0 || (x >= 0.0 && x <= 1.0); })))
       throw plan_error("compute profile",
                        "has " + std::to_string(profile_->seconds.size()) + " node times for " +
                            std::to_string(g.size()) +
@@ -355,16 +363,17 @@ public:
       }
     return c;
   }
-  /// The share of node `id`'s time under `r` that every device pays whole (the profile's fixed
-  /// share where `r` divides the node's rows but none of its parameters; else 0).
+  /// The share of node `id`'s time under `r` that every device pays whole: the profile's fixed
+  /// share where `r` divides the node's rows but none of its parameters, its weight-fixed share
+  /// where `r` divides a parameter (0 where the profile has none).
   [[nodiscard]] double fixed_share(graph::node_id id, const graph::rule& r) const {
-    if (!profile_ || profile_->fixed.empty() || !r.split_work || !split_segment(id, r))
+    if (!profile_ || !r.split_work || !split_segment(id, r))
       return 0.0;
     const graph::node& n = (*g_)[id];
     for (std::size_t k = 0; k < r.arity; ++k)
       if (r.in[k].is_split() && is_parameter(n.inputs[k]))
-        return 0.0;
-    return profile_->fixed[id];
+        return profile_->weight_fixed.empty() ? 0.0 : std::max(profile_->weight_fixed[id], 0.0);
+    return profile_->fixed.empty() ? 0.0 : profile_->fixed[id];
   }
   /// Adds every device's `compute(id, r)` at `ratios` to `per_device`; returns the largest and
   /// its device (max_at of it, without building a cost per device).

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -203,6 +204,79 @@ TEST_CASE("a second measurement on fewer rows: each node's fixed share, kept who
   synth::compute_profile bad = flat;
   bad.fixed[0] = -0.1;
   CHECK_THROWS_WITH(synth::cost_model(g, c, seg, bad), Catch::Contains("fixed share outside"));
+}
+
+TEST_CASE("a measurement at a weight-splitting plan's pieces: each weight-split node's fixed "
+          "share, kept whole where a rule divides its weight") {
+  const models::mlp_config cfg = small_mlp();
+  const graph::graph g = models::trace_mlp<float>(cfg, 32);
+  const cluster two = test::make_cluster({1e9, 1e9});
+  const synth::plan tp = synth::make_baseline(g, two, synth::baseline::tp);
+  exec::profile_options opt;
+  opt.repetitions = 2;
+  synth::compute_profile p = exec::measure_compute<float>(g, 1e9, opt);
+  exec::with_weight_fixed_shares<float>(p, g, tp, opt);
+  REQUIRE(p.weight_fixed.size() == g.size());
+  // Measured where the plan divides a parameter (every linear of the tensor-parallel baseline),
+  // -1 (not measured) elsewhere; the measured ones in [0, 1].
+  std::size_t measured = 0;
+  for (const synth::plan_step& st : tp.steps) {
+    bool divides_weight = false;
+    for (std::size_t k = 0; k < st.rule.arity; ++k)
+      divides_weight = divides_weight || (st.rule.in[k].is_split() &&
+                                          g[g[st.node].inputs[k]].kind == graph::op::parameter);
+    INFO(st.name);
+    if (divides_weight && p.seconds[st.node] > 0.0) {
+      CHECK(p.weight_fixed[st.node] >= 0.0);
+      CHECK(p.weight_fixed[st.node] <= 1.0);
+      ++measured;
+    } else {
+      CHECK(p.weight_fixed[st.node] == -1.0);
+    }
+  }
+  CHECK(measured >= 2);
+  synth::compute_profile wrong = p;
+  wrong.seconds.pop_back();
+  CHECK_THROWS_WITH(exec::with_weight_fixed_shares<float>(wrong, g, tp, opt),
+                    Catch::Contains("node times"));
+
+  // Priced: a linear with 0.6 of its time fixed along the weight and 0.2 along the rows, on two
+  // equal devices: 0.8 of it where a rule divides the weight, 0.6 where it divides only the
+  // rows; a node not measured so (-1) divides all of it with the weight.
+  synth::compute_profile flat;
+  flat.speed = 1e9;
+  flat.seconds.assign(g.size(), 1e-3);
+  flat.fixed.assign(g.size(), 0.2);
+  flat.weight_fixed.assign(g.size(), 0.6);
+  const synth::segment_map seg(g, synth::segment_policy::one);
+  const synth::ratio_table even{{0.5, 0.5}};
+  auto first = static_cast<graph::node_id>(g.size());
+  for (graph::node_id i = 0; i < g.size(); ++i) {
+    if (g[i].kind != graph::op::linear)
+      continue;
+    first = std::min(first, i);
+    const synth::cost_model m(g, two, seg, flat);
+    for (const graph::rule& r : graph::rules_of(g, i)) {
+      if (!r.split_work || !m.split_segment(i, r))
+        continue;
+      const bool weight_split = r.in[1].is_split();
+      const bool rows_only = r.in[0].is_split() && r.in[0].dim() == 0 && !weight_split;
+      if (!weight_split && !rows_only)
+        continue;
+      INFO(g[i].name << (weight_split ? ": weight split" : ": rows split"));
+      CHECK(m.compute_max(i, r, even) == Approx(weight_split ? 0.8e-3 : 0.6e-3));
+      CHECK(synth::max_at(m.compute(i, r), even).first ==
+            Approx(weight_split ? 0.8e-3 : 0.6e-3));
+    }
+  }
+  REQUIRE(first < g.size());
+  flat.weight_fixed[first] = -1.0;
+  const synth::cost_model m(g, two, seg, flat);
+  for (const graph::rule& r : graph::rules_of(g, first))
+    if (r.split_work && m.split_segment(first, r) && r.in[1].is_split())
+      CHECK(m.compute_max(first, r, even) == Approx(0.5e-3));
+  flat.weight_fixed[first] = 1.5;
+  CHECK_THROWS_WITH(synth::cost_model(g, two, seg, flat), Catch::Contains("fixed share outside"));
 }
 
 TEST_CASE("measure_shards times a plan's ops at every device's pieces, and the simulation takes "
