@@ -70,6 +70,7 @@
 #include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/option_table.hpp>
 #include <hspmd/exec/profile.hpp>
 #include <hspmd/exec/trainer.hpp>
 #endif

@@ -5,6 +5,7 @@
 // e.g. 1.4e13)" so that a user sees the file/field or rank, the cause, and what to change, without
 // a backtrace.
 
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -95,5 +96,14 @@ class plan_error : public error {
 public:
   using error::error;
 };
+
+/// The one line a program prints for exception `e`: its what(), and for an allocation that
+/// failed (whose what() is a bare "std::bad_alloc") what happened and the fix.
+[[nodiscard]] inline std::string error_line(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr)
+    return std::string("out of memory: an allocation failed (") + e.what() +
+           ") (give a smaller batch or model, or run where there is more memory)";
+  return e.what();
+}
 
 } // namespace hspmd

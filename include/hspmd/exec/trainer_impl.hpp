@@ -14,6 +14,7 @@
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/fault.hpp>
 #include <hspmd/exec/loss_scale.hpp>
+#include <hspmd/exec/option_table.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/rebalance.hpp>
 #include <hspmd/graph/io.hpp>
@@ -96,6 +97,18 @@ public:
   trainer_state(const model_fn& model, const train_options& o)
       : trainer_state(trace(model, o), with_trace_at(model, o)) {}
   trainer_state(graph::graph g, train_options o) : g_(std::move(g)), o_(std::move(o)) {
+    // A model size of 0 (--seq 0, a width of 0) traces tensors of no elements, whose loss is a
+    // mean over nothing: refused, not trained to a loss of 0.
+    for (const graph::node& n : g_.nodes())
+      if (n.out.size() == 0) {
+        std::string shape;
+        for (std::size_t d : n.out.dims)
+          shape += (shape.empty() ? "(" : ", ") + std::to_string(d);
+        throw config_error("model " + o_.name + ": " + n.name + " " + shape + ")",
+                           "has no elements, so the step would train on nothing",
+                           "give every size of the model (sequence length, widths, heads, "
+                           "vocabulary) 1 or more");
+      }
     for (const graph::node& n : g_.nodes())
       if (n.kind == graph::op::input && n.out.batch_dim) {
         o_.batch = n.out.dims[*n.out.batch_dim];
@@ -210,6 +223,9 @@ private:
     if (o_.eval_batches == 0)
       throw config_error("eval batches 0", "an evaluation needs at least one micro-batch",
                          "give 1 or more");
+    // Every number within its range; in one process, nothing that needs a cluster
+    // (exec/option_table.hpp).
+    check_train_options(o_, distributed());
     if (!(o_.lr.peak > 0.0) || o_.lr.floor < 0.0 || o_.lr.floor > o_.lr.peak)
       throw config_error("learning rate " + std::to_string(o_.lr.peak),
                          "needs 0 < lr and 0 <= floor <= lr", "give a positive learning rate");
@@ -245,18 +261,6 @@ private:
         throw config_error("checkpoints with optimizer " + std::string(typeid(Optimizer).name()),
                            "keeps its state private, so a checkpoint cannot hold it",
                            "train with exec::adam or exec::sgd");
-    if (!distributed())
-      for (const auto& [flag, set] :
-           {std::pair<std::string, bool>{"plan " + o_.plan, !o_.plan.empty()},
-            {"calibrate", o_.calibrate.value_or(false)},
-            {"explain", o_.explain},
-            {"trace " + o_.trace, !o_.trace.empty()},
-            {"save plan " + o_.save_plan, !o_.save_plan.empty()},
-            {"plan cache " + o_.plan_cache, !o_.plan_cache.empty()},
-            {"rebalance", o_.rebalance != 0.0}})
-        if (set)
-          throw config_error(flag, "needs a cluster (one process has no plan)",
-                             "give a cluster file, or drop it");
   }
 
   void start_single() {
@@ -831,48 +835,8 @@ private:
   // (seed, learning rate, clipping, precision). HSPMD_DEBUG is compared by the communicator.
   // Collective.
   void agree_on_training_options(mpi_communicator& comm) const {
-    const auto num = [](double v) { // the shortest text that reads back as v
-      std::array<char, 40> b{};
-      const auto r = std::to_chars(b.data(), b.data() + b.size(), v);
-      return std::string(b.data(), r.ptr);
-    };
-    const auto on = [](bool b) { return std::string(b ? "on" : "off"); };
-    const std::string schedule = o_.lr.shape == lr_schedule::kind::constant
-                                     ? "constant " + num(o_.lr.peak)
-                                     : "cosine peak " + num(o_.lr.peak) + " warmup " +
-                                           std::to_string(o_.lr.warmup) + " floor " +
-                                           num(o_.lr.floor);
-    const std::vector<std::pair<std::string, std::string>> options = {
-        {"steps", std::to_string(o_.steps)},
-        {"batch", std::to_string(o_.batch)},
-        {"accumulate", std::to_string(o_.accumulate)},
-        {"seed", std::to_string(o_.seed)},
-        {"learning rate", schedule},
-        {"weight decay", num(o_.weight_decay)},
-        {"clip", num(o_.clip)},
-        {"optimizer", typeid(Optimizer).name()},
-        {"precision", std::string(name(o_.precision))},
-        {"recompute", on(o_.recompute)},
-        {"device", o_.device},
-        {"plan", o_.plan.empty() ? "synth" : o_.plan},
-        {"calibrate", o_.calibrate ? on(*o_.calibrate) : std::string("auto")},
-        {"bucket MiB", num(o_.bucket_mb)},
-        {"rank by cost", on(o_.rank_by_cost)},
-        {"eval every", std::to_string(o_.eval_every)},
-        {"eval batches", std::to_string(o_.eval_batches)},
-        {"trace", on(!o_.trace.empty())},
-        {"save plan", on(!o_.save_plan.empty())},
-        {"plan cache", on(!o_.plan_cache.empty())},
-        {"save graph", on(!o_.save_graph.empty())},
-        {"metrics", on(!o_.metrics.empty())},
-        {"profile", on(o_.profile)},
-        {"checkpoints", o_.checkpoint_dir + " every " + std::to_string(o_.save_every) + " keep " +
-                            std::to_string(o_.keep_checkpoints) + (o_.resume ? " resume" : "") +
-                            (o_.init_from.empty() ? "" : " init from " + o_.init_from)},
-        {"rebalance", o_.rebalance == 0.0
-                          ? std::string("off")
-                          : num(o_.rebalance) + " window " + std::to_string(o_.rebalance_window)},
-    };
+    std::vector<std::pair<std::string, std::string>> options = agreed_train_options(o_);
+    options.emplace_back("optimizer", typeid(Optimizer).name());
     agree_on_options(std::span<const std::pair<std::string, std::string>>(options), comm);
   }
 #endif

@@ -3,6 +3,7 @@
 // with a suggestion for a typo ("unknown argument --stpes (did you mean --steps?)") and exit
 // code 2. CLI11 is the caller's dependency: include this header only where CLI11 is linked.
 
+#include <hspmd/core/error.hpp>
 #include <hspmd/io/json_input.hpp>
 
 #include <CLI/CLI.hpp>
@@ -69,7 +70,7 @@ int report_errors(F&& body) noexcept {
   try {
     return static_cast<F&&>(body)();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", error_line(e).c_str());
   } catch (...) {
     std::fprintf(stderr, "error: unknown exception\n");
   }

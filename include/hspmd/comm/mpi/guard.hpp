@@ -4,6 +4,7 @@
 // "[hspmd rank R] message" and ends the whole job through MPI_Abort.
 
 #include <hspmd/comm/mpi/check.hpp>
+#include <hspmd/core/error.hpp>
 
 #include <mpi.h>
 
@@ -22,7 +23,7 @@ int run_guarded(F&& body) noexcept {
   try {
     return static_cast<F&&>(body)();
   } catch (const std::exception& e) {
-    message = e.what();
+    message = error_line(e);
   } catch (...) {
     message = "unknown exception";
   }
