@@ -66,13 +66,13 @@
 #include <hspmd/exec/hierarchical.hpp>
 #include <hspmd/exec/kernels.hpp>
 #include <hspmd/exec/kernels/box.hpp>
-#include <hspmd/exec/layout.hpp>
-#include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/option_table.hpp>
 #include <hspmd/exec/profile.hpp>
 #include <hspmd/exec/trainer.hpp>
+#include <hspmd/program/layout.hpp>
+#include <hspmd/program/lower.hpp>
 #endif
 
 #include <hspmd/comm/calibrate.hpp>

@@ -9,6 +9,7 @@
 #include <hspmd/core/rng.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/sim/step.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
 #include "test_cluster.hpp"
@@ -93,6 +94,36 @@ result<T> single(const graph::graph& g, std::size_t id_limit, std::size_t steps)
   return r;
 }
 
+// The step program the simulator prices is the one every rank ran: the names of the
+// instructions in the traced step, in the order each rank recorded them, equal the simulated
+// list (same plan, bucket size, element type and recomputation; collective).
+template <class T, class Comm, class B>
+void check_program_ran(const graph::graph& g, const synth::plan& p,
+                       exec::distributed_executor<T, Comm, B>& dx, bool recompute) {
+  const nlohmann::json t = dx.collect_trace();
+  if (!t.contains("traceEvents"))
+    return; // (rank 0 checks)
+  const cluster c = make_cluster(p.device_names.size(), 1e9);
+  const synth::cost_model m(g, c, synth::segment_map(g, p.segments));
+  sim::options so;
+  so.bucket_bytes = static_cast<double>(dx.bucket_bytes());
+  so.element_bytes = sizeof(T);
+  so.recompute = recompute;
+  so.names = true;
+  const std::vector<std::string> priced = sim::simulate(p, m, so).program;
+  std::map<int, std::vector<std::string>> ran;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X" && e.contains("args") && e["args"].contains("instruction"))
+      ran[e["pid"].get<int>()].push_back(e["name"].get<std::string>());
+  INFO(p.strategy << ": " << priced.size() << " instructions priced");
+  CHECK(ran.size() == p.device_names.size());
+  CHECK(priced.size() == dx.step_program().code.size());
+  for (const auto& [rank, names] : ran) {
+    INFO("rank " << rank);
+    CHECK(names == priced);
+  }
+}
+
 // `B`: the backend the rank's tensors live in (a device-like one stages its collectives over
 // MPI, or moves them directly with a device communicator `Comm`).
 template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
@@ -107,7 +138,7 @@ result<T> distributed(const graph::graph& g, const synth::plan& p, Comm& comm, s
   if (p.strategy.ends_with("+fsdp")) {
     // FSDP's gathered copies share one buffer (each lives from its gather to its last reader,
     // and is gathered again for the backward): less than all of them at once.
-    const exec::local_program& prog = dx.program();
+    const program::local_program& prog = dx.program();
     std::size_t all = 0;
     for (graph::node_id i = 0; i < prog.local.size(); ++i)
       if (prog.transfer_of[i] &&
@@ -131,11 +162,14 @@ result<T> distributed(const graph::graph& g, const synth::plan& p, Comm& comm, s
     for (const auto& [name, v] : b.ids)
       dx.set_input(name, std::span<const std::int64_t>(v));
     dx.set_step(s);
+    if (s + 1 == steps)
+      dx.start_trace(); // the last step: its instructions, checked below
     r.losses.push_back(static_cast<double>(dx.forward()));
     dx.backward();
     dx.clip_grad_norm(clip);
-    opt.step(dx.local());
+    dx.update(opt);
   }
+  check_program_ran(g, p, dx, recompute);
   for (graph::node_id q : g.parameters())
     r.params[g[q].name] = dx.gather(g[q].name);
   return r;

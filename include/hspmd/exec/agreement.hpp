@@ -5,8 +5,8 @@
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
-#include <hspmd/exec/lower.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/program/lower.hpp>
 #include <hspmd/synth/plan.hpp>
 
 #include <array>
@@ -93,7 +93,8 @@ void agree_on_options(std::span<const std::pair<std::string, std::string>> optio
 
 /// Checks the rank count, agrees on the plan (`agree_on_plan`) and lowers it for this rank.
 template <class Comm>
-[[nodiscard]] local_program lower_agreed(const graph::graph& g, const synth::plan& p, Comm& comm) {
+[[nodiscard]] program::local_program lower_agreed(const graph::graph& g, const synth::plan& p,
+                                                  Comm& comm) {
   if (p.device_names.size() != static_cast<std::size_t>(comm.size()))
     throw plan_error("plan " + p.strategy + " for " + p.cluster_name,
                      "has " + std::to_string(p.device_names.size()) + " devices but " +
@@ -101,7 +102,7 @@ template <class Comm>
                      "launch one rank per device of the cluster (mpirun -np " +
                          std::to_string(p.device_names.size()) + ")");
   agree_on_plan(g, p, comm);
-  return lower(g, p, static_cast<std::size_t>(comm.rank()));
+  return program::lower(g, p, static_cast<std::size_t>(comm.rank()));
 }
 
 } // namespace hspmd::exec

@@ -198,7 +198,8 @@ void agree_on_error(Comm& comm, const std::string& error) {
 /// The local version of each parameter of a lowered program that a checkpoint stores (the
 /// first, where a plan holds several), as indices into `prog.local.parameters()` (the order of
 /// the executor's parameters and an optimizer's slots).
-[[nodiscard]] inline std::vector<std::size_t> stored_parameters(const local_program& prog) {
+[[nodiscard]] inline std::vector<std::size_t>
+stored_parameters(const program::local_program& prog) {
   const auto params = prog.local.parameters();
   std::vector<std::size_t> out;
   std::vector<graph::node_id> seen;
@@ -215,7 +216,7 @@ void agree_on_error(Comm& comm, const std::string& error) {
 /// `prog.local.parameters()` (its value, or an optimizer slot of it).
 template <class T, class Values>
 [[nodiscard]] std::vector<checkpoint_piece<T>>
-program_pieces(const graph::graph& g, const local_program& prog, Values&& values,
+program_pieces(const graph::graph& g, const program::local_program& prog, Values&& values,
                const std::string& prefix = "") {
   const auto params = prog.local.parameters();
   std::vector<checkpoint_piece<T>> out;
@@ -231,7 +232,7 @@ program_pieces(const graph::graph& g, const local_program& prog, Values&& values
 /// versions of a tensor take the same values); `values(j)` as for `program_pieces`, writable.
 template <class T, class Values>
 [[nodiscard]] std::vector<checkpoint_target<T>>
-program_targets(const graph::graph& g, const local_program& prog, Values&& values,
+program_targets(const graph::graph& g, const program::local_program& prog, Values&& values,
                 const std::string& prefix = "") {
   const auto params = prog.local.parameters();
   std::vector<checkpoint_target<T>> out;
@@ -270,8 +271,9 @@ struct training_tensor {
 /// distributed run (its parameters are `ex`'s), or nullptr for a single process (whole tensors).
 /// Host tensors only.
 template <std::floating_point T, class Optimizer, class Executor>
-[[nodiscard]] std::vector<training_tensor<T>>
-training_tensors(const graph::graph& g, const local_program* prog, Executor& ex, Optimizer& opt) {
+[[nodiscard]] std::vector<training_tensor<T>> training_tensors(const graph::graph& g,
+                                                               const program::local_program* prog,
+                                                               Executor& ex, Optimizer& opt) {
   const auto params = ex.graph().parameters();
   std::vector<std::size_t> stored;
   if (prog != nullptr)

@@ -1,5 +1,5 @@
 #pragma once
-// Runs a plan on every rank of a communicator: the rank's local graph (exec/lower.hpp) through
+// Runs a plan on every rank of a communicator: the rank's local graph (program/lower.hpp) through
 // the single-process executor's kernels, with every transfer of the plan as a collective and in
 // the backward each transfer's dual (exec/transfers.hpp); replicated parameters' gradients are
 // all-reduced in buckets, or by SFB where the plan says so.
@@ -30,11 +30,12 @@
 #include <hspmd/exec/agreement.hpp>
 #include <hspmd/exec/comm_span.hpp>
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/layout.hpp>
-#include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/exec/transfers.hpp>
+#include <hspmd/program/layout.hpp>
+#include <hspmd/program/lower.hpp>
+#include <hspmd/program/step.hpp>
 #include <hspmd/synth/cost.hpp>
 #include <hspmd/synth/plan.hpp>
 
@@ -133,7 +134,7 @@ public:
     std::vector<graph::node_id> keep;
     std::vector<std::pair<graph::node_id, graph::node_id>> duals;
     std::vector<graph::node_id> storing; // whose dual can store the gradient instead of adding
-    for (const lowered_transfer& t : prog_.transfers) {
+    for (const program::lowered_transfer& t : prog_.transfers) {
       if (t.source)
         duals.emplace_back(*t.source, t.target);
       if (t.source && transfer_runner<T, Comm, B>::dual_can_store(t.what.kind))
@@ -141,7 +142,7 @@ public:
       if (g_[t.what.tensor].kind == graph::op::parameter) // a master weight's copy: float
         ex_.keep_in_float(t.target);
       if (t.what.sfb)
-        if (const auto user = sole_user(t.target))
+        if (const auto user = program::sole_user(prog_.local, t.target))
           keep.push_back(*user);
     }
     {
@@ -163,59 +164,24 @@ public:
   /// replays the same block at the same point) and the FSDP copies it reads gathered again. Call
   /// on every rank, before the first step. Returns the bytes of the shared buffer.
   std::size_t recompute(std::string_view prefix = "layers.") {
-    const std::size_t n = prog_.local.size();
-    std::vector<bool> moved(n, false); // made by a transfer, which a replay runs again
-    for (const lowered_transfer& t : prog_.transfers)
-      if (t.what.kind != synth::transfer_kind::load)
-        moved[t.target] = true;
-    // A transfer reads its source outside the graph's edges; SFB reads its layer's input after
-    // the backward.
-    std::vector<std::pair<graph::node_id, graph::node_id>> reads;
-    for (const lowered_transfer& t : prog_.transfers)
-      if (t.source)
-        reads.emplace_back(*t.source, t.target);
-    std::vector<graph::node_id> keep;
-    for (graph::node_id w : sfb_params_)
-      keep.push_back(prog_.local[*sole_user(w)].inputs[0]);
+    program::step_options o = options_;
+    o.recompute = true;
+    o.block_prefix = std::string(prefix);
+    program::step_program sp = program::build(prog_, g_, o);
+    const program::recompute_facts& f = sp.recompute;
     const std::size_t bytes =
-        ex_.recompute(scope_segments(prog_.local, prefix), moved, reads, keep);
-    std::vector<bool> gathered(n, false);
-    for (const auto& at : regather_at_)
-      for (graph::node_id k : at)
-        gathered[k] = true;
-    // Per segment, what its replay runs in node order: its inner nodes, and the FSDP copies they
-    // read gathered again where the forward gathered them (copies share memory only where their
-    // lives do not overlap, so in forward order each is there while read); a copy gathered
-    // before the segment goes first.
-    replay_at_.assign(n, {});
-    for (const auto& sg : ex_.recompute_segments()) {
-      std::vector<bool> read(n, false);
-      const auto note = [&](graph::node_id src) {
-        while (!gathered[src] && prog_.local[src].kind == graph::op::reshape &&
-               !prog_.local[src].inputs.empty())
-          src = prog_.local[src].inputs[0]; // a view's value is its source's
-        read[src] = read[src] || gathered[src];
-      };
-      for (graph::node_id j : sg.internal) {
-        for (graph::node_id in : prog_.local[j].inputs)
-          note(in);
-        if (const auto t = prog_.transfer_of[j]; t && prog_.transfers[*t].source)
-          note(*prog_.transfers[*t].source); // a version moved from a copy
-      }
-      std::vector<replay_item>& items = replay_at_[sg.last];
-      for (graph::node_id k = 0; k < sg.first; ++k)
-        if (read[k])
-          items.push_back({k, true});
-      std::size_t next = 0;
-      for (graph::node_id k = sg.first; k <= sg.last; ++k) {
-        if (read[k])
-          items.push_back({k, true});
-        if (next < sg.internal.size() && sg.internal[next] == k) {
-          items.push_back({k, false});
-          ++next;
-        }
-      }
-    }
+        ex_.recompute(scope_segments(prog_.local, prefix), f.refilled, f.extra_users, f.keep);
+    // The executor placed the memory of the values the program replays: the same function of
+    // the same graph and facts, so the same nodes.
+    const auto& placed = ex_.recompute_segments();
+    for (std::size_t k = 0; k < placed.size(); ++k)
+      if (k >= sp.segments.size() || placed[k].internal != sp.segments[k].internal)
+        throw plan_error("distributed executor",
+                         "recomputation segment " + std::to_string(k) +
+                             " replays other nodes than the executor placed",
+                         "report this: the step program and the executor disagree");
+    options_ = o;
+    sp_ = std::move(sp);
     return bytes;
   }
 
@@ -241,7 +207,7 @@ public:
   /// The rank's executor (local graph, pieces of values and gradients); optimizers step it.
   [[nodiscard]] executor<T, B>& local() noexcept { return ex_; }
   [[nodiscard]] const executor<T, B>& local() const noexcept { return ex_; }
-  [[nodiscard]] const local_program& program() const noexcept { return prog_; }
+  [[nodiscard]] const program::local_program& program() const noexcept { return prog_; }
 
   void set_step(std::uint64_t step) noexcept {
     step_ = step;
@@ -251,7 +217,7 @@ public:
   /// Emulation of a slower device: every local compute takes `s` times as long (busy wait).
   void set_slowdown(double s) noexcept { slowdown_ = std::max(1.0, s); }
   [[nodiscard]] double slowdown() const noexcept { return slowdown_; }
-  [[nodiscard]] std::size_t bucket_bytes() const noexcept { return bucket_bytes_; }
+  [[nodiscard]] std::size_t bucket_bytes() const noexcept { return options_.bucket_bytes; }
   /// Seconds this rank spent computing (the local graph's kernels and the optimizer, an
   /// emulated slowdown included) since the last call; what re-balancing compares with the
   /// plan's prediction (exec/rebalance.hpp).
@@ -262,14 +228,15 @@ public:
   /// `gradient_bucket_bytes`). Smaller buckets start earlier in the backward and overlap more of
   /// it; each pays one latency.
   void set_bucket_bytes(std::size_t bytes) {
-    bucket_bytes_ = std::max<std::size_t>(bytes, sizeof(T));
+    options_.bucket_bytes = std::max<std::size_t>(bytes, sizeof(T));
+    sp_ = program::build(prog_, g_, options_);
     plan_gradient_sync();
   }
   /// The gradient buckets: for each, its parameters' local node ids, in the order they are
   /// started (the first is ready earliest in the backward).
   [[nodiscard]] std::vector<std::vector<graph::node_id>> gradient_buckets() const {
     std::vector<std::vector<graph::node_id>> out;
-    for (const gradient_bucket& b : buckets_)
+    for (const program::gradient_bucket& b : sp_.buckets)
       out.push_back(b.params);
     return out;
   }
@@ -280,54 +247,24 @@ public:
   void set_input(std::string_view name, std::span<const T> whole) { feed(name, whole); }
   void set_input(std::string_view name, std::span<const std::int64_t> whole) { feed(name, whole); }
 
-  /// Forward on every rank; returns the global loss (the same on every rank).
+  /// Forward on every rank (the step program's forward section); returns the global loss (the
+  /// same on every rank).
   T forward() {
-    for (graph::node_id i = 0; i < prog_.local.size(); ++i) {
-      const auto t = prog_.transfer_of[i];
-      if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load)
-        traced_transfer(prog_.transfers[*t], false);
-      else
-        traced_compute(i, false);
-    }
-    const auto loss = *prog_.local.loss();
-    T mine{};
-    ex_.backend().copy_to_host(&mine, ex_.value(loss).data(), 1);
-    T total{};
-    trace_.span("all_reduce loss", trace_kind::communication, {{"bytes", sizeof(T)}},
-                [&] { total = comm_->all_reduce(mine, reduce_op::sum); });
-    return total;
+    run(program::section::forward);
+    return loss_;
   }
 
-  /// Backward on every rank, then the parameters' gradients are synchronized: afterwards each
-  /// rank holds the complete gradient of its piece of every parameter.
+  /// Backward on every rank (the program's backward section), then the parameters' gradients
+  /// are synchronized: afterwards each rank holds the complete gradient of its piece of every
+  /// parameter.
   ///
   /// A bucket of replicated parameters' gradients starts its all-reduce as soon as the backward
   /// has produced all of them (non-blocking where the communicator has one), and the backward
-  /// goes on; between nodes (and while an emulated slow device waits) the rank drives the
-  /// collectives in flight; at the end it waits for them.
+  /// goes on; between instructions (and while an emulated slow device waits) the rank drives
+  /// the collectives in flight; at the end it waits for them.
   void backward() {
     ex_.begin_backward();
-    std::size_t next = 0;
-    for (graph::node_id i = static_cast<graph::node_id>(prog_.local.size()); i-- > 0;) {
-      replay(i);
-      for (graph::node_id k : regather_at_[i]) // a gathered parameter, about to be read again
-        traced_transfer(prog_.transfers[*prog_.transfer_of[k]], false);
-      const auto t = prog_.transfer_of[i];
-      if (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load) {
-        ex_.enter_backward(i);
-        traced_transfer(prog_.transfers[*t], true);
-      } else
-        traced_compute(i, true);
-      for (; next < buckets_.size() && buckets_[next].ready_at >= i; ++next)
-        start_bucket(next);
-      progress();
-    }
-    for (; next < buckets_.size(); ++next)
-      start_bucket(next);
-    for (graph::node_id w : sfb_params_)
-      trace_.span("sfb " + g_[prog_.global[w]].name, trace_kind::communication,
-                  {{"bytes", ex_.grad(w).size() * sizeof(T)}}, [&] { sfb_gradient(w); });
-    finish_buckets();
+    run(program::section::backward);
   }
 
   /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute);
@@ -335,8 +272,9 @@ public:
   /// optimizer's pass where it takes one (exec/optim.hpp `step_scaled`).
   template <class Optimizer>
   void update(Optimizer& opt, double grad_scale = 1.0) {
-    trace_.span("optimizer", trace_kind::compute, {},
-                [&] { compute([&] { step_scaled(opt, ex_, grad_scale); }); });
+    optimizer_step_ = [&] { step_scaled(opt, ex_, grad_scale); };
+    execute(sp_.begin(program::section::optimizer) + 1);
+    optimizer_step_ = nullptr;
   }
 
   /// Squared L2 norm of the whole gradient (every parameter element counted once).
@@ -347,14 +285,21 @@ public:
         continue; // replicated: rank 0 counts it
       s += sum_of_squares_on(ex_.backend(), std::span<const T>(ex_.grad(id)));
     }
-    double total = 0.0;
-    trace_.span("all_reduce gradient norm", trace_kind::communication, {{"bytes", sizeof(double)}},
-                [&] { total = comm_->all_reduce(s, reduce_op::sum); });
-    return total;
+    norm_squared_ = s;
+    execute(sp_.begin(program::section::optimizer));
+    return norm_squared_;
   }
   /// Clips the gradients to global norm `max_norm`; returns the norm before clipping.
   double clip_grad_norm(double max_norm) {
     return exec::clip_grad_norm(ex_, max_norm, grad_norm_squared());
+  }
+
+  /// The rank's step program (program/step.hpp): what `forward`, `backward`,
+  /// `grad_norm_squared` and `update` run, in order.
+  [[nodiscard]] const program::step_program& step_program() const noexcept { return sp_; }
+  /// The name of the program's instruction `k` (as the trace and the simulator name it).
+  [[nodiscard]] std::string instruction_name(std::size_t k) const {
+    return program::name(sp_.code.at(k), prog_, g_);
   }
 
   /// The whole value of parameter (or any tensor the rank holds a version of) `name`, on every
@@ -425,8 +370,97 @@ public:
   }
 
 private:
-  // Compute of local node i (forward or backward), traced with its node and op.
-  void traced_compute(graph::node_id i, bool backward) {
+  static program::step_options default_options() {
+    program::step_options o;
+    o.bucket_bytes = static_cast<std::size_t>(synth::gradient_bucket_bytes);
+    o.element_bytes = sizeof(T);
+    return o;
+  }
+
+  // Runs the program's section `s`, instruction by instruction.
+  void run(program::section s) {
+    const std::size_t end = sp_.begin(s) + sp_.part(s).size();
+    for (std::size_t k = sp_.begin(s); k < end; ++k)
+      execute(k);
+  }
+
+  // Runs instruction k of the step program, traced under its name.
+  void execute(std::size_t k) {
+    using program::code;
+    const program::instruction& in = sp_.code[k];
+    switch (in.op) {
+    case code::forward:
+      traced_compute(k, in.node, "forward");
+      break;
+    case code::move:
+    case code::regather:
+      traced_transfer(k, in.node, false);
+      break;
+    case code::replay:
+      if (program::is_moved(prog_, in.node))
+        traced_transfer(k, in.node, false);
+      else
+        traced_compute(k, in.node, "replay");
+      break;
+    case code::backward:
+      traced_compute(k, in.node, "backward");
+      break;
+    case code::move_back:
+      ex_.enter_backward(in.node);
+      traced_transfer(k, in.node, true);
+      break;
+    case code::loss: {
+      T mine{};
+      ex_.backend().copy_to_host(&mine, ex_.value(*prog_.local.loss()).data(), 1);
+      traced(k, trace_kind::communication, {{"bytes", sizeof(T)}},
+             [&] { loss_ = comm_->all_reduce(mine, reduce_op::sum); });
+      break;
+    }
+    case code::post:
+      traced(k, trace_kind::communication, bucket_args(in.bucket),
+             [&] { start_bucket(in.bucket); });
+      break;
+    case code::sfb:
+      traced(k, trace_kind::communication, {{"bytes", ex_.grad(in.node).size() * sizeof(T)}},
+             [&] { sfb_gradient(in.node); });
+      break;
+    case code::wait: {
+      std::size_t bytes = 0;
+      for (const gradient_bucket& b : buckets_)
+        bytes += b.bytes;
+      traced(k, trace_kind::communication, {{"bytes", bytes}, {"buckets", buckets_.size()}},
+             [&] { finish_buckets(); });
+      break;
+    }
+    case code::norm:
+      traced(k, trace_kind::communication, {{"bytes", sizeof(double)}},
+             [&] { norm_squared_ = comm_->all_reduce(norm_squared_, reduce_op::sum); });
+      break;
+    case code::update:
+      if (!optimizer_step_)
+        throw plan_error("distributed executor", "the optimizer instruction has no optimizer",
+                         "call update(optimizer)");
+      traced(k, trace_kind::compute, {}, [&] { compute(optimizer_step_); });
+      break;
+    }
+    if (k >= sp_.begin(program::section::backward) && k < sp_.begin(program::section::optimizer))
+      progress();
+  }
+
+  // Runs f under instruction k's name (with its index in the args) when tracing.
+  template <class F>
+  void traced(std::size_t k, trace_kind kind, nlohmann::json args, F&& f) {
+    if (!trace_.on()) {
+      f();
+      return;
+    }
+    args["instruction"] = k;
+    trace_.span(instruction_name(k), kind, std::move(args), std::forward<F>(f));
+  }
+
+  // Compute of local node i (a forward, backward or replay), traced with its node and op.
+  void traced_compute(std::size_t k, graph::node_id i, const char* pass) {
+    const bool backward = pass[0] == 'b';
     const auto run = [&] {
       compute([&] {
         if (backward)
@@ -435,28 +469,31 @@ private:
           ex_.forward_node(i);
       });
     };
-    const graph::node& n = prog_.local[i];
-    if (!trace_.on() || n.kind == graph::op::input || n.kind == graph::op::parameter) {
+    if (!trace_.on()) {
       run();
       return;
     }
+    const graph::node& n = prog_.local[i];
     nlohmann::json args{{"op", std::string(graph::name(n.kind))},
-                        {"pass", backward ? "backward" : "forward"},
-                        {"slowdown", slowdown_}};
+                        {"pass", pass},
+                        {"slowdown", slowdown_},
+                        {"instruction", k}};
     if constexpr (host_memory_v<B>) {
-      trace_.span(g_[prog_.global[i]].name, trace_kind::compute, args, run);
+      trace_.span(instruction_name(k), trace_kind::compute, args, run);
     } else {
       // A device's kernels run after the host queued them: the traced node waits for them
       // (events on the backend's stream), so the span is the device's work, its time in args.
       const auto begin = std::chrono::steady_clock::now();
       const double seconds = ex_.backend().timed(run);
       args["device_ms"] = seconds * 1e3;
-      trace_.add(g_[prog_.global[i]].name, trace_kind::compute, begin,
-                 std::chrono::steady_clock::now(), std::move(args));
+      trace_.add(instruction_name(k), trace_kind::compute, begin, std::chrono::steady_clock::now(),
+                 std::move(args));
     }
   }
-  // A transfer or its dual, traced with its kind, tensor, bytes and algorithm.
-  void traced_transfer(const lowered_transfer& t, bool backward) {
+  // The transfer making local node i, or its dual, traced with its kind, tensor, bytes and
+  // algorithm.
+  void traced_transfer(std::size_t k, graph::node_id i, bool backward) {
+    const program::lowered_transfer& t = prog_.transfers[*prog_.transfer_of[i]];
     const auto run = [&] {
       if (backward)
         transfer_backward(t);
@@ -467,21 +504,16 @@ private:
       run();
       return;
     }
-    using k = synth::transfer_kind;
-    k kind = t.what.kind;
-    if (backward) // the dual's kind
-      kind = kind == k::all_gather       ? k::reduce_scatter
-             : kind == k::reduce_scatter ? k::all_gather
-                                         : kind;
+    const synth::transfer_kind kind = backward ? synth::dual(t.what.kind) : t.what.kind;
     const graph::node& whole = g_[t.what.tensor];
     nlohmann::json args = {{"tensor", whole.name},
                            {"bytes", whole.out.size() * size_of(whole.type)},
                            {"placements", t.what.from.to_string() + " -> " + t.what.to.to_string()},
-                           {"pass", backward ? "backward" : "forward"}};
-    if (kind == k::all_gather || kind == k::reduce_scatter)
+                           {"pass", backward ? "backward" : "forward"},
+                           {"instruction", k}};
+    if (kind == synth::transfer_kind::all_gather || kind == synth::transfer_kind::reduce_scatter)
       args["algorithm"] = std::string(name(t.what.algorithm));
-    trace_.span(std::string(synth::name(kind)) + " " + whole.name, trace_kind::communication, args,
-                run);
+    trace_.span(instruction_name(k), trace_kind::communication, args, run);
   }
 
   // Runs f; with a slowdown s, waits (s - 1) times as long again. A kernel that communicates
@@ -539,7 +571,7 @@ private:
                        "feed ids as int64 and features as floating point");
     if (check_inputs_)
       check_same_input(name, std::as_bytes(whole));
-    for (const lowered_transfer& t : prog_.transfers)
+    for (const program::lowered_transfer& t : prog_.transfers)
       if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid) {
         const std::span<E> to = data_of<E>(t.target, false);
         if constexpr (host_memory_v<B>) {
@@ -571,115 +603,42 @@ private:
                        "rank keeps its piece");
   }
 
-  // FSDP: a parameter kept in shards and all-gathered for use is a working copy. Its value is
-  // read from the gather to its last reader (views' readers included) in the forward, and from
-  // that reader's backward to the gather's dual in the backward; in between it is dead. The
-  // copies share one buffer where those lives do not overlap (exec::executor::
-  // share_value_buffers), and the backward gathers each again before its last reader's
-  // backward: one layer's parameters at a time instead of the whole model, for one more
-  // all-gather per copy (the cost model prices both).
+  // FSDP: a parameter kept in shards and all-gathered for use is a working copy (the program's
+  // `gathered`, each with its last reader). The copies share one buffer where their lives do
+  // not overlap (exec::executor::share_value_buffers); the program gathers each again before
+  // its last reader's backward: one layer's parameters at a time instead of the whole model,
+  // for one more all-gather per copy (the cost model prices both).
   void share_gathered_parameters() {
-    const std::size_t n = prog_.local.size();
-    regather_at_.assign(n, {});
-    std::vector<std::pair<graph::node_id, graph::node_id>> lives;
-    for (graph::node_id i = 0; i < n; ++i) {
-      const auto t = prog_.transfer_of[i];
-      if (!t || prog_.transfers[*t].what.kind != synth::transfer_kind::all_gather ||
-          g_[prog_.global[i]].kind != graph::op::parameter || prog_.local[i].type == dtype::i64)
-        continue;
-      std::vector<bool> reads(n, false);
-      reads[i] = true;
-      for (graph::node_id v : ex_.views_of(i))
-        reads[v] = true;
-      graph::node_id last = i;
-      for (graph::node_id j = i + 1; j < n; ++j) {
-        for (graph::node_id in : prog_.local[j].inputs)
-          if (reads[in])
-            last = j;
-        const auto tj = prog_.transfer_of[j]; // another version made from this copy
-        if (tj && prog_.transfers[*tj].source && reads[*prog_.transfers[*tj].source])
-          last = j;
-      }
-      lives.emplace_back(i, last);
-      regather_at_[last].push_back(i);
-    }
-    gathered_ = lives.size();
-    if (!lives.empty())
-      gathered_bytes_ = ex_.share_value_buffers(lives);
+    gathered_ = sp_.gathered.size();
+    if (!sp_.gathered.empty())
+      gathered_bytes_ = ex_.share_value_buffers(sp_.gathered);
   }
 
-  // Before node i's backward: the forward of the recomputation segment ending at i again, its
-  // transfers included, with the FSDP copies it reads gathered again (see `recompute`).
-  void replay(graph::node_id i) {
-    if (replay_at_.empty())
-      return;
-    for (const replay_item& r : replay_at_[i]) {
-      const auto t = prog_.transfer_of[r.node];
-      if (r.gather || (t && prog_.transfers[*t].what.kind != synth::transfer_kind::load))
-        traced_transfer(prog_.transfers[*t], false);
-      else
-        traced_compute(r.node, false);
-    }
-  }
-
-  void transfer_forward(const lowered_transfer& t) {
+  void transfer_forward(const program::lowered_transfer& t) {
     if (prog_.local[t.target].type == dtype::i64)
       moves_.forward(t, ex_.ids(*t.source), ex_.ids(t.target));
     else
       moves_.forward(t, ex_.value(*t.source), ex_.value(t.target));
   }
-  void transfer_backward(const lowered_transfer& t) {
+  void transfer_backward(const program::lowered_transfer& t) {
     if (prog_.local[t.target].type != dtype::i64)
       moves_.backward(t, ex_.grad(*t.source), ex_.grad(t.target),
                       !ex_.gradient_stored_whole(*t.source));
   }
 
-  // Replicated parameters' gradients are partial sums over the ranks: all-reduced in buckets, or
-  // (where the plan chose SFB and the weight has one matmul user) by SFB after the backward.
-  // Buckets are formed once, in the order the backward completes their gradients: a parameter's
-  // gradient is final after the backward of the first node (in graph order) that reads it.
+  // Replicated parameters' gradients are partial sums over the ranks: all-reduced in the
+  // program's buckets (or made by SFB). Each bucket gets a buffer, reused every step.
   void plan_gradient_sync() {
     buckets_.clear();
-    sfb_params_.clear();
-    if (comm_->size() == 1)
-      return;
-    const auto n = static_cast<graph::node_id>(prog_.local.size());
-    std::vector<graph::node_id> first_use(n, n);
-    for (graph::node_id i = 0; i < n; ++i) {
-      for (graph::node_id in : prog_.local[i].inputs)
-        first_use[in] = std::min(first_use[in], i);
-      if (const auto t = prog_.transfer_of[i]; t && prog_.transfers[*t].source)
-        first_use[*prog_.transfers[*t].source] =
-            std::min(first_use[*prog_.transfers[*t].source], i);
-    }
-    std::vector<graph::node_id> params;
-    for (const lowered_transfer& t : prog_.transfers) {
-      if (t.what.kind != synth::transfer_kind::load ||
-          g_[t.what.tensor].kind != graph::op::parameter || !t.what.to.is_replicated())
-        continue;
-      if (t.what.sfb && sfb_applies(t.target))
-        sfb_params_.push_back(t.target);
-      else
-        params.push_back(t.target);
-    }
-    std::ranges::stable_sort(params, std::ranges::greater{},
-                             [&](graph::node_id p) { return first_use[p]; });
-    for (graph::node_id p : params) {
-      const std::size_t bytes = ex_.grad(p).size() * sizeof(T);
-      if (buckets_.empty() ||
-          (buckets_.back().bytes > 0 && buckets_.back().bytes + bytes > bucket_bytes_))
-        buckets_.emplace_back();
-      gradient_bucket& b = buckets_.back();
-      b.params.push_back(p);
-      b.bytes += bytes;
-      const graph::node_id ready = first_use[p] == n ? n - 1 : first_use[p];
-      b.ready_at = b.params.size() == 1 ? ready : std::min(b.ready_at, ready);
-    }
-    for (gradient_bucket& b : buckets_) {
-      b.flat = ex_.backend().template allocate<T>(b.bytes / sizeof(T));
+    buckets_.resize(sp_.buckets.size());
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      gradient_bucket& b = buckets_[k];
+      b.bytes = sp_.buckets[k].elements * sizeof(T);
+      b.flat = ex_.backend().template allocate<T>(sp_.buckets[k].elements);
       if constexpr (staged_comm)
-        b.staged.assign(b.bytes / sizeof(T), T{});
+        b.staged.assign(sp_.buckets[k].elements, T{});
     }
+    requests_.clear();
     requests_.resize(buckets_.size());
   }
 
@@ -687,7 +646,7 @@ private:
   void start_bucket(std::size_t k) {
     gradient_bucket& b = buckets_[k];
     std::size_t at = 0;
-    for (graph::node_id id : b.params) {
+    for (graph::node_id id : sp_.buckets[k].params) {
       const auto gr = ex_.grad(id);
       for_each_index(ex_.backend(), gr.size(),
                      copy_elements<T>{gr.data(), b.flat.data() + at, false});
@@ -744,8 +703,7 @@ private:
       gradient_bucket& b = buckets_[k];
       if constexpr (detail::request_of<Comm, T, B>::nonblocking) {
         if (!b.done) {
-          trace_.span("wait for gradients", trace_kind::communication, bucket_args(k),
-                      [&] { comm_->wait(requests_[k]); });
+          comm_->wait(requests_[k]);
           b.done = true;
           trace_in_flight(k);
         }
@@ -753,7 +711,7 @@ private:
       if constexpr (staged_comm)
         ex_.backend().copy_from_host(b.flat.data(), b.staged.data(), b.staged.size());
       std::size_t at = 0;
-      for (graph::node_id id : b.params) {
+      for (graph::node_id id : sp_.buckets[k].params) {
         auto gr = ex_.grad(id);
         for_each_index(ex_.backend(), gr.size(),
                        copy_elements<T>{b.flat.data() + at, gr.data(), false});
@@ -776,41 +734,16 @@ private:
   }
 
   [[nodiscard]] nlohmann::json bucket_args(std::size_t k) const {
-    return {{"bytes", buckets_[k].bytes}, {"parameters", buckets_[k].params.size()}, {"bucket", k}};
+    return {
+        {"bytes", buckets_[k].bytes}, {"parameters", sp_.buckets[k].params.size()}, {"bucket", k}};
   }
 
-  // SFB for replicated weight `w` read by exactly one matmul / linear with row-split input:
-  // all-gather the input rows and the output gradient, one local GEMM. False when the weight
-  // has another use (the all-reduce then covers every contribution).
-  // The only local node reading `w`, if exactly one does.
-  [[nodiscard]] std::optional<graph::node_id> sole_user(graph::node_id w) const {
-    std::optional<graph::node_id> user;
-    for (graph::node_id i = 0; i < prog_.local.size(); ++i)
-      for (graph::node_id in : prog_.local[i].inputs)
-        if (in == w) {
-          if (user)
-            return std::nullopt;
-          user = i;
-        }
-    return user;
-  }
-
-  // SFB applies to `w` (see above); otherwise its gradient is all-reduced.
-  [[nodiscard]] bool sfb_applies(graph::node_id w) const {
-    const std::optional<graph::node_id> user = sole_user(w);
-    if (!user)
-      return false;
-    const graph::node& op = prog_.local[*user];
-    if ((op.kind != graph::op::linear && op.kind != graph::op::matmul) || op.inputs[1] != w)
-      return false;
-    const node_layout& lx = prog_.layouts[op.inputs[0]];
-    return lx.split && *lx.split + 1 < lx.global.size();
-  }
-
+  // SFB for replicated weight `w` read by exactly one matmul / linear with row-split input
+  // (program::sfb_applies): all-gather the input rows and the output gradient, one local GEMM.
   void sfb_gradient(graph::node_id w) {
-    const graph::node& op = prog_.local[*sole_user(w)];
+    const graph::node& op = prog_.local[program::sfb_user(prog_, w)];
     const graph::node_id x = op.inputs[0];
-    const node_layout& lx = prog_.layouts[x];
+    const program::node_layout& lx = prog_.layouts[x];
     const std::size_t k = lx.global.back();
     const std::size_t n = prog_.local[w].out.dims[1];
     std::vector<std::size_t> rows;
@@ -821,7 +754,7 @@ private:
     }
     if constexpr (host_memory_v<B>) {
       sfb_weight_gradient(*comm_, std::span<const T>(ex_.value(x)),
-                          std::span<const T>(ex_.grad(*sole_user(w))),
+                          std::span<const T>(ex_.grad(program::sfb_user(prog_, w))),
                           std::span<const std::size_t>(rows), k, n, ex_.grad(w));
     } else {
       // On the device: both factors gathered into backend buffers (directly or staged, like any
@@ -841,7 +774,8 @@ private:
         out.written();
       };
       gather(std::span<const T>(ex_.value(x)), xs.data(), total * k, x_counts);
-      gather(std::span<const T>(ex_.grad(*sole_user(w))), dys.data(), total * n, dy_counts);
+      gather(std::span<const T>(ex_.grad(program::sfb_user(prog_, w))), dys.data(), total * n,
+             dy_counts);
       for_each_index(be, k * n,
                      sfb_outer_product<T>{xs.data(), dys.data(), ex_.grad(w).data(), total, k, n});
     }
@@ -855,7 +789,7 @@ private:
   const graph::graph& g_;
   Comm* comm_;
   detail::control_t<Comm>* control_;
-  local_program prog_;
+  program::local_program prog_;
   // Device buffers over a communicator of host memory: buckets are all-reduced from host copies.
   static constexpr bool staged_comm = !comm_reads_backend_v<Comm, B>;
   // Buckets start on the communicator's stream after an event on the backend's (see above).
@@ -865,19 +799,17 @@ private:
 
   executor<T, B> ex_;
   transfer_runner<T, Comm, B> moves_{prog_, *comm_, ex_.backend()};
-  struct gradient_bucket {
-    std::vector<graph::node_id> params; // local parameter versions, packed in this order
+  program::step_options options_ = default_options();
+  program::step_program sp_ = program::build(prog_, g_, options_);
+  struct gradient_bucket { // the runtime side of the program's bucket of the same index
     std::size_t bytes = 0;
     typename B::template buffer<T> flat; // the bucket's buffer, reused every step
     std::vector<T> staged;               // its host copy when the communicator needs one
-    graph::node_id ready_at{}; // every gradient is final once the backward has run this node
     std::chrono::steady_clock::time_point started;
     bool done = true;
   };
-  std::size_t bucket_bytes_ = static_cast<std::size_t>(synth::gradient_bucket_bytes);
   std::vector<gradient_bucket> buckets_;
   std::vector<typename detail::request_of<Comm, T, B>::type> requests_;
-  std::vector<graph::node_id> sfb_params_;
   bool in_flight_ = false;
   double slowdown_ = 1.0;
   std::optional<std::chrono::steady_clock::time_point> computing_; // a compute phase's start
@@ -886,12 +818,9 @@ private:
   bool check_inputs_ = true; // every rank feeds (SPMD), so every rank checks
   trace_recorder trace_;
   std::size_t gradient_bytes_ = 0;
-  std::vector<std::vector<graph::node_id>> regather_at_; // gathered copies to make again there
-  struct replay_item {
-    graph::node_id node;
-    bool gather; // an FSDP copy gathered again, else an inner node's forward
-  };
-  std::vector<std::vector<replay_item>> replay_at_; // a segment's replay, at its last node
+  T loss_{};                             // the last forward's global loss
+  double norm_squared_ = 0.0;            // the gradient norm's partial, then its sum
+  std::function<void()> optimizer_step_; // what the update instruction runs
   std::size_t gathered_ = 0;
   std::size_t gathered_bytes_ = 0;
 };

@@ -146,8 +146,8 @@ private:
   // version of the same tensor in `from`'s (the same placement where `from` has it): one
   // all-to-all over the control communicator (host memory).
   void move_state(dx_t& from, dx_t& to, Optimizer& opt) {
-    const local_program& a = from.program();
-    const local_program& b = to.program();
+    const program::local_program& a = from.program();
+    const program::local_program& b = to.program();
     const auto pa = a.local.parameters();
     const auto pb = b.local.parameters();
     std::vector<std::size_t> source(pb.size());

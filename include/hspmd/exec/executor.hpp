@@ -17,12 +17,13 @@
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/gradient_memory.hpp>
 #include <hspmd/exec/kernels.hpp>
-#include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/parameter_init.hpp>
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/program/layout.hpp>
+#include <hspmd/program/recompute.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -56,10 +57,10 @@ public:
   /// never allocated on their own, so the device's peak is the shared size, not the unshared.
   ///
   /// `layouts` (one per node, or none): where each node's value sits in the whole tensor when
-  /// `g` is one rank's local graph (exec/lower.hpp); parameters, dropout masks, means, causal
+  /// `g` is one rank's local graph (program/lower.hpp); parameters, dropout masks, means, causal
   /// masks and vocabulary ranges then follow global positions.
   explicit executor(const graph::graph& g, std::uint64_t seed = 0,
-                    std::vector<node_layout> layouts = {}, B backend = {})
+                    std::vector<program::node_layout> layouts = {}, B backend = {})
       : g_(g), backend_(std::move(backend)) {
     if (!g.loss())
       throw plan_error("executor", "the graph has no loss", "mark one with tracer::set_loss");
@@ -203,48 +204,25 @@ public:
     if (!segment_of_.empty())
       throw plan_error("executor", "recomputation segments are already set", "call recompute once");
     const std::size_t n = g_.size();
+    program::recompute_facts facts;
+    facts.refilled = refilled;
+    facts.extra_users = extra_users;
+    facts.keep = keep;
+    facts.shared = shared_;
+    facts.swapped = s_.swapped;
+    segments_ = program::recompute_segments(g_, segments, facts);
     segment_of_.assign(n, none_segment);
-    segments_.clear();
-    for (const auto& [first, last] : segments) {
-      if (first > last || last >= n || (!segments_.empty() && first <= segments_.back().last))
-        throw plan_error("executor",
-                         "recomputation segment [" + std::to_string(first) + ", " +
-                             std::to_string(last) + "] is empty, past the graph's " +
-                             std::to_string(n) + " nodes or not after the one before",
-                         "give disjoint node ranges in increasing order");
-      segments_.push_back({first, last, {}});
-      for (graph::node_id i = first; i <= last; ++i)
-        segment_of_[i] = segments_.size() - 1;
-    }
-    // A value read (directly or through its views) by a node outside its segment is kept.
-    std::vector<graph::node_id> owner(n); // a view's buffer is its source's
-    for (graph::node_id i = 0; i < n; ++i)
-      owner[i] = is_view(i) ? owner[g_[i].inputs[0]] : i;
-    std::vector<bool> kept(n, false);
-    for (graph::node_id i = 0; i < n; ++i)
-      for (graph::node_id in : g_[i].inputs)
-        if (segment_of_[owner[in]] != segment_of_[i])
-          kept[owner[in]] = true;
-    for (const auto& [from, to] : extra_users)
-      if (segment_of_[owner[from]] != segment_of_[to])
-        kept[owner[from]] = true;
-    for (graph::node_id id : keep)
-      kept[owner[id]] = true;
-    kept[owner[*g_.loss()]] = true;
+    for (std::size_t k = 0; k < segments_.size(); ++k)
+      for (graph::node_id i = segments_[k].first; i <= segments_[k].last; ++i)
+        segment_of_[i] = k;
     constexpr std::size_t align = 16; // elements, as share_value_buffers
     std::size_t total = 0;
     std::vector<std::size_t> offset(n, 0);
-    for (segment& sg : segments_) {
+    for (const segment& sg : segments_) {
       std::size_t at = 0;
-      for (graph::node_id i = sg.first; i <= sg.last; ++i) {
-        const graph::node& node = g_[i];
-        if (kept[i] || shared_[i] || is_view(i) || node.type == dtype::i64 ||
-            node.kind == graph::op::parameter ||
-            (node.kind == graph::op::input && (refilled.empty() || !refilled.at(i))))
-          continue;
-        sg.internal.push_back(i);
+      for (graph::node_id i : sg.internal) {
         offset[i] = at;
-        at += (node.out.size() + align - 1) / align * align;
+        at += (g_[i].out.size() + align - 1) / align * align;
       }
       total = std::max(total, at);
     }
@@ -260,10 +238,7 @@ public:
     return total * sizeof(T);
   }
   /// The recomputation segments (after `recompute`): range and the nodes run again.
-  struct segment {
-    graph::node_id first, last;
-    std::vector<graph::node_id> internal; ///< recomputed in the backward, in forward order
-  };
+  using segment = program::recompute_segment;
   [[nodiscard]] const std::vector<segment>& recompute_segments() const noexcept {
     return segments_;
   }
@@ -469,7 +444,7 @@ public:
   [[nodiscard]] std::span<std::int64_t> ids(graph::node_id id) { return s_.ids.at(id); }
   [[nodiscard]] std::span<const std::int64_t> ids(graph::node_id id) const { return s_.ids.at(id); }
   /// The layout of a node; nullptr when the graph is not a local one.
-  [[nodiscard]] const node_layout* layout(graph::node_id id) const {
+  [[nodiscard]] const program::node_layout* layout(graph::node_id id) const {
     return s_.layouts.empty() ? nullptr : &s_.layouts.at(id);
   }
 
@@ -534,15 +509,7 @@ public:
   }
   /// Nodes whose value is a view of node `id`'s (reshapes of it, and of those).
   [[nodiscard]] std::vector<graph::node_id> views_of(graph::node_id id) const {
-    std::vector<graph::node_id> out;
-    std::vector<bool> of(g_.size(), false);
-    of[id] = true;
-    for (graph::node_id i = id + 1; i < g_.size(); ++i)
-      if (is_view(i) && of[g_[i].inputs[0]]) {
-        of[i] = true;
-        out.push_back(i);
-      }
-    return out;
+    return program::views_of(g_, id, s_.swapped);
   }
 
   /// The parameter node named `name`; throws `plan_error` when there is none.

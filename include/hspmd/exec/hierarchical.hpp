@@ -64,7 +64,7 @@ public:
     // Random masks (dropout) are drawn by element index in the whole tensor: a tensor whose
     // outermost dimension runs along the batch starts at the node's first row.
     const synth::segment_map seg(node_graph, synth::segment_policy::one);
-    const local_program& prog = inner_->program();
+    const program::local_program& prog = inner_->program();
     for (graph::node_id i = 0; i < prog.local.size(); ++i) {
       const graph::node& v = node_graph[prog.global[i]];
       if (!v.out.dims.empty() && seg.is_batch(prog.global[i], 0))
@@ -199,7 +199,7 @@ private:
   // Sorts the node program's parameters into the three ways across nodes (collective over
   // the position communicator: shard lengths are compared).
   void classify() {
-    const local_program& prog = inner_->program();
+    const program::local_program& prog = inner_->program();
     std::vector<graph::node_id> split;
     for (graph::node_id id : prog.local.parameters())
       (prog.where[id].is_split() ? split : replicated_).push_back(id);

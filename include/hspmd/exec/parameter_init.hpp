@@ -5,8 +5,8 @@
 
 #include <hspmd/core/hash.hpp>
 #include <hspmd/core/rng.hpp>
-#include <hspmd/exec/layout.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/program/layout.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -16,7 +16,7 @@ namespace hspmd::exec {
 
 /// Fills `out` with parameter `n`'s values (its piece `l` when given) for `seed`.
 template <class T>
-void initialize_parameter(const graph::node& n, const node_layout* l, std::uint64_t seed,
+void initialize_parameter(const graph::node& n, const program::node_layout* l, std::uint64_t seed,
                           std::span<T> out) {
   if (n.init.how == graph::initializer::kind::constant) {
     std::fill(out.begin(), out.end(), static_cast<T>(n.init.value));

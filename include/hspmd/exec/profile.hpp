@@ -28,10 +28,10 @@
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/lower.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/program/lower.hpp>
 #include <hspmd/sim/step.hpp>
 #include <hspmd/synth/cost.hpp>
 
@@ -61,11 +61,11 @@ struct profile_options {
 /// Measures `g`'s compute on this process; `speed` is the flop/s the cluster file gives the
 /// device it runs on. Inputs get seeded values in [-1, 1] (integer inputs: 0, a valid index of
 /// every embedding and label).
-/// `layouts`: one per node where `g` is one rank's program (exec/lower.hpp), or none.
+/// `layouts`: one per node where `g` is one rank's program (program/lower.hpp), or none.
 template <std::floating_point T, backend B = host_backend>
-[[nodiscard]] synth::compute_profile measure_compute(const graph::graph& g, double speed,
-                                                     const profile_options& opt = {}, B device = {},
-                                                     std::vector<node_layout> layouts = {}) {
+[[nodiscard]] synth::compute_profile
+measure_compute(const graph::graph& g, double speed, const profile_options& opt = {}, B device = {},
+                std::vector<program::node_layout> layouts = {}) {
   using clock = std::chrono::steady_clock;
   if (!(speed > 0.0) || opt.repetitions == 0)
     throw config_error("measure_compute", "speed must be positive and repetitions at least 1",
@@ -204,8 +204,7 @@ requires communicator<Comm, double>
     const graph::graph& g, double speed, Comm& comm, profile_options opt = {},
     const std::function<synth::compute_profile(const graph::graph&, double,
                                                const profile_options&)>& measure = {},
-    const graph::graph* part = nullptr, double rows = 0.5,
-    const synth::plan* by_weight = nullptr) {
+    const graph::graph* part = nullptr, double rows = 0.5, const synth::plan* by_weight = nullptr) {
   std::vector<double> buf(4 * g.size() + 3 + op_class_count, 0.0);
   const auto forward_at = static_cast<std::ptrdiff_t>(g.size() + 3 + op_class_count);
   const auto fixed_at = forward_at + static_cast<std::ptrdiff_t>(g.size());
@@ -259,10 +258,10 @@ namespace detail {
 // the ranks, which one process cannot: it is timed as a cross-entropy of its piece; the
 // combination is the rule's collectives, priced apart.
 template <std::floating_point T>
-[[nodiscard]] synth::compute_profile measure_piece(const local_program& prog,
+[[nodiscard]] synth::compute_profile measure_piece(const program::local_program& prog,
                                                    const profile_options& opt) {
-  std::vector<node_layout> layouts = prog.layouts;
-  for (node_layout& l : layouts)
+  std::vector<program::node_layout> layouts = prog.layouts;
+  for (program::node_layout& l : layouts)
     l.vocab_parallel = false;
   return measure_compute<T>(prog.local, 1.0, opt, host_backend{}, std::move(layouts));
 }
@@ -283,7 +282,7 @@ void with_weight_fixed_shares(synth::compute_profile& full, const graph::graph& 
                        "the profile has " + std::to_string(full.seconds.size()) +
                            " node times for " + std::to_string(g.size()) + " nodes",
                        "measure the profile on this graph");
-  const local_program prog = lower(g, by_weight, 0);
+  const program::local_program prog = program::lower(g, by_weight, 0);
   const synth::compute_profile q = detail::measure_piece<T>(prog, opt);
   std::vector<const graph::rule*> rule(g.size(), nullptr);
   for (const synth::plan_step& st : by_weight.steps)
@@ -301,16 +300,16 @@ void with_weight_fixed_shares(synth::compute_profile& full, const graph::graph& 
       const double share = static_cast<double>(prog.local[prog.local[i].inputs[k]].out.size()) /
                            static_cast<double>(w.out.size());
       if (share > 0.0 && share < 1.0)
-        full.weight_fixed[id] = std::clamp(
-            (q.seconds[i] - share * full.seconds[id]) / ((1.0 - share) * full.seconds[id]), 0.0,
-            1.0);
+        full.weight_fixed[id] = std::clamp((q.seconds[i] - share * full.seconds[id]) /
+                                               ((1.0 - share) * full.seconds[id]),
+                                           0.0, 1.0);
       break;
     }
   }
 }
 
 /// The compute of plan `p` of `g` at every device's own pieces (sim::shard_times): each
-/// device's program (exec/lower.hpp: its ops at its lengths, transfers as placeholders) run on
+/// device's program (program/lower.hpp: its ops at its lengths, transfers as placeholders) run on
 /// this process, node by node, and its optimizer step; devices whose pieces have the same shapes
 /// are measured once. The seconds are this device's (`opt.slowdown` stretches them like
 /// `measure_compute`); the simulation converts them to each device's rate.
@@ -323,7 +322,7 @@ template <std::floating_point T>
   out.optimizer.assign(n, 0.0);
   std::map<std::vector<std::size_t>, std::size_t> measured; // piece shapes -> a device measured
   for (std::size_t d = 0; d < n; ++d) {
-    const local_program prog = lower(g, p, d);
+    const program::local_program prog = program::lower(g, p, d);
     std::vector<std::size_t> shapes;
     for (const graph::node& x : prog.local.nodes()) {
       shapes.insert(shapes.end(), x.out.dims.begin(), x.out.dims.end());

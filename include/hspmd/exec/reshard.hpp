@@ -18,7 +18,7 @@
 // `plan_error` naming the tensor.
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/lower.hpp>
+#include <hspmd/program/lower.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -112,8 +112,9 @@ void copy_box(const T* src, const box& in, T* dst, const box& out, const box& pa
 
 /// Every rank's box of local version `id` of a lowered program (a split version's pieces are
 /// contiguous ranges in rank order; any other version is whole on every rank).
-[[nodiscard]] inline std::vector<box> boxes_of(const local_program& prog, graph::node_id id) {
-  const node_layout& l = prog.layouts.at(id);
+[[nodiscard]] inline std::vector<box> boxes_of(const program::local_program& prog,
+                                               graph::node_id id) {
+  const program::node_layout& l = prog.layouts.at(id);
   std::vector<box> out(prog.ranks, box::whole(l.global));
   if (!l.split)
     return out;

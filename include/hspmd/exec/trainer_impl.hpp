@@ -14,8 +14,8 @@
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/fault.hpp>
 #include <hspmd/exec/loss_scale.hpp>
-#include <hspmd/exec/option_table.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/option_table.hpp>
 #include <hspmd/exec/rebalance.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
@@ -399,6 +399,7 @@ private:
       so.search.recompute = synth::search_options::recomputation::always;
     if (!o_.rank_by_cost) {
       sim::options judged;
+      judged.element_bytes = sizeof(T);
       if (o_.bucket_mb > 0.0)
         judged.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
       so.judge = sim::judge(judged);
@@ -602,7 +603,7 @@ private:
                             (b.warning.empty() ? "" : " (slower than the CPU allows)");
       std::copy_n(t.begin(), std::min(t.size(), text_len - 1), mine.begin());
     }
-    const auto cost = graph::total_cost(lower(g_, *plan_, me).local);
+    const auto cost = graph::total_cost(program::lower(g_, *plan_, me).local);
     std::vector<double> values(2 * n, 0.0);
     values[2 * me] = peak;
     values[2 * me + 1] = cost.forward_flops + cost.backward_flops;
@@ -941,6 +942,7 @@ private:
       r.predicted_step_seconds = plan_->step_time;
 #if defined(HSPMD_HAS_MPI)
       sim::options so;
+      so.element_bytes = sizeof(T);
       if (o_.bucket_mb > 0.0)
         so.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
       so.measured = shard_times_ ? &*shard_times_ : nullptr;
@@ -1377,6 +1379,7 @@ private:
               t["traceEvents"].size(), cluster_.size(), o_.trace.c_str());
       if (plan_) { // the simulated step next to it (sim/step.hpp), priced as the prediction
         sim::options so;
+        so.element_bytes = sizeof(T);
         if (o_.bucket_mb > 0.0)
           so.bucket_bytes = o_.bucket_mb * 1024.0 * 1024.0;
         for (std::size_t k = 0; k < cluster_.size(); ++k)
@@ -1407,7 +1410,7 @@ private:
 #if defined(HSPMD_HAS_MPI)
   std::unique_ptr<mpi_communicator> comm_;
   cluster cluster_;
-  synth::synth_options so_;                     // how the plan was made (re-balancing re-prices)
+  synth::synth_options so_; // how the plan was made (re-balancing re-prices)
 
   // The tensor-parallel baseline of the model on two devices like rank 0 (for the weight-fixed
   // shares, exec/profile.hpp); none where that baseline finds no plan.

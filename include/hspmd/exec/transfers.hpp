@@ -21,8 +21,8 @@
 #include <hspmd/exec/comm_span.hpp>
 #include <hspmd/exec/kernels/box.hpp>
 #include <hspmd/exec/kernels/shape.hpp>
-#include <hspmd/exec/layout.hpp>
-#include <hspmd/exec/lower.hpp>
+#include <hspmd/program/layout.hpp>
+#include <hspmd/program/lower.hpp>
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
@@ -59,12 +59,12 @@ namespace detail {
 template <class T, class Comm, backend B>
 class transfer_runner {
 public:
-  transfer_runner(const local_program& prog, Comm& comm, B& backend)
+  transfer_runner(const program::local_program& prog, Comm& comm, B& backend)
       : prog_(&prog), comm_(&comm), backend_(&backend) {}
 
   /// The whole tensor of split version `id` (data `piece`) on every rank, in host memory.
   std::vector<T> assemble(graph::node_id id, std::span<const T> piece) {
-    const node_layout& l = prog_->layouts[id];
+    const program::node_layout& l = prog_->layouts[id];
     std::vector<T> out(l.global_size());
     if (!l.split) {
       backend_->copy_to_host(out.data(), piece.data(), piece.size());
@@ -86,7 +86,7 @@ public:
   template <class Be, class E>
   void piece_of_on(Be& be, const E* whole, graph::node_id local, E* out, bool back,
                    E* whole_out = nullptr) const {
-    const node_layout& l = prog_->layouts[local];
+    const program::node_layout& l = prog_->layouts[local];
     std::vector<std::size_t> start(l.global.size(), 0);
     if (l.split)
       start[*l.split] = l.offset;
@@ -105,7 +105,7 @@ public:
     std::vector<std::size_t> offsets; ///< along the split dimension
   };
   [[nodiscard]] split_view view_of(graph::node_id split_version) const {
-    const node_layout& l = prog_->layouts[split_version];
+    const program::node_layout& l = prog_->layouts[split_version];
     const auto& lens = prog_->lengths[split_version];
     split_view v;
     v.offsets = detail::starts_of(lens);
@@ -119,7 +119,7 @@ public:
     return v;
   }
   [[nodiscard]] bool leading(graph::node_id split_version) const {
-    const node_layout& l = prog_->layouts[split_version];
+    const program::node_layout& l = prog_->layouts[split_version];
     for (std::size_t d = 0; d < *l.split; ++d)
       if (l.global[d] != 1)
         return false;
@@ -129,7 +129,7 @@ public:
   // adds) the whole into blocks, otherwise the blocks into the whole.
   template <class E>
   void reblock(const E* from, graph::node_id sv, E* to, bool into_blocks, bool add) {
-    const node_layout& l = prog_->layouts[sv];
+    const program::node_layout& l = prog_->layouts[sv];
     const auto v = view_of(sv);
     const std::vector<std::size_t> zero(l.global.size(), 0);
     for (std::size_t r = 0; r < v.counts.size(); ++r) {
@@ -218,8 +218,8 @@ public:
   // (data `out`, set or add).
   template <class E>
   void exchange(graph::node_id a, std::span<const E> in, graph::node_id b, E* out, bool add) {
-    const node_layout& la = prog_->layouts[a];
-    const node_layout& lb = prog_->layouts[b];
+    const program::node_layout& la = prog_->layouts[a];
+    const program::node_layout& lb = prog_->layouts[b];
     const std::size_t i = *la.split;
     const std::size_t j = *lb.split;
     const auto& li = prog_->lengths[a];
@@ -272,7 +272,7 @@ public:
 
   /// Transfer t forward: from the source version's data `in` to the target's `out`.
   template <class E>
-  void forward(const lowered_transfer& t, std::span<E> in, std::span<E> out) {
+  void forward(const program::lowered_transfer& t, std::span<E> in, std::span<E> out) {
     using k = synth::transfer_kind;
     const graph::node_id src = *t.source;
     const std::span<const E> cin(in.data(), in.size());
@@ -317,7 +317,8 @@ public:
   /// The dual of transfer t: the target's gradient `gout` flows into the source's `gin` (added;
   /// stored where `add` is false, for the kinds `dual_can_store`: an all-gather's dual then
   /// writes the piece and a reduce-scatter's the whole directly, without a staging buffer).
-  void backward(const lowered_transfer& t, std::span<T> gin, std::span<T> gout, bool add = true) {
+  void backward(const program::lowered_transfer& t, std::span<T> gin, std::span<T> gout,
+                bool add = true) {
     using k = synth::transfer_kind;
     const graph::node_id src = *t.source;
     const std::span<const T> cg(gout.data(), gout.size());
@@ -363,7 +364,7 @@ public:
   }
 
 private:
-  const local_program* prog_;
+  const program::local_program* prog_;
   Comm* comm_;
   B* backend_;
   std::array<std::optional<decltype(std::declval<B&>().template allocate<T>(0))>, 2> scratch_;

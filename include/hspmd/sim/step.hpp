@@ -1,6 +1,8 @@
 #pragma once
 // A discrete-event simulation of one training step of a plan on a cluster: what the distributed
-// executor (exec/distributed.hpp) does, device by device, in its order.
+// executor (exec/distributed.hpp) does, device by device, in its order. That order is the plan's
+// step program (program/step.hpp), the very list the executor runs: lowered for device 0 (a
+// one-level plan gives every device the same list) and priced instruction by instruction.
 //
 // The cost model (synth/plan.hpp, `evaluate`) adds up, step by step, the slowest device's
 // compute and the step's collectives, less a credit for the gradient all-reduce. A run is not
@@ -38,6 +40,8 @@
 // not new constants. A one-level plan's collectives span all devices; hierarchical plans
 // (synth/hierarchical.hpp) are not simulated here.
 
+#include <hspmd/program/lower.hpp>
+#include <hspmd/program/step.hpp>
 #include <hspmd/sim/trace.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/shards.hpp>
@@ -78,6 +82,12 @@ struct options {
   std::vector<std::size_t> traced;
   /// The plan's compute measured at each device's pieces (for this plan and cluster), if any.
   const shard_times* measured = nullptr;
+  /// Bytes of one gradient element (the executor's element type).
+  std::size_t element_bytes = 4;
+  /// Activation recomputation over the model's blocks; unset: the plan's choice.
+  std::optional<bool> recompute;
+  /// Record the name of every instruction priced, in order (`result::program`).
+  bool names = false;
 };
 
 /// One simulated step.
@@ -97,6 +107,9 @@ struct result {
   bool whole_shards = false; ///< shares were taken at whole lengths
   /// The timelines of `options::traced`, in that order (trace-event spans, microseconds).
   std::vector<trace_recorder> timelines;
+  /// With `options::names`: the step program priced, one name per instruction in order
+  /// (program::name; the executor's trace names what it ran the same way).
+  std::vector<std::string> program;
 };
 
 namespace detail {
@@ -317,117 +330,42 @@ struct bucket_stream {
       per_device[d] +=
           flops / m.device_rate(d, cls) * (share != nullptr ? f + (1.0 - f) * (*share)[d] : 1.0);
   };
-  const auto transfer_name = [&](const transfer& t, bool backward) {
-    transfer_kind k = t.kind;
-    if (backward)
-      k = k == transfer_kind::all_gather       ? transfer_kind::reduce_scatter
-          : k == transfer_kind::reduce_scatter ? transfer_kind::all_gather
-                                               : k;
-    return std::string(synth::name(k)) + " " + g[t.tensor].name;
+  // The seconds of transfer t's collective one instruction runs: an FSDP copy is gathered for
+  // the forward, gathered again before its reader's backward and its gradient reduce-scattered
+  // (a third each); any other collective's forward and its dual are half each.
+  const auto collective_part = [&](const transfer& t) {
+    if (!synth::is_collective(t.kind))
+      return 0.0;
+    return (m.is_gathered_parameter(t) ? 1.0 / 3.0 : 0.5) * m.comm_max(t, ratios, range);
   };
-  // The forward's part of a collective's forward + backward seconds (an FSDP copy is gathered
-  // for the forward, gathered again and its gradient reduce-scattered for the backward).
-  const auto forward_part = [&](const transfer& t) {
-    return m.is_gathered_parameter(t) ? 1.0 / 3.0 : 0.5;
-  };
-  const auto is_collective = [&](const transfer& t) {
-    return t.kind != transfer_kind::load && t.kind != transfer_kind::slice &&
-           t.kind != transfer_kind::to_partial;
+  const auto rule_collectives = [&](const synth::plan_step& s) {
+    return 0.5 * synth::max_at(m.rule_comm(s.node, s.rule, ratios), ratios).first;
   };
 
-  // ---- forward ----------------------------------------------------------------------------------
-  for (const synth::plan_step& s : p.steps) {
-    for (const transfer& t : s.transfers)
-      if (is_collective(t))
-        blocking(transfer_name(t, false), forward_part(t) * m.comm_max(t, ratios, range),
-                 "forward");
-    blocking("rule collectives " + s.name,
-             0.5 * synth::max_at(m.rule_comm(s.node, s.rule, ratios), ratios).first, "forward");
-    op_work(s, m.forward_fraction(s.node));
-    compute_all(s.name, "forward");
+  // The rank's step program (every rank of a one-level plan runs the same list): lowered for
+  // device 0 and ordered as the executor orders it, with its buckets and recomputation.
+  const program::local_program lp = program::lower(g, p, 0);
+  program::step_options so;
+  so.bucket_bytes = static_cast<std::size_t>(std::max(1.0, o.bucket_bytes));
+  so.element_bytes = o.element_bytes;
+  so.recompute = o.recompute.value_or(p.recompute);
+  const program::step_program sp = program::build(lp, g, so);
+  std::vector<std::size_t> step_of(lp.local.size(), p.steps.size()); // local op -> plan step
+  {
+    std::vector<std::size_t> by_node(g.size(), p.steps.size());
+    for (std::size_t k = 0; k < p.steps.size(); ++k)
+      by_node[p.steps[k].node] = k;
+    for (graph::node_id i = 0; i < lp.local.size(); ++i)
+      if (!lp.transfer_of[i])
+        step_of[i] = by_node[lp.global[i]];
   }
-  blocking("all_reduce loss", small_all_reduce(8.0), "forward");
-  r.forward = *std::max_element(clock.begin(), clock.end());
-
-  // ---- backward ---------------------------------------------------------------------------------
-  double open_bytes = 0.0;   // the bucket being filled
-  double open_seconds = 0.0; // its all-reduce time (the cost model's per-parameter terms)
-  const auto post = [&] {
-    if (open_bytes <= 0.0)
-      return;
-    const double ready = *std::max_element(clock.begin(), clock.end());
-    stream.post(ready, open_seconds);
-    r.gradient_seconds += open_seconds;
-    ++r.buckets;
-    open_bytes = 0.0;
-    open_seconds = 0.0;
-  };
-  std::vector<const transfer*> sfb;
-  for (auto it = p.steps.rbegin(); it != p.steps.rend(); ++it) {
-    const synth::plan_step& s = *it;
-    if (p.recompute && m.recomputed_block(s.node) != synth::cost_model::none) {
-      for (const transfer& t : s.transfers)
-        if (is_collective(t))
-          blocking(transfer_name(t, false),
-                   m.replay_share(t, s.node) * m.comm_max(t, ratios, range), "replay");
-      op_work(s, m.forward_fraction(s.node));
-      compute_all(s.name, "replay");
-    }
-    op_work(s, 1.0 - m.forward_fraction(s.node));
-    compute_all(s.name, "backward");
-    blocking("rule collectives " + s.name,
-             0.5 * synth::max_at(m.rule_comm(s.node, s.rule, ratios), ratios).first, "backward");
-    for (const transfer& t : s.transfers) {
-      if (is_collective(t)) {
-        blocking(transfer_name(t, true), (1.0 - forward_part(t)) * m.comm_max(t, ratios, range),
-                 "backward");
-      } else if (m.is_gradient_all_reduce(t)) {
-        open_bytes += m.bytes(t.tensor);
-        open_seconds += m.comm_max(t, ratios, range);
-        if (open_bytes >= o.bucket_bytes)
-          post();
-      } else if (t.kind == transfer_kind::load && t.sfb) {
-        sfb.push_back(&t);
-      }
-    }
-  }
-  post();
-  r.backward = *std::max_element(clock.begin(), clock.end());
-
-  // ---- after the backward
-  // -------------------------------------------------------------------------
-  for (const transfer* t : sfb) {
-    blocking("sfb " + g[t->tensor].name, m.comm_max(*t, ratios, range), "backward");
-    const synth::device_costs c = m.transfer_compute(*t); // its full dW (and its optimizer, below)
-    const double opt = m.optimizer_flops(t->tensor);
-    for (std::size_t d = 0; d < n; ++d)
-      per_device[d] += std::max(0.0, synth::value_at(c[d], ratios, d) -
-                                         opt / m.device_rate(d, op_class::optimizer));
-    compute_all("sfb " + g[t->tensor].name, "backward");
-  }
-  const double gradients_done = stream.done();
-  r.gradient_exposed = std::max(0.0, gradients_done - r.backward);
-  for (std::size_t d = 0; d < n; ++d) {
-    if (gradients_done > clock[d]) {
-      if (!o.traced.empty())
-        record(d, "wait for gradients", trace_kind::communication, clock[d], gradients_done,
-               {{"simulated", true}});
-      r.waiting[d] += gradients_done - clock[d];
-      clock[d] = gradients_done;
-    }
-  }
-  for (std::size_t k = 0; k < o.traced.size(); ++k)
-    for (const auto& b : stream.q)
-      r.timelines[k].add_at("all_reduce gradients", trace_kind::in_flight, b.start * 1e6,
-                            (b.end - b.start) * 1e6, {{"simulated", true}});
-  blocking("all_reduce gradient norm", small_all_reduce(8.0), "optimizer");
-  for (std::size_t d = 0; measured != nullptr && d < n; ++d)
-    per_device[d] += converted(measured->optimizer[d], d, op_class::optimizer);
-  for (const synth::plan_step& s : p.steps)
-    for (const transfer& t : s.transfers) {
-      if (measured != nullptr)
-        break;
-      if (t.kind != transfer_kind::load || !m.is_parameter(t.tensor))
+  // The optimizer over each device's parameters (its shard of a sharded one).
+  const auto optimizer = [&](const std::string& what) {
+    for (std::size_t d = 0; measured != nullptr && d < n; ++d)
+      per_device[d] += converted(measured->optimizer[d], d, op_class::optimizer);
+    for (const program::lowered_transfer& lt : lp.transfers) {
+      const transfer& t = lt.what;
+      if (measured != nullptr || t.kind != transfer_kind::load || !m.is_parameter(t.tensor))
         continue;
       const double flops = m.optimizer_flops(t.tensor);
       const std::vector<double>* share =
@@ -437,7 +375,96 @@ struct bucket_stream {
         per_device[d] +=
             flops / m.device_rate(d, op_class::optimizer) * (share != nullptr ? (*share)[d] : 1.0);
     }
-  compute_all("optimizer", "optimizer");
+    compute_all(what, "optimizer");
+  };
+
+  // ---- the step program, instruction by instruction ---------------------------------------------
+  const auto backward_end = [&] { r.backward = *std::max_element(clock.begin(), clock.end()); };
+  double gradients_done = 0.0;
+  for (std::size_t k = 0; k < sp.code.size(); ++k) {
+    using program::code;
+    const program::instruction& in = sp.code[k];
+    const std::string what =
+        o.traced.empty() && !o.names ? std::string{} : program::name(in, lp, g);
+    if (o.names)
+      r.program.push_back(what);
+    const auto step = [&]() -> const synth::plan_step& { return p.steps[step_of.at(in.node)]; };
+    switch (in.op) {
+    case code::forward:
+    case code::replay:
+      if (in.op == code::replay && program::is_moved(lp, in.node)) {
+        blocking(what, collective_part(program::transfer_at(lp, in.node)), "replay");
+        break;
+      }
+      blocking(what, rule_collectives(step()), in.op == code::forward ? "forward" : "replay");
+      op_work(step(), m.forward_fraction(step().node));
+      compute_all(what, in.op == code::forward ? "forward" : "replay");
+      break;
+    case code::move:
+      blocking(what, collective_part(program::transfer_at(lp, in.node)), "forward");
+      break;
+    case code::regather:
+      blocking(what, collective_part(program::transfer_at(lp, in.node)), "backward");
+      break;
+    case code::backward:
+      op_work(step(), 1.0 - m.forward_fraction(step().node));
+      compute_all(what, "backward");
+      blocking(what, rule_collectives(step()), "backward");
+      backward_end();
+      break;
+    case code::move_back:
+      blocking(what, collective_part(program::transfer_at(lp, in.node)), "backward");
+      backward_end();
+      break;
+    case code::loss:
+      blocking(what, small_all_reduce(8.0), "forward");
+      r.forward = *std::max_element(clock.begin(), clock.end());
+      break;
+    case code::post: {
+      double seconds = 0.0;
+      for (graph::node_id w : sp.buckets[in.bucket].params)
+        seconds += m.comm_max(program::transfer_at(lp, w), ratios, range);
+      stream.post(*std::max_element(clock.begin(), clock.end()), seconds);
+      r.gradient_seconds += seconds;
+      ++r.buckets;
+      break;
+    }
+    case code::sfb: {
+      const transfer& t = program::transfer_at(lp, in.node);
+      blocking(what, m.comm_max(t, ratios, range), "backward");
+      const synth::device_costs c = m.transfer_compute(t); // its full dW (the optimizer: below)
+      const double opt = m.optimizer_flops(t.tensor);
+      for (std::size_t d = 0; d < n; ++d)
+        per_device[d] += std::max(0.0, synth::value_at(c[d], ratios, d) -
+                                           opt / m.device_rate(d, op_class::optimizer));
+      compute_all(what, "backward");
+      break;
+    }
+    case code::wait:
+      gradients_done = stream.done();
+      r.gradient_exposed = std::max(0.0, gradients_done - r.backward);
+      for (std::size_t d = 0; d < n; ++d) {
+        if (gradients_done > clock[d]) {
+          if (!o.traced.empty())
+            record(d, what, trace_kind::communication, clock[d], gradients_done,
+                   {{"simulated", true}});
+          r.waiting[d] += gradients_done - clock[d];
+          clock[d] = gradients_done;
+        }
+      }
+      for (std::size_t t = 0; t < o.traced.size(); ++t)
+        for (const auto& b : stream.q)
+          r.timelines[t].add_at("all_reduce gradients", trace_kind::in_flight, b.start * 1e6,
+                                (b.end - b.start) * 1e6, {{"simulated", true}});
+      break;
+    case code::norm:
+      blocking(what, small_all_reduce(8.0), "optimizer");
+      break;
+    case code::update:
+      optimizer(what);
+      break;
+    }
+  }
 
   r.end = clock;
   const auto last = std::max_element(clock.begin(), clock.end());

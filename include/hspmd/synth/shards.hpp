@@ -1,5 +1,5 @@
 #pragma once
-// The integer lengths lowering cuts (exec/lower.hpp): a split divides a dimension into
+// The integer lengths lowering cuts (program/lower.hpp): a split divides a dimension into
 // contiguous ranges by largest remainder of the segment's ratios (core/partition.hpp).
 // Dimensions that a plan's rules split together are divided alike, also across a reshape
 // ((B, S, H) split along B and (B*S, H) along B*S: B*S in units of S), so linked dimensions form

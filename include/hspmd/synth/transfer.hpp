@@ -39,6 +39,18 @@ inline constexpr std::size_t transfer_kind_count = 7;
   return std::nullopt;
 }
 
+/// The kind of transfer `k`'s backward (its dual): an all-gather's gradient is reduce-scattered
+/// and the other way round; every other kind's dual is of its own kind.
+[[nodiscard]] constexpr transfer_kind dual(transfer_kind k) noexcept {
+  return k == transfer_kind::all_gather       ? transfer_kind::reduce_scatter
+         : k == transfer_kind::reduce_scatter ? transfer_kind::all_gather
+                                              : k;
+}
+/// Whether transfer kind `k` moves data between devices (load, slice and to_partial are local).
+[[nodiscard]] constexpr bool is_collective(transfer_kind k) noexcept {
+  return k != transfer_kind::load && k != transfer_kind::slice && k != transfer_kind::to_partial;
+}
+
 /// One communication or load instruction, fused into the op that needs it.
 struct transfer {
   transfer_kind kind = transfer_kind::load;

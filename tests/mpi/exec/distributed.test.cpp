@@ -167,8 +167,9 @@ TEST_CASE("a plan mixing per-rank and global MoE routing is refused when lowered
       changed = true;
     }
   REQUIRE(changed);
-  CHECK_THROWS_WITH(exec::lower(g, p, 0), Catch::Contains("token parallel") &&
-                                              Catch::Contains("run both steps of the MoE layer"));
+  CHECK_THROWS_WITH(program::lower(g, p, 0),
+                    Catch::Contains("token parallel") &&
+                        Catch::Contains("run both steps of the MoE layer"));
 }
 
 TEST_CASE("ranks given different clusters stop before any training collective, naming it") {

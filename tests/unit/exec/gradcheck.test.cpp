@@ -305,7 +305,7 @@ TEST_CASE("rotary embedding forward values by hand; a sequence piece rotates by 
   const auto px = piece.input({1, 2, 1, 4});
   const auto py = piece.add(op::rotary, {px}, a);
   piece.g.set_loss(piece.add(op::sum, {py}));
-  std::vector<exec::node_layout> layouts(piece.g.size());
+  std::vector<program::node_layout> layouts(piece.g.size());
   for (graph::node_id i = 0; i < piece.g.size(); ++i)
     layouts[i].global = piece.g[i].out.dims;
   layouts[py] = {{1, 3, 1, 4}, 1, 1, 2};
@@ -394,7 +394,7 @@ struct attention_run {
 };
 attention_run run_attention(bool fused, bool causal, std::size_t s, std::size_t t,
                             const std::vector<std::vector<double>>& x,
-                            const exec::node_layout* piece = nullptr, std::size_t whole_s = 0) {
+                            const program::node_layout* piece = nullptr, std::size_t whole_s = 0) {
   builder b;
   const auto q = b.input({2, 2, s, 4});
   const auto k = b.input({2, 2, t, 4});
@@ -426,7 +426,7 @@ attention_run run_attention(bool fused, bool causal, std::size_t s, std::size_t 
   }
   const auto r = b.input(b.g[out].out.dims);
   b.g.set_loss(b.add(op::sum, {b.add(op::mul, {out, r})}));
-  std::vector<exec::node_layout> layouts;
+  std::vector<program::node_layout> layouts;
   if (piece != nullptr) {
     layouts.resize(b.g.size());
     for (graph::node_id i = 0; i < b.g.size(); ++i)
@@ -489,7 +489,7 @@ TEST_CASE("fused attention equals products and a softmax, causal or not; a query
     std::vector<double> dv(fused.dv.size(), 0.0);
     for (const auto& [from, n] : {std::pair<std::size_t, std::size_t>{0, 2}, {2, 3}}) {
       CAPTURE(from);
-      exec::node_layout l;
+      program::node_layout l;
       l.split = 2;
       l.offset = from;
       l.length = n;

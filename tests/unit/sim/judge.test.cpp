@@ -18,7 +18,7 @@ using namespace hspmd::synth;
 namespace {
 
 // A plan's program and ratios (the LP's binding rows aside).
-std::uint64_t program(plan p) {
+std::uint64_t fingerprint(plan p) {
   p.binding.clear();
   return p.hash();
 }
@@ -50,15 +50,15 @@ TEST_CASE("the judge overrules the cost model where it finds another candidate f
   const graph::graph g = test::small_bert(8);
   const cluster c = test::make_cluster({2e9, 1e9}, 1e8);
   const plan plain = synthesize(g, c, options(), "bert");
-  const std::uint64_t pick = program(plain);
+  const std::uint64_t pick = fingerprint(plain);
   synth_options o = options();
   // Doubles the cost model's pick: any other candidate within 2x of it wins.
   o.judge = [pick](const plan& p, const cost_model&) {
-    return program(p) == pick ? 2.0 * p.step_time : p.step_time;
+    return fingerprint(p) == pick ? 2.0 * p.step_time : p.step_time;
   };
   const plan judged = synthesize(g, c, o, "bert");
   CHECK(judged.stats.reranked);
-  CHECK(program(judged) != pick);
+  CHECK(fingerprint(judged) != pick);
   CHECK(judged.strategy == "synth");
   CHECK(judged.stats.model_pick_step == Approx(plain.step_time).epsilon(1e-12));
   CHECK(judged.stats.model_pick_judged == Approx(2.0 * plain.step_time).epsilon(1e-12));
@@ -66,10 +66,10 @@ TEST_CASE("the judge overrules the cost model where it finds another candidate f
   CHECK(judged.step_time >= plain.step_time); // the cost model's pick is its own optimum
   // Within the margin the cost model's pick stands.
   o.judge = [pick](const plan& p, const cost_model&) {
-    return program(p) == pick ? p.step_time : 0.995 * p.step_time;
+    return fingerprint(p) == pick ? p.step_time : 0.995 * p.step_time;
   };
   o.judge_margin = 0.5;
-  CHECK(program(synthesize(g, c, o, "bert")) == pick);
+  CHECK(fingerprint(synthesize(g, c, o, "bert")) == pick);
   // The choice survives the plan file.
   const plan back = plan_from_json(to_json(judged), g, "judged plan");
   CHECK(back.stats.reranked);

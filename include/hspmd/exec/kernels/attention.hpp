@@ -175,7 +175,7 @@ struct kernel<graph::op::attention> {
     n.t = c.in_shape(1).dims[r - 2];
     n.e = c.in_shape(2).dims[r - 1];
     n.rows = n.s * n.d == 0 ? 0 : q.size() / (n.s * n.d);
-    const node_layout* l = c.layout();
+    const program::node_layout* l = c.layout();
     n.q0 = l != nullptr ? l->offset_of(r - 2) : 0;
     n.causal = c.attrs().flag;
     return n;

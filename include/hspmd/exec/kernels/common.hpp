@@ -19,10 +19,10 @@
 #include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/exec/backend.hpp>
-#include <hspmd/exec/layout.hpp>
 #include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/signature.hpp>
+#include <hspmd/program/layout.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -49,7 +49,7 @@ struct node_storage {
   std::vector<buffer<std::int64_t>> ids;
   std::vector<buffer<T>> saved;                 ///< state a forward keeps for its backward
   std::vector<buffer<std::size_t>> saved_index; ///< (max pooling: where each maximum came from)
-  std::vector<node_layout> layouts;             ///< empty when the graph is not a rank's piece
+  std::vector<program::node_layout> layouts;    ///< empty when the graph is not a rank's piece
   /// Per node, a bit per input: the node's backward is the first to write that input's gradient
   /// and stores it (empty: every backward adds).
   std::vector<std::uint32_t> assign;
@@ -112,17 +112,19 @@ public:
   }
 
   /// Where the node's (or input k's) piece sits in the whole tensor; nullptr for whole tensors.
-  [[nodiscard]] const node_layout* layout() const { return layout_of(id_); }
-  [[nodiscard]] const node_layout* in_layout(std::size_t k) const { return layout_of(input(k)); }
+  [[nodiscard]] const program::node_layout* layout() const { return layout_of(id_); }
+  [[nodiscard]] const program::node_layout* in_layout(std::size_t k) const {
+    return layout_of(input(k));
+  }
   /// Elements of the whole tensor input k holds a piece of (at least 1).
   [[nodiscard]] std::size_t in_global_size(std::size_t k) const {
-    const node_layout* l = in_layout(k);
+    const program::node_layout* l = in_layout(k);
     const std::size_t n = l != nullptr ? l->global_size() : in_shape(k).size();
     return n == 0 ? 1 : n;
   }
   /// A bias this node would add is another rank's to add (a row-parallel partial result).
   [[nodiscard]] bool skip_bias() const {
-    const node_layout* l = layout();
+    const program::node_layout* l = layout();
     return l != nullptr && l->skip_bias;
   }
 
@@ -151,7 +153,7 @@ public:
 private:
   [[nodiscard]] graph::node_id input(std::size_t k) const { return node().inputs.at(k); }
   [[nodiscard]] const graph::node& input_node(std::size_t k) const { return (*g_)[input(k)]; }
-  [[nodiscard]] const node_layout* layout_of(graph::node_id id) const {
+  [[nodiscard]] const program::node_layout* layout_of(graph::node_id id) const {
     return s_->layouts.empty() ? nullptr : &s_->layouts.at(id);
   }
   template <class E>

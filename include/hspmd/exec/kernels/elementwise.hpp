@@ -225,9 +225,9 @@ struct piece_runs {
   std::size_t inner = 1;
   std::size_t global_split = 1;
   std::size_t offset = 0;
-  std::size_t base = 0; // node_layout::base
+  std::size_t base = 0; // program::node_layout::base
 
-  [[nodiscard]] static piece_runs of(const node_layout* l, std::size_t size) {
+  [[nodiscard]] static piece_runs of(const program::node_layout* l, std::size_t size) {
     piece_runs p;
     p.run = size;
     p.base = l == nullptr ? 0 : l->base;
@@ -361,9 +361,9 @@ struct kernel<graph::op::dropout> {
             tail.offset = piece.first_global(r) + done;
             for_each_index(c.backend(), 1,
                            dropout_mask<T>{key, p, keep, tail, 1, mask + at + done});
-            for_each_index(c.backend(), len - done,
-                           masked_copy<T, false>{c.in(0) + at + done, mask + at + done,
-                                                 c.out() + at + done});
+            for_each_index(
+                c.backend(), len - done,
+                masked_copy<T, false>{c.in(0) + at + done, mask + at + done, c.out() + at + done});
           }
         }
         return;

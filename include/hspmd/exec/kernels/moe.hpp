@@ -212,7 +212,7 @@ struct kernel<graph::op::moe_combine> {
     const std::size_t capacity = c.in_shape(0).dims[1];
     const std::size_t tokens = c.in_shape(1).dims[0];
     const std::size_t experts = c.in_shape(1).dims[1];
-    const node_layout* buffers = c.in_layout(0);
+    const program::node_layout* buffers = c.in_layout(0);
     const std::size_t* r =
         backward ? c.saved_index() : route(c, c.in(1), tokens, experts, capacity);
     return {r,

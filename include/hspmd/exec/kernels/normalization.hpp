@@ -80,7 +80,7 @@ struct softmax_kernel {
     const bool causal = !Log && c.attrs().flag;
     // Query rows: the second-to-last dimension (a local piece may start at an offset).
     const std::size_t queries = out.rank() >= 2 ? out.dims[out.rank() - 2] : 1;
-    const node_layout* l = c.layout();
+    const program::node_layout* l = c.layout();
     const std::size_t q0 = l != nullptr && out.rank() >= 2 ? l->offset_of(out.rank() - 2) : 0;
     for_each_row(
         c.backend(), graph::rows_of(out),

@@ -76,7 +76,7 @@ struct kernel<graph::op::rotary> : two_way_kernel<kernel<graph::op::rotary>> {
   static void launch(kernel_context<T, B>& c) {
     const auto& x = c.out_shape();
     const std::size_t r = x.rank();
-    const node_layout* l = c.layout();
+    const program::node_layout* l = c.layout();
     const std::size_t d = x.dims[r - 1];
     const std::size_t seq = x.dims[r - 3];
     const T* table = c.saved();

@@ -28,7 +28,7 @@ struct vocab_span {
 template <class T, class B>
 [[nodiscard]] vocab_span vocab_range(const kernel_context<T, B>& c, std::size_t axis) {
   const std::size_t local = c.in_shape(0).dims[axis];
-  const node_layout* l = c.in_layout(0);
+  const program::node_layout* l = c.in_layout(0);
   if (l == nullptr)
     return {0, local, local};
   return {l->offset_of(axis), local, l->global.at(axis)};
@@ -272,7 +272,7 @@ struct kernel<graph::op::cross_entropy> {
   static void forward(kernel_context<T, B>& c) {
     const std::size_t v = c.in_shape(0).dims[1];
     const auto range = vocab_range(c, 1);
-    const node_layout* l = c.layout();
+    const program::node_layout* l = c.layout();
     const bool vocab_parallel = l != nullptr && l->vocab_parallel;
     const auto targets = c.ids(1);
     check_ids(c, targets, range.total, "target");

@@ -9,14 +9,14 @@
 // rules split together form classes divided in whole units alike, so ranges line up exactly and
 // every rank agrees.
 //
-//     const auto prog = exec::lower(g, plan, rank);   // prog.local: the rank's graph
+//     const auto prog = program::lower(g, plan, rank);   // prog.local: the rank's graph
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/partition.hpp>
 #include <hspmd/core/placement.hpp>
-#include <hspmd/exec/layout.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/rules.hpp>
+#include <hspmd/program/layout.hpp>
 #include <hspmd/synth/cost.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/shards.hpp>
@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::program {
 
 /// A transfer of the plan, on this rank: it makes local node `target` from local node `source`
 /// (a load has no source).
@@ -205,4 +205,4 @@ namespace detail {
   return out;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::program

@@ -1,6 +1,6 @@
 #pragma once
 // Where one rank's piece of a tensor sits in the whole tensor: the global shape, the dimension
-// it is split along (if any) and this rank's range there. The lowering (exec/lower.hpp) gives
+// it is split along (if any) and this rank's range there. The lowering (program/lower.hpp) gives
 // every node of a rank's local graph one; the executor uses it wherever a kernel must know
 // global positions: parameter initialization and dropout masks by global element index, a
 // mean's global count, a causal softmax's query offset, a vocabulary-parallel lookup or loss.
@@ -13,7 +13,7 @@
 #include <optional>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::program {
 
 /// One rank's piece of one tensor.
 struct node_layout {
@@ -62,4 +62,4 @@ struct node_layout {
   }
 };
 
-} // namespace hspmd::exec
+} // namespace hspmd::program
