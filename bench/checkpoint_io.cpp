@@ -8,7 +8,7 @@
 // verified), then plain pread calls of 8 MiB into a buffer of the same size. Prints each round
 // and the medians with the ratios. The directory (default: the system's temporary one) decides
 // the file system measured.
-#include <hspmd/exec/checkpoint.hpp>
+#include <hspmd/train/checkpoint.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < v.size(); ++i)
     v[i] = static_cast<float>(i % 1000) * 1e-3F;
   std::vector<float> back(v.size());
-  std::vector<hspmd::exec::checkpoint_piece<float>> pieces;
-  std::vector<hspmd::exec::checkpoint_target<float>> targets;
+  std::vector<hspmd::train::checkpoint_piece<float>> pieces;
+  std::vector<hspmd::train::checkpoint_target<float>> targets;
   for (std::size_t k = 0; k < tensors; ++k) {
     const std::vector<std::size_t> shape{each};
     const auto whole = hspmd::exec::box::whole(shape);
@@ -102,21 +102,21 @@ int main(int argc, char** argv) {
   std::vector<double> write;
   std::vector<double> load;
   std::vector<double> read;
-  hspmd::exec::solo_communicator solo;
-  hspmd::exec::checkpoint_options co;
+  hspmd::train::solo_communicator solo;
+  hspmd::train::checkpoint_options co;
   co.keep = 1;
   fs::create_directories(dir);
   for (std::size_t r = 0; r < rounds; ++r) {
     auto t = clk::now();
-    (void)hspmd::exec::save_checkpoint<float>(
-        solo, dir / "ckpt", r, std::span<const hspmd::exec::checkpoint_piece<float>>(pieces), {},
+    (void)hspmd::train::save_checkpoint<float>(
+        solo, dir / "ckpt", r, std::span<const hspmd::train::checkpoint_piece<float>>(pieces), {},
         co);
     save.push_back(since(t));
     write.push_back(plain_write(dir / ("plain-" + std::to_string(r)), v));
     std::fill(back.begin(), back.end(), 0.0F);
     t = clk::now();
-    (void)hspmd::exec::load_checkpoint<float>(
-        solo, dir / "ckpt", std::span<const hspmd::exec::checkpoint_target<float>>(targets));
+    (void)hspmd::train::load_checkpoint<float>(
+        solo, dir / "ckpt", std::span<const hspmd::train::checkpoint_target<float>>(targets));
     load.push_back(since(t));
     if (back != v) {
       std::fprintf(stderr, "bench.checkpoint_io: the load differs from what was saved\n");

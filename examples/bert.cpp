@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   CLI::App app{"hspmd example: BERT-style language model"};
   example::options o;
   o.train.unit = "tokens";
-  o.train.metric = hspmd::exec::eval_metric::perplexity;
+  o.train.metric = hspmd::train::eval_metric::perplexity;
   hspmd::models::bert_config c;
   example::add_common(app, o);
   app.add_option("--layers", c.layers, "transformer blocks")->capture_default_str();

@@ -2,8 +2,8 @@
 // replace `model` and `feed`, keep `main`; --help lists the flags (schedule, accumulation, ...).
 //   build/release/examples/custom_trainer                                   # one process
 //   mpirun -np 3 build/release/examples/custom_trainer --cluster clusters/emulated-3.json
-#include <hspmd/exec/train_flags.hpp> // the trainer and its flags
-#include <hspmd/nn/layers.hpp>        // the model's layers and ops (nn/ops.hpp too)
+#include <hspmd/nn/layers.hpp>         // the model's layers and ops (nn/ops.hpp too)
+#include <hspmd/train/train_flags.hpp> // the trainer and its flags
 
 #include <algorithm>
 #include <cstdint>
@@ -50,18 +50,18 @@ void feed(exec::batch_sink<float>& sink, std::size_t batch_size, std::uint64_t i
 } // namespace
 
 int main(int argc, char** argv) {
-  exec::train_options o;
+  train::train_options o;
   o.name = "custom";
   o.batch = 13; // prime: uneven shards on purpose
   o.steps = 60;
-  o.lr = exec::lr_schedule::cosine(1e-2, /*warmup=*/4);
+  o.lr = train::lr_schedule::cosine(1e-2, /*warmup=*/4);
   o.eval_batches = 4;
   CLI::App app{"hspmd example: train your own model with the library trainer"};
-  exec::add_train_flags(app, o);
+  train::add_train_flags(app, o);
   if (const auto rc = exec::parse_flags(app, argc, argv))
     return *rc;
-  return exec::report_errors([&] {     // bad input: one line (distributed: the job ends)
-    exec::trainer<float> tr(model, o); // one process, or every rank of the job with --cluster
+  return exec::report_errors([&] {      // bad input: one line (distributed: the job ends)
+    train::trainer<float> tr(model, o); // one process, or every rank of the job with --cluster
     tr.fit([&](auto& sink, std::size_t i) { feed(sink, o.batch, i); },
            [&](auto& sink, std::size_t i) { feed(sink, o.batch, (1ULL << 40) + i); }); // held out
     return 0;

@@ -41,7 +41,7 @@ int run(int argc, char** argv) {
   CLI::App app{"hspmd demo: BERT-small on a mixed cluster, synthesized plan vs even data "
                "parallelism"};
   std::string cluster_file;
-  hspmd::exec::train_options o;
+  hspmd::train::train_options o;
   o.steps = 8;
   o.batch = 16;
   o.unit = "tokens";
@@ -60,7 +60,7 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{2}, std::size_t{10000}));
   app.add_option("--batch", o.batch, "sequences per step")
       ->capture_default_str()
-      ->check(hspmd::exec::at_least_one);
+      ->check(hspmd::train::at_least_one);
   app.add_option("--layers", m.layers, "transformer blocks")->capture_default_str();
   app.add_option("--hidden", m.hidden, "model width")->capture_default_str();
   if (const auto rc = hspmd::exec::parse_flags(app, argc, argv))
@@ -80,13 +80,13 @@ int run(int argc, char** argv) {
     s.set_input("targets", targets);
   };
 
-  hspmd::exec::train_result result[2];
+  hspmd::train::train_result result[2];
   double predicted[2] = {0.0, 0.0};
   bool root = false;
   for (int k = 0; k < 2; ++k) {
     o.plan = k == 0 ? "synth" : "dp-ev";
     o.name = k == 0 ? "synth" : "dp-ev";
-    hspmd::exec::trainer<float> tr(g, o);
+    hspmd::train::trainer<float> tr(g, o);
     root = tr.root();
     if (root && k == 0) {
       const auto& p = *tr.plan();

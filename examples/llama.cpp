@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   example::options o;
   o.train.name = "llama";
   o.train.unit = "tokens";
-  o.train.metric = hspmd::exec::eval_metric::perplexity;
+  o.train.metric = hspmd::train::eval_metric::perplexity;
   hspmd::models::llama_config c;
   example::add_common(app, o);
   app.add_option("--layers", c.layers, "decoder blocks")->capture_default_str();

@@ -1,9 +1,9 @@
 #pragma once
 // What the example models share besides the library trainer: the --data flag and the synthetic
-// or real data each model family trains on. The loop itself is hspmd::exec::trainer.
+// or real data each model family trains on. The loop itself is hspmd::train::trainer.
 
-#include <hspmd/exec/train_flags.hpp>
 #include <hspmd/hspmd.hpp>
+#include <hspmd/train/train_flags.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -24,12 +24,12 @@ using feed_fn = hspmd::exec::feed_fn<float>;
 
 /// The trainer's options plus the data files.
 struct options {
-  hspmd::exec::train_options train;
+  hspmd::train::train_options train;
   std::vector<std::string> data; ///< a text file (LM) or CIFAR-10 .bin files (images)
 };
 
 inline void add_common(CLI::App& app, options& o) {
-  hspmd::exec::add_train_flags(app, o.train);
+  hspmd::train::add_train_flags(app, o.train);
   app.add_option("--data", o.data,
                  "real data: a text file (language models) or CIFAR-10 .bin files (images); "
                  "seeded synthetic data when absent");
@@ -183,7 +183,7 @@ int main_of(CLI::App& app, int argc, char** argv, F&& body) {
 inline void fit(const std::function<hspmd::graph::graph(std::size_t)>& trace, options o,
                 const std::pair<feed_fn, feed_fn>& feeds) {
   o.train.trace_at = trace;
-  hspmd::exec::trainer<float> tr(trace(o.train.batch), o.train);
+  hspmd::train::trainer<float> tr(trace(o.train.batch), o.train);
   tr.fit(feeds.first, feeds.second);
 }
 

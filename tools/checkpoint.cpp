@@ -3,10 +3,10 @@
 //   hspmd-checkpoint inspect ckpt [--verify]
 //   hspmd-checkpoint export ckpt --out model-dir [--shards N] [--optimizer]
 //   hspmd-checkpoint import hf-files --names gpt2|llama|vit --out ckpt [--seq N] [--heads N]
-#include <hspmd/exec/checkpoint.hpp>
-#include <hspmd/exec/import.hpp>
 #include <hspmd/io/cli.hpp>
 #include <hspmd/io/safetensors.hpp>
+#include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/import.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -29,7 +29,7 @@ struct manifest {
 };
 
 manifest open_checkpoint(const std::string& path) {
-  const auto dir = hspmd::exec::find_checkpoint(path);
+  const auto dir = hspmd::train::find_checkpoint(path);
   if (!dir)
     throw config_error(path, "holds no committed checkpoint",
                        "give a checkpoint directory (step-N) or the directory a run saved into");
@@ -67,10 +67,10 @@ std::vector<T> whole_tensor(const manifest& m, const std::string& name) {
     shape.push_back(d.get<std::size_t>());
   const hspmd::exec::box all = hspmd::exec::box::whole(shape);
   std::vector<T> v(all.size());
-  hspmd::exec::solo_communicator solo;
-  const std::vector<hspmd::exec::checkpoint_target<T>> t = {{name, shape, all, std::span<T>(v)}};
-  (void)hspmd::exec::load_checkpoint<T>(solo, m.dir,
-                                        std::span<const hspmd::exec::checkpoint_target<T>>(t));
+  hspmd::train::solo_communicator solo;
+  const std::vector<hspmd::train::checkpoint_target<T>> t = {{name, shape, all, std::span<T>(v)}};
+  (void)hspmd::train::load_checkpoint<T>(solo, m.dir,
+                                         std::span<const hspmd::train::checkpoint_target<T>>(t));
   return v;
 }
 
@@ -184,9 +184,9 @@ std::string listed(const std::vector<std::string>& v) {
 }
 
 int import_files(const std::string& path, const std::string& names, const std::string& out,
-                 const hspmd::exec::import_options& o) {
-  const auto& family = hspmd::exec::import_family_named(names);
-  const auto rep = hspmd::exec::import_checkpoint(path, out, family, o);
+                 const hspmd::train::import_options& o) {
+  const auto& family = hspmd::train::import_family_named(names);
+  const auto rep = hspmd::train::import_checkpoint(path, out, family, o);
   std::printf("imported %zu tensors (%zu layers) from %s as %s parameters: %s\n", rep.map.size(),
               rep.layers, path.c_str(), std::string(family.model).c_str(),
               rep.dir.string().c_str());
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{99999}));
   exp->add_flag("--optimizer", optimizer, "export the optimizer's state too");
   std::string names;
-  hspmd::exec::import_options io;
+  hspmd::train::import_options io;
   auto* imp = app.add_subcommand(
       "import", "Hugging Face safetensors files as a checkpoint to start a run from (--init-from)");
   imp->add_option("source", path,

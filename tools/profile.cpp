@@ -1,13 +1,13 @@
 // hspmd-profile: measure the cluster an MPI job runs on and write it as a cluster file the
-// planner reads as is (exec/cluster_profile.hpp says what is measured and how).
+// planner reads as is (train/cluster_profile.hpp says what is measured and how).
 //   mpirun -np 2 hspmd-profile --out measured.json
 //   mpirun -np 2 hspmd-profile --merge clusters/emulated-2.json --out emulated-2-measured.json
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/comm/mpi/environment.hpp>
 #include <hspmd/comm/mpi/guard.hpp>
-#include <hspmd/exec/cluster_profile.hpp>
 #include <hspmd/io/cli.hpp>
+#include <hspmd/train/cluster_profile.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -72,9 +72,9 @@ int main(int argc, char** argv) {
       return static_cast<std::uint64_t>(size);
     }();
     const std::uint64_t memory = available_memory() / node_ranks;
-    std::vector<hspmd::exec::device_measurement> measured;
+    std::vector<hspmd::train::device_measurement> measured;
     hspmd::cluster c =
-        hspmd::exec::measure_cluster(comm, host, memory, merge, &measured, repetitions);
+        hspmd::train::measure_cluster(comm, host, memory, merge, &measured, repetitions);
     if (!name.empty())
       c.name = name;
     // What the planner will read: checked by the reader's own rules before it is written.

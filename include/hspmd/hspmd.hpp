@@ -68,11 +68,11 @@
 #include <hspmd/exec/kernels/box.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/option_table.hpp>
-#include <hspmd/exec/profile.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/lower.hpp>
+#include <hspmd/train/option_table.hpp>
+#include <hspmd/train/profile.hpp>
+#include <hspmd/train/trainer.hpp>
 #endif
 
 #include <hspmd/comm/calibrate.hpp>

@@ -11,15 +11,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: train CLUSTER.json [DEVICE]\n");
     return 2;
   }
-  hspmd::exec::train_options o;
+  hspmd::train::train_options o;
   o.name = "package";
   o.batch = 10;
   o.steps = 5;
   o.cluster = argv[1];
   if (argc == 3)
     o.device = argv[2]; // "cuda": the engine of hspmd::cuda, linked from the package
-  o.lr = hspmd::exec::lr_schedule::cosine(1e-2, 1);
-  hspmd::exec::trainer<float> tr(
+  o.lr = hspmd::train::lr_schedule::cosine(1e-2, 1);
+  hspmd::train::trainer<float> tr(
       [](hspmd::nn::tracer& t) {
         auto x = t.input<float, hspmd::extents<hspmd::batch, 6>>("x");
         auto y = t.input<std::int64_t, hspmd::extents<hspmd::batch>>("y");

@@ -220,7 +220,7 @@ public:
   [[nodiscard]] std::size_t bucket_bytes() const noexcept { return options_.bucket_bytes; }
   /// Seconds this rank spent computing (the local graph's kernels and the optimizer, an
   /// emulated slowdown included) since the last call; what re-balancing compares with the
-  /// plan's prediction (exec/rebalance.hpp).
+  /// plan's prediction (train/rebalance.hpp).
   [[nodiscard]] double take_compute_seconds() noexcept {
     return std::exchange(compute_seconds_, 0.0);
   }

@@ -131,12 +131,12 @@ public:
     keep_float_.resize(g_.size(), false);
     keep_float_.at(id) = true;
   }
-  /// The backward's seed, d loss / d loss (dynamic loss scaling for f16, exec/loss_scale.hpp):
+  /// The backward's seed, d loss / d loss (dynamic loss scaling for f16, train/loss_scale.hpp):
   /// every gradient comes out multiplied by it; the optimizer divides it out.
   void set_loss_scale(double scale) {
     if (!(scale > 0.0) || !std::isfinite(scale))
       throw config_error("loss scale", std::to_string(scale) + " is not a finite value > 0",
-                         "give a positive scale (exec::dynamic_loss_scale keeps one)");
+                         "give a positive scale (train::dynamic_loss_scale keeps one)");
     loss_scale_ = scale;
   }
   [[nodiscard]] double loss_scale() const noexcept { return loss_scale_; }

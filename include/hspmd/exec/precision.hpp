@@ -14,7 +14,7 @@
 //   - reductions inside kernels (softmax, norms, cross-entropy, their statistics), the loss and
 //     every other scalar in float; in a distributed run, a rank's copies of parameters (and
 //     their gradients) in float too.
-// f16 also needs loss scaling (exec/loss_scale.hpp): gradients below 2^-24 would vanish.
+// f16 also needs loss scaling (train/loss_scale.hpp): gradients below 2^-24 would vanish.
 //
 // On the host the 16-bit values are held in float buffers (the numerics of 16-bit storage, not
 // its memory); f32 leaves everything as it was.

@@ -3,7 +3,7 @@
 // little-endian header length N, N bytes of JSON (padded with spaces), then the tensors' bytes.
 // The header maps each tensor's name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
 // into the data after the header) and may hold "__metadata__", an object of strings. Checkpoints
-// (exec/checkpoint.hpp) store each rank's pieces in one such file.
+// (train/checkpoint.hpp) store each rank's pieces in one such file.
 //
 // The reader checks everything the format promises before anything is used: the header's length
 // against the file's, its JSON, every dtype and shape, and that the tensors' byte ranges tile the

@@ -58,7 +58,7 @@
 
 namespace hspmd::sim {
 
-/// Measured compute of one plan at every device's own pieces (exec/profile.hpp,
+/// Measured compute of one plan at every device's own pieces (train/profile.hpp,
 /// `measure_shards`): each device's program run on the measuring device, node by node. Where a
 /// simulation has it, a device's op costs what its piece took, scaled from the measuring
 /// device's rate to its own, instead of the profile's full-size time times its share: what an

@@ -203,7 +203,7 @@ inline constexpr double forward_share = 1.0 / 3.0;
 /// Bytes of weight gradients all-reduced together (one latency per bucket).
 inline constexpr double gradient_bucket_bytes = 4.0 * 1024.0 * 1024.0;
 
-/// Measured compute of one graph on one device (exec/profile.hpp measures it): forward +
+/// Measured compute of one graph on one device (train/profile.hpp measures it): forward +
 /// backward seconds of every node at full size, and of the optimizer step (with gradient
 /// clipping) per parameter element, on a device the cluster file rates at `speed` flop/s. With
 /// a profile the cost model prices node i on device d at seconds[i] * speed / speed_d (its share
@@ -225,14 +225,14 @@ struct compute_profile {
   /// backward); empty: `forward_share` for every node.
   std::vector<double> forward;
   /// Per node id: the share of its seconds that does not shrink with its rows (reading a
-  /// weight, a call's fixed cost), from a second measurement at half the batch (exec/profile.hpp,
+  /// weight, a call's fixed cost), from a second measurement at half the batch (train/profile.hpp,
   /// `with_fixed_shares`). A rule that divides the node's rows but not its weights leaves that
   /// share whole on every device; one that divides a weight divides it all. Empty: 0 (every
   /// node's time proportional to its share).
   std::vector<double> fixed;
   /// Per node id: the same along a parameter's split (a convolution split by output channels
   /// still unfolds its whole input), from the model measured at a weight-splitting plan's pieces
-  /// (exec/profile.hpp, `with_weight_fixed_shares`); a rule that divides a parameter keeps it
+  /// (train/profile.hpp, `with_weight_fixed_shares`); a rule that divides a parameter keeps it
   /// whole. Empty, or -1 for a node not measured so: 0 (the weight split divides it all).
   std::vector<double> weight_fixed;
 };
@@ -283,7 +283,7 @@ public:
                            std::to_string(g.size()) +
                            " nodes, or a non-positive speed, a negative time or rate, or a "
                            "forward share outside [0, 1] or a fixed share outside [0, 1]",
-                       "measure the profile on the graph being planned (exec::measure_compute)");
+                       "measure the profile on the graph being planned (train::measure_compute)");
     if (c.nodes().size() > 1)
       for (std::int64_t node : c.nodes())
         link_sharing_ = std::max<std::size_t>(

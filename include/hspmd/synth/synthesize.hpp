@@ -49,7 +49,7 @@ struct synth_options {
   segment_policy segments = segment_policy::one;
   std::size_t max_rounds = 8; ///< search <-> LP rounds at most
   bool solve_lp = true;       ///< false: keep the starting ratios
-  /// Measured compute times of the graph (exec/profile.hpp); FLOPs / speed when absent.
+  /// Measured compute times of the graph (train/profile.hpp); FLOPs / speed when absent.
   std::optional<compute_profile> profile;
   /// bf16 or f16: a mixed-precision run, its GEMMs priced at the devices' `bf16_speed`.
   dtype gemm_type = dtype::f32;

@@ -1,4 +1,4 @@
-// Sharded checkpoints of a distributed run (exec/checkpoint.hpp): parameters and SGD momentum
+// Sharded checkpoints of a distributed run (train/checkpoint.hpp): parameters and SGD momentum
 // saved under one layout (plan kind, ratios, zero-length shards) load into every other, the
 // gathered parameters bitwise equal, and training goes on equal to the run that never stopped
 // (bitwise under the same layout, within the equivalence tolerance under another).
@@ -6,9 +6,9 @@
 // Across rank counts: the [save] runs (np 1, 2, 3) each leave their checkpoints and the whole
 // parameters they gathered (before and after 2 more steps) under HSPMD_CHECKPOINT_DIR; the [load]
 // runs, after all of them, load every other rank count's checkpoints into each of their layouts.
-#include <hspmd/exec/checkpoint.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include "../../support/equivalence.hpp"
 
@@ -99,14 +99,15 @@ struct run {
     return {slots.a[j].data(), slots.a[j].size()};
   }
   // Parameters and momentum as checkpoint pieces, and as load targets.
-  std::vector<exec::checkpoint_piece<float>> pieces(const graph::graph& g) {
-    auto p = exec::program_pieces<float>(g, dx->program(), [&](std::size_t j) { return value(j); });
-    auto m = exec::program_pieces<float>(
+  std::vector<train::checkpoint_piece<float>> pieces(const graph::graph& g) {
+    auto p =
+        train::program_pieces<float>(g, dx->program(), [&](std::size_t j) { return value(j); });
+    auto m = train::program_pieces<float>(
         g, dx->program(), [&](std::size_t j) { return momentum(j); }, "optimizer.momentum.");
     p.insert(p.end(), m.begin(), m.end());
     return p;
   }
-  std::vector<exec::checkpoint_target<float>> targets(const graph::graph& g) {
+  std::vector<train::checkpoint_target<float>> targets(const graph::graph& g) {
     // Momentum slots exist once the optimizer has stepped: a fresh run steps with lr 0 first.
     if (opt.state().of<float, exec::host_backend>().a.empty()) {
       const double lr = opt.lr;
@@ -115,8 +116,8 @@ struct run {
       opt.lr = lr;
     }
     auto t =
-        exec::program_targets<float>(g, dx->program(), [&](std::size_t j) { return value(j); });
-    auto m = exec::program_targets<float>(
+        train::program_targets<float>(g, dx->program(), [&](std::size_t j) { return value(j); });
+    auto m = train::program_targets<float>(
         g, dx->program(), [&](std::size_t j) { return momentum(j); }, "optimizer.momentum.");
     t.insert(t.end(), m.begin(), m.end());
     return t;
@@ -163,8 +164,8 @@ void load_and_continue(const graph::graph& g, const layout& l, mpi_communicator&
                        const std::map<std::string, std::vector<float>>& after, bool same_layout) {
   run r(g, l.plan, comm, 99);
   const auto targets = r.targets(g);
-  const exec::checkpoint_info info = exec::load_checkpoint<float>(
-      comm, dir, std::span<const exec::checkpoint_target<float>>(targets));
+  const train::checkpoint_info info = train::load_checkpoint<float>(
+      comm, dir, std::span<const train::checkpoint_target<float>>(targets));
   CHECK(info.step == 2);
   r.step = info.step;
   const std::string what = dir.filename().string() + " into " + l.name;
@@ -214,8 +215,8 @@ TEST_CASE("a checkpoint saved under one layout loads into every other of the ran
     run r(g, a.plan, comm, 7);
     r.train(g, 2);
     const auto pieces = r.pieces(g);
-    const fs::path dir = exec::save_checkpoint<float>(
-        comm, root / a.name, 2, std::span<const exec::checkpoint_piece<float>>(pieces),
+    const fs::path dir = train::save_checkpoint<float>(
+        comm, root / a.name, 2, std::span<const train::checkpoint_piece<float>>(pieces),
         {{"layout", a.name}});
     CHECK(dir == root / a.name / "step-00000002");
     const auto saved = r.gathered(g);
@@ -267,16 +268,16 @@ TEST_CASE("an uncommitted save is never loaded; a damaged, truncated or missing 
   comm.barrier();
   run r(g, l.plan, comm, 7);
   r.train(g, 2);
-  const auto save = [&](std::size_t step, exec::checkpoint_options o = {}) {
+  const auto save = [&](std::size_t step, train::checkpoint_options o = {}) {
     const auto pieces = r.pieces(g);
-    return exec::save_checkpoint<float>(
-        comm, root, step, std::span<const exec::checkpoint_piece<float>>(pieces), {}, o);
+    return train::save_checkpoint<float>(
+        comm, root, step, std::span<const train::checkpoint_piece<float>>(pieces), {}, o);
   };
   (void)save(2);
   const auto at2 = r.gathered(g);
   r.train(g, 1);
   // keep 1: the step-2 checkpoint is removed once step 3 is committed.
-  exec::checkpoint_options keep1;
+  train::checkpoint_options keep1;
   keep1.keep = 1;
   const fs::path dir3 = save(3, keep1);
   CHECK_FALSE(fs::exists(root / "step-00000002"));
@@ -284,8 +285,8 @@ TEST_CASE("an uncommitted save is never loaded; a damaged, truncated or missing 
   const auto load = [&](const fs::path& from) {
     run fresh(g, l.plan, comm, 99);
     const auto targets = fresh.targets(g);
-    const auto info = exec::load_checkpoint<float>(
-        comm, from, std::span<const exec::checkpoint_target<float>>(targets));
+    const auto info = train::load_checkpoint<float>(
+        comm, from, std::span<const train::checkpoint_target<float>>(targets));
     return std::make_pair(info.step, fresh.gathered(g));
   };
   if (comm.rank() == 0) {
@@ -349,19 +350,19 @@ namespace {
 
 // The library trainer on BERT (double, Adam, dropout off, constant rate): `steps` steps under
 // `plan` on n equal devices (one process at np 1 without a cluster when `plan` is empty).
-exec::train_result train_bert(const graph::graph& g, std::size_t steps, const std::string& plan,
-                              const fs::path& dir, std::size_t save_every, bool resume,
-                              std::map<std::string, std::vector<double>>* params = nullptr,
-                              const fs::path& init_from = {}) {
+train::train_result train_bert(const graph::graph& g, std::size_t steps, const std::string& plan,
+                               const fs::path& dir, std::size_t save_every, bool resume,
+                               std::map<std::string, std::vector<double>>* params = nullptr,
+                               const fs::path& init_from = {}) {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  exec::train_options o;
+  train::train_options o;
   if (!plan.empty()) {
     o.cluster_spec = test::make_cluster(n, 1e9);
     o.plan = plan;
   }
   o.steps = steps;
-  o.lr = exec::lr_schedule::constant(3e-3);
+  o.lr = train::lr_schedule::constant(3e-3);
   o.out = nullptr;
   o.checkpoint_dir = dir.string();
   o.save_every = save_every;
@@ -374,7 +375,7 @@ exec::train_result train_bert(const graph::graph& g, std::size_t steps, const st
     for (const auto& [name, v] : data.ids)
       b.set_input(name, std::span<const std::int64_t>(v));
   };
-  exec::trainer<double> tr(g, o);
+  train::trainer<double> tr(g, o);
   auto r = tr.fit(feed);
   if (params != nullptr)
     for (graph::node_id p : g.parameters())

@@ -1,13 +1,13 @@
-// The library trainer's distributed run on a device engine (exec/distributed_engine.hpp): a
+// The library trainer's distributed run on a device engine (train/distributed_engine.hpp): a
 // device-like backend (the guarded one: its pages are PROT_NONE outside its calls) registered
 // with a distributed engine, as hspmd::cuda registers CUDA over NCCL, trains every rank equal
 // to the host run of the same plan: accumulation, clipping, Adam, evaluation and trainer::value.
 // "auto" takes only an engine that every rank can use.
 #include <hspmd/comm/mpi/communicator.hpp>
-#include <hspmd/exec/distributed_engine.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/nn/layers.hpp>
+#include <hspmd/train/distributed_engine.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include "../../support/deferred_backend.hpp"
 #include "../../support/guarded_backend.hpp"
@@ -27,7 +27,7 @@ using namespace hspmd;
 
 namespace {
 
-using entry = exec::device_engine_entry<float, exec::adam>;
+using entry = train::device_engine_entry<float, exec::adam>;
 
 int measured = 0; // calls of the engines' `measure` in this process
 
@@ -43,27 +43,27 @@ entry guarded_entry(std::string name, bool only_rank0) {
   };
   const std::string label = e.name + " (guarded memory)";
   e.make = [label](const graph::graph& g, std::uint64_t seed) {
-    return std::unique_ptr<exec::engine<float, exec::adam>>(
-        std::make_unique<exec::backend_engine<float, exec::adam, test::guarded_backend>>(
+    return std::unique_ptr<train::engine<float, exec::adam>>(
+        std::make_unique<train::backend_engine<float, exec::adam, test::guarded_backend>>(
             g, seed, test::guarded_backend{}, label));
   };
   e.make_distributed = [label](const graph::graph& g, const synth::plan& p, mpi_communicator& comm,
                                std::uint64_t seed) {
-    return std::unique_ptr<exec::rank_engine<float, exec::adam>>(
+    return std::unique_ptr<train::rank_engine<float, exec::adam>>(
         std::make_unique<
-            exec::distributed_engine<float, exec::adam, mpi_communicator, test::guarded_backend>>(
+            train::distributed_engine<float, exec::adam, mpi_communicator, test::guarded_backend>>(
             g, p, comm, seed, test::guarded_backend{}, label));
   };
   // Calibration on the "device": timed through an asynchronous backend, as on a GPU's stream.
-  e.measure = [](const graph::graph& g, double speed, const exec::profile_options& o) {
+  e.measure = [](const graph::graph& g, double speed, const train::profile_options& o) {
     ++measured;
-    return exec::measure_compute<float, test::deferred_backend>(g, speed, o);
+    return train::measure_compute<float, test::deferred_backend>(g, speed, o);
   };
   return e;
 }
 // "some" has a device on rank 0 only: "auto" must pass it over on 2 or more ranks.
-const exec::register_device_engine<float, exec::adam> some{guarded_entry("some", true)};
-const exec::register_device_engine<float, exec::adam> guarded{guarded_entry("guarded", false)};
+const train::register_device_engine<float, exec::adam> some{guarded_entry("some", true)};
+const train::register_device_engine<float, exec::adam> guarded{guarded_entry("guarded", false)};
 
 void model(nn::tracer& t) {
   auto x = t.input<float, extents<hspmd::batch, 6>>("x");
@@ -88,8 +88,8 @@ void samples(exec::batch_sink<float>& b, std::size_t index) {
   b.set_input("y", y);
 }
 
-exec::train_options options(const std::string& device, const std::string& plan) {
-  exec::train_options o = test_support::quiet_training(5, 3e-2, 0.5);
+train::train_options options(const std::string& device, const std::string& plan) {
+  train::train_options o = test_support::quiet_training(5, 3e-2, 0.5);
   o.batch = 10;
   o.accumulate = 2;
   o.eval_every = 5;
@@ -108,8 +108,8 @@ exec::train_options options(const std::string& device, const std::string& plan) 
 TEST_CASE("every rank on a device engine trains as the host run of the same plan") {
   for (const std::string plan : {"synth", "dp-cp", "tp"}) {
     INFO(plan);
-    exec::trainer<float> host(model, options("host", plan));
-    exec::trainer<float> dev(model, options("guarded", plan));
+    train::trainer<float> host(model, options("host", plan));
+    train::trainer<float> dev(model, options("guarded", plan));
     CHECK(host.device() == "host");
     CHECK(dev.device() == "guarded (guarded memory)");
     const auto a = host.fit(samples, samples);
@@ -133,15 +133,15 @@ TEST_CASE("every rank on a device engine trains as the host run of the same plan
 
 TEST_CASE("auto takes a device engine only when every rank has a device for it") {
   // "some" is registered first but has a device on rank 0 only.
-  exec::trainer<float> tr(model, options("auto", "dp-cp"));
+  train::trainer<float> tr(model, options("auto", "dp-cp"));
   CHECK(tr.device() == "guarded (guarded memory)");
 }
 
 TEST_CASE("--calibrate measures rank 0's compute on its device engine") {
-  exec::train_options o = options("guarded", "synth");
+  train::train_options o = options("guarded", "synth");
   o.calibrate = true;
   const int before = measured;
-  exec::trainer<float> tr(model, o);
+  train::trainer<float> tr(model, o);
   // The model at its batch and at half of it (each op's fixed share), on rank 0's engine.
   CHECK(measured - before == (mpi_communicator().rank() == 0 ? 2 : 0));
   const auto r = tr.fit(samples, samples);

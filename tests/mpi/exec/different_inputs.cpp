@@ -13,12 +13,12 @@ int main(int argc, char** argv) {
   hspmd::mpi_environment env(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  hspmd::exec::train_options o;
+  hspmd::train::train_options o;
   o.batch = 6;
   o.steps = 3;
   o.cluster = argc > 1 ? argv[1] : "clusters/emulated-2.json";
   o.out = nullptr;
-  hspmd::exec::trainer<float> tr(
+  hspmd::train::trainer<float> tr(
       [](hspmd::nn::tracer& t) {
         auto x = t.input<float, hspmd::extents<hspmd::batch, 4>>("x");
         auto y = t.input<std::int64_t, hspmd::extents<hspmd::batch>>("y");

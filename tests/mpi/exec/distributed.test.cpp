@@ -9,10 +9,10 @@
 #include <hspmd/core/rng.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/profile.hpp>
 #include <hspmd/models/bert.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/synthesize.hpp>
+#include <hspmd/train/profile.hpp>
 
 #include "../../support/equivalence.hpp"
 
@@ -204,7 +204,7 @@ TEST_CASE("a plan priced by measurement (rank 0's compute profile, calibrated co
   const auto n = static_cast<std::size_t>(comm.size());
   const auto g = models::trace_model<float>("mlp", small_mlp(), 12);
   cluster c = make_cluster(n, 1e9);
-  exec::profile_options po;
+  train::profile_options po;
   po.repetitions = 2;
   synth::synth_options so;
   so.profile = exec::measure_compute_on_rank0<float>(g, c.devices[0].speed, comm, po);

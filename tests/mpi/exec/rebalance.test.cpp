@@ -4,13 +4,13 @@
 // trainer, with one rank slowed down by HSPMD_FAULT, notices, re-solves and moves its state
 // while its losses stay those of the undisturbed run.
 #include <hspmd/comm/mpi/communicator.hpp>
-#include <hspmd/exec/distributed_engine.hpp>
-#include <hspmd/exec/rebalance.hpp>
 #include <hspmd/exec/reshard.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/synth/plan_cache.hpp>
 #include <hspmd/synth/synthesize.hpp>
+#include <hspmd/train/distributed_engine.hpp>
+#include <hspmd/train/rebalance.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include "../../support/equivalence.hpp"
 
@@ -150,7 +150,8 @@ TEST_CASE("resharding moves every layout to every other, replicas and empty piec
 
 namespace {
 
-using engine_t = exec::distributed_engine<double, exec::adam, mpi_communicator, exec::host_backend>;
+using engine_t =
+    train::distributed_engine<double, exec::adam, mpi_communicator, exec::host_backend>;
 
 struct run {
   std::vector<double> losses;
@@ -159,8 +160,8 @@ struct run {
 
 // Adam with clipping for `steps` steps under plan `a`; with `b`, the engine switches to it
 // after step `at`.
-run train(const graph::graph& g, mpi_communicator& comm, const synth::plan& a, const synth::plan* b,
-          std::size_t at, std::size_t steps) {
+run train_run(const graph::graph& g, mpi_communicator& comm, const synth::plan& a,
+              const synth::plan* b, std::size_t at, std::size_t steps) {
   engine_t e(g, a, comm, 7);
   e.set_bucket_bytes(256);
   exec::adam opt(3e-3);
@@ -222,22 +223,22 @@ TEST_CASE("a run switched to new ratios or another program mid-run trains on as 
   // re-balancing path: a warm-startable re-solve of the program's ratio LP).
   std::vector<double> factors(n, 1.0);
   factors[n - 1] = 4.0;
-  const cluster slower = exec::measured_cluster(c, factors);
+  const cluster slower = train::measured_cluster(c, factors);
   const auto resolved = synth::resolve_ratios(
       dp, synth::cost_model(g, slower, synth::segment_map(g, dp.segments)), slower);
   REQUIRE(resolved);
   REQUIRE(resolved->p.ratios != dp.ratios);
   const synth::plan tp = synth::make_baseline(g, c, synth::baseline::tp, {}, "bert");
 
-  const run straight = train(g, comm, dp, nullptr, 0, 6);
+  const run straight = train_run(g, comm, dp, nullptr, 0, 6);
   SECTION("the same program at re-solved ratios") {
-    check_same(train(g, comm, dp, &resolved->p, 3, 6), straight, 1e-10);
+    check_same(train_run(g, comm, dp, &resolved->p, 3, 6), straight, 1e-10);
   }
   SECTION("another program (tensor parallel): parameters and moments change placement") {
-    check_same(train(g, comm, dp, &tp, 3, 6), straight, 1e-10);
+    check_same(train_run(g, comm, dp, &tp, 3, 6), straight, 1e-10);
   }
   SECTION("switched before the first step: no optimizer state yet") {
-    check_same(train(g, comm, dp, &tp, 0, 4), train(g, comm, dp, nullptr, 0, 4), 1e-10);
+    check_same(train_run(g, comm, dp, &tp, 0, 4), train_run(g, comm, dp, nullptr, 0, 4), 1e-10);
   }
 }
 
@@ -245,11 +246,11 @@ TEST_CASE("the trainer re-balances a rank slowed down mid-run, and its losses st
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
   const graph::graph g = models::trace_model<double>("bert", small_bert(), 8);
-  exec::train_options o;
+  train::train_options o;
   o.cluster_spec = test::make_cluster(std::vector<double>(n, 1e9), 1e9);
   o.plan = "dp-cp";
   o.steps = 12;
-  o.lr = exec::lr_schedule::constant(3e-3);
+  o.lr = train::lr_schedule::constant(3e-3);
   o.out = nullptr;
   const exec::feed_fn<double> feed = [&](exec::batch_sink<double>& b, std::size_t s) {
     const auto data = test::data_for<double>(g, s, 40);
@@ -258,13 +259,13 @@ TEST_CASE("the trainer re-balances a rank slowed down mid-run, and its losses st
     for (const auto& [name, v] : data.ids)
       b.set_input(name, std::span<const std::int64_t>(v));
   };
-  exec::trainer<double> plain(g, o);
+  train::trainer<double> plain(g, o);
   const auto want = plain.fit(feed);
 
   o.rebalance = 1.25;
   o.rebalance_window = 2;
   ::setenv("HSPMD_FAULT", ("rank:" + std::to_string(n - 1) + ",at:step4,kind:slow:6").c_str(), 1);
-  exec::trainer<double> tr(g, o);
+  train::trainer<double> tr(g, o);
   ::unsetenv("HSPMD_FAULT");
   const double before = tr.plan()->ratios[0][n - 1];
   const auto got = tr.fit(feed);

@@ -1,7 +1,7 @@
 // The watchdog's timeout parsing and report, and HSPMD_FAULT's parsing (the MPI runs in
 // tests/CMakeLists.txt show both ending real jobs).
 #include <hspmd/comm/watchdog.hpp>
-#include <hspmd/exec/fault.hpp>
+#include <hspmd/train/fault.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -54,20 +54,20 @@ TEST_CASE("a watchdog of timeout 0 watches nothing") {
 }
 
 TEST_CASE("HSPMD_FAULT: rank, step and kind, in any order; bad specs named") {
-  using k = exec::fault_spec::kind;
-  auto f = exec::parse_fault("rank:1,at:step5,kind:hang");
+  using k = train::fault_spec::kind;
+  auto f = train::parse_fault("rank:1,at:step5,kind:hang");
   CHECK(f.rank == 1);
   CHECK(f.step == 5);
   CHECK(f.what == k::hang);
-  f = exec::parse_fault("kind:slow:3,at:7,rank:0");
+  f = train::parse_fault("kind:slow:3,at:7,rank:0");
   CHECK(f.what == k::slow);
   CHECK(f.factor == 3.0);
   CHECK(f.step == 7);
   CHECK(f.kind_text() == "slow:3");
   for (const char* kind : {"abort", "kill", "exit0", "exit1", "throw", "hang", "stop"})
-    CHECK(exec::parse_fault(std::string("rank:2,at:step1,kind:") + kind).kind_text() == kind);
+    CHECK(train::parse_fault(std::string("rank:2,at:step1,kind:") + kind).kind_text() == kind);
   const auto refused = [](const char* spec, const char* why) {
-    CHECK_THROWS_WITH(exec::parse_fault(spec),
+    CHECK_THROWS_WITH(train::parse_fault(spec),
                       Catch::Contains(std::string("HSPMD_FAULT=") + spec) && Catch::Contains(why) &&
                           Catch::Contains("write rank:R,at:stepN,kind:K"));
   };

@@ -4,11 +4,11 @@
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/caching_allocator.hpp>
 #include <hspmd/exec/column_major_gemm.hpp>
-#include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/models/bert.hpp>
 #include <hspmd/models/mlp.hpp>
+#include <hspmd/train/engine.hpp>
 
 #include "../../support/host_compute.hpp"
 
@@ -440,7 +440,7 @@ TEST_CASE("training holds its device memory flat after the second step (cache hi
   // BERT-tiny with dropout, two micro-batches per step, clipping and Adam, through the trainer's
   // engine on a device backend whose buffers come from the caching allocator.
   const graph::graph g = bert_tiny();
-  exec::backend_engine<float, exec::adam, limited_backend> e(g, 3);
+  train::backend_engine<float, exec::adam, limited_backend> e(g, 3);
   exec::adam opt(1e-3);
   std::mt19937_64 rng(5);
   std::uniform_int_distribution<std::int64_t> token(0, 49);

@@ -1,12 +1,12 @@
-// The library trainer on a device engine (exec/engine.hpp): the loop, micro-batch accumulation,
+// The library trainer on a device engine (train/engine.hpp): the loop, micro-batch accumulation,
 // clipping, the optimizer, evaluation and reading parameters all go through the engine's
 // backend, so a backend whose memory the host cannot touch outside its calls (as a GPU's) trains
 // as the host does. The engine is registered the way hspmd::cuda registers "cuda"; choosing a
 // device by name, "auto", and the errors of a missing or unusable device are checked too.
-#include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/nn/layers.hpp>
+#include <hspmd/train/engine.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include "../../support/guarded_backend.hpp"
 #include "../../support/training.hpp"
@@ -24,27 +24,27 @@ using namespace hspmd;
 
 namespace {
 
-using engine_entry = exec::device_engine_entry<float, exec::adam>;
+using engine_entry = train::device_engine_entry<float, exec::adam>;
 
-const exec::register_device_engine<float, exec::adam> absent{engine_entry{
+const train::register_device_engine<float, exec::adam> absent{engine_entry{
     "absent",
     [](std::string& why) {
       why = "no such card";
       return 0;
     },
-    [](const graph::graph&, std::uint64_t) -> std::unique_ptr<exec::engine<float, exec::adam>> {
+    [](const graph::graph&, std::uint64_t) -> std::unique_ptr<train::engine<float, exec::adam>> {
       FAIL("an engine without a device was made");
       return nullptr;
     },
     {},   // one process only
     {}}}; // calibrated on the host
-const exec::register_device_engine<float, exec::adam> guarded{engine_entry{
+const train::register_device_engine<float, exec::adam> guarded{engine_entry{
     "guarded",
     [](std::string&) { return 1; },
     [](const graph::graph& g, std::uint64_t seed) {
-      return std::unique_ptr<exec::engine<float, exec::adam>>(
-          std::make_unique<exec::backend_engine<float, exec::adam, test::guarded_backend>>(g,
-                                                                                           seed));
+      return std::unique_ptr<train::engine<float, exec::adam>>(
+          std::make_unique<train::backend_engine<float, exec::adam, test::guarded_backend>>(g,
+                                                                                            seed));
     },
     {},   // one process only
     {}}}; // calibrated on the host
@@ -77,8 +77,8 @@ exec::feed_fn<float> samples(std::size_t batch) {
   };
 }
 
-exec::train_options options(const std::string& device) {
-  exec::train_options o = test_support::quiet_training(6, 3e-2, 0.5); // clipping is active
+train::train_options options(const std::string& device) {
+  train::train_options o = test_support::quiet_training(6, 3e-2, 0.5); // clipping is active
   o.batch = 8;
   o.accumulate = 2;
   o.eval_every = 3;
@@ -90,8 +90,8 @@ exec::train_options options(const std::string& device) {
 } // namespace
 
 TEST_CASE("the trainer on a device engine trains as on the host: losses, evaluations, weights") {
-  exec::trainer<float> host(model, options("host"));
-  exec::trainer<float> dev(model, options("guarded"));
+  train::trainer<float> host(model, options("host"));
+  train::trainer<float> dev(model, options("guarded"));
   CHECK(host.device() == "host");
   CHECK(dev.device() == "guarded host memory");
   const auto a = host.fit(samples(8), samples(8));
@@ -128,14 +128,14 @@ TEST_CASE("the trainer on a device engine trains as on the host: losses, evaluat
 
 TEST_CASE("choosing the device: by name, auto, and one line when it cannot be had") {
   // "auto" takes the first registered engine that finds a device ("absent" finds none).
-  CHECK(exec::trainer<float>(model, options("auto")).device() == "guarded host memory");
-  CHECK(exec::trainer<float>(model, options("host")).device() == "host");
-  exec::train_options defaults;
+  CHECK(train::trainer<float>(model, options("auto")).device() == "guarded host memory");
+  CHECK(train::trainer<float>(model, options("host")).device() == "host");
+  train::train_options defaults;
   defaults.out = nullptr;
-  CHECK(exec::trainer<float>(model, defaults).device() == "host"); // the default
+  CHECK(train::trainer<float>(model, defaults).device() == "host"); // the default
   // Registered for float with Adam only: a trainer of doubles has no "guarded" engine.
-  exec::train_options d = options("guarded");
-  CHECK_THROWS_WITH(exec::trainer<double>(
+  train::train_options d = options("guarded");
+  CHECK_THROWS_WITH(train::trainer<double>(
                         [](nn::tracer& t) {
                           auto x = t.input<double, extents<hspmd::batch, 2>>("x");
                           t.set_loss(nn::sum(nn::linear<double, 2, 1>{"fc"}(t, x)));
@@ -143,19 +143,19 @@ TEST_CASE("choosing the device: by name, auto, and one line when it cannot be ha
                         d),
                     Catch::Contains("device guarded: is not a device this program knows "
                                     "(host, auto)"));
-  CHECK_THROWS_WITH(exec::trainer<float>(model, options("absent")),
+  CHECK_THROWS_WITH(train::trainer<float>(model, options("absent")),
                     Catch::Contains("device absent: no usable device: no such card") &&
                         Catch::Contains("give device host"));
-  CHECK_THROWS_WITH(exec::trainer<float>(model, options("tpu")),
+  CHECK_THROWS_WITH(train::trainer<float>(model, options("tpu")),
                     Catch::Contains("device tpu: is not a device this program knows (host, auto, "
                                     "absent, guarded)"));
   // This test program does not link hspmd::cuda: the error says what to link.
-  CHECK_THROWS_WITH(exec::trainer<float>(model, options("cuda")),
+  CHECK_THROWS_WITH(train::trainer<float>(model, options("cuda")),
                     Catch::Contains("not linked with hspmd::cuda") &&
                         Catch::Contains("link hspmd::cuda into the program"));
   // An engine registered without a distributed one is refused with a cluster (before MPI).
-  exec::train_options c = options("guarded");
+  train::train_options c = options("guarded");
   c.cluster = "clusters/emulated-2.json";
-  CHECK_THROWS_WITH(exec::trainer<float>(model, c),
+  CHECK_THROWS_WITH(train::trainer<float>(model, c),
                     Catch::Contains("device guarded: trains one process only"));
 }

@@ -2,7 +2,7 @@
 // bounds, bad settings named; and why it exists, with the real float16 type: a gradient that
 // flushes to zero unscaled survives scaled, and one that overflows makes the scale back off.
 #include <hspmd/core/half.hpp>
-#include <hspmd/exec/loss_scale.hpp>
+#include <hspmd/train/loss_scale.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -12,9 +12,9 @@
 using namespace hspmd;
 
 TEST_CASE("dynamic_loss_scale grows after clean steps and backs off on overflow") {
-  exec::loss_scale_options o;
+  train::loss_scale_options o;
   o.growth_interval = 3;
-  exec::dynamic_loss_scale ls(o);
+  train::dynamic_loss_scale ls(o);
   CHECK(ls.scale() == 65536.0);
   CHECK(ls.update(false));
   CHECK(ls.update(false));
@@ -32,12 +32,12 @@ TEST_CASE("dynamic_loss_scale grows after clean steps and backs off on overflow"
 }
 
 TEST_CASE("dynamic_loss_scale stays within its bounds") {
-  exec::loss_scale_options o;
+  train::loss_scale_options o;
   o.initial = 4;
   o.min_scale = 1;
   o.max_scale = 8;
   o.growth_interval = 1;
-  exec::dynamic_loss_scale ls(o);
+  train::dynamic_loss_scale ls(o);
   for (int i = 0; i < 5; ++i)
     (void)ls.update(false);
   CHECK(ls.scale() == 8);
@@ -48,15 +48,15 @@ TEST_CASE("dynamic_loss_scale stays within its bounds") {
 }
 
 TEST_CASE("dynamic_loss_scale names a bad setting") {
-  const auto refused = [](exec::loss_scale_options o, const std::string& field) {
+  const auto refused = [](train::loss_scale_options o, const std::string& field) {
     try {
-      exec::dynamic_loss_scale ls(o);
+      train::dynamic_loss_scale ls(o);
       FAIL("expected a config_error for " << field);
     } catch (const config_error& e) {
       CHECK(std::string(e.what()).find("field " + field) != std::string::npos);
     }
   };
-  exec::loss_scale_options o;
+  train::loss_scale_options o;
   o.backoff = 1.0;
   refused(o, "backoff");
   o = {};
@@ -76,7 +76,7 @@ TEST_CASE("dynamic_loss_scale names a bad setting") {
 TEST_CASE("scaling keeps small float16 gradients and backs off from overflow") {
   const float tiny = 1e-8F; // below float16's smallest subnormal (6e-8): flushes to zero
   CHECK(static_cast<float>(float16(tiny)) == 0.0F);
-  exec::dynamic_loss_scale ls;
+  train::dynamic_loss_scale ls;
   const auto s = static_cast<float>(ls.scale());
   const float recovered = static_cast<float>(float16(tiny * s)) / s;
   CHECK(recovered == Approx(tiny).epsilon(1e-3));

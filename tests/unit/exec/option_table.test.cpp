@@ -1,8 +1,8 @@
 // The trainer's option table: every numeric option refused outside its range, by the flag
 // parser (on its text, before a negative count wraps) and by the trainer's check (whichever way
 // the value arrived), each with one line naming the option and its range.
-#include <hspmd/exec/option_table.hpp>
-#include <hspmd/exec/train_flags.hpp>
+#include <hspmd/train/option_table.hpp>
+#include <hspmd/train/train_flags.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -18,9 +18,9 @@ using namespace hspmd;
 
 namespace {
 // Parses `flag value` into fresh options; the CLI11 error text, or "" when accepted.
-std::string parse(const std::string& flag, const std::string& value, exec::train_options& o) {
+std::string parse(const std::string& flag, const std::string& value, train::train_options& o) {
   CLI::App app{"test"};
-  exec::add_train_flags(app, o);
+  train::add_train_flags(app, o);
   std::vector<std::string> args{value, flag}; // CLI11 reads a reversed vector
   try {
     app.parse(args);
@@ -33,49 +33,49 @@ std::string parse(const std::string& flag, const std::string& value, exec::train
 
 TEST_CASE("every row of the option table: its default inside, absurd values refused with the "
           "flag and the range") {
-  const exec::train_options defaults;
-  CHECK_NOTHROW(exec::check_train_options(defaults));
-  REQUIRE(exec::train_option_table().size() >= 30);
-  for (const exec::train_option& row : exec::train_option_table()) {
+  const train::train_options defaults;
+  CHECK_NOTHROW(train::check_train_options(defaults));
+  REQUIRE(train::train_option_table().size() >= 30);
+  for (const train::train_option& row : train::train_option_table()) {
     const std::string flag(row.flag);
     INFO(flag);
     if (!row.numeric())
       continue;
     CHECK(row.in_range(row.number(defaults)));
-    const bool count = std::holds_alternative<exec::train_option::count_ref>(row.value);
+    const bool count = std::holds_alternative<train::train_option::count_ref>(row.value);
     // The flag parser, on the text.
     std::vector<std::string> absurd = {"-1", "1e30", "inf", "nan", "seven"};
     if (!count)
       absurd.push_back("-0.5");
     for (const std::string& v : absurd) {
-      exec::train_options o;
+      train::train_options o;
       const std::string error = parse(flag, v, o);
       INFO(v << " -> " << error);
       CHECK(error.find(flag) != std::string::npos);
       CHECK_FALSE(error.empty());
     }
-    exec::train_options ok;
+    train::train_options ok;
     CHECK(parse(flag, row.text(defaults), ok).empty());
     // The trainer's check, on a value set in code: a wrapped negative count, or a non-finite
     // real.
-    exec::train_options o;
-    if (const auto* ref = std::get_if<exec::train_option::count_ref>(&row.value))
+    train::train_options o;
+    if (const auto* ref = std::get_if<train::train_option::count_ref>(&row.value))
       (*ref)(o) = static_cast<std::size_t>(-1); // what "-1" became before the table
     else
-      (*std::get<exec::train_option::real_ref>(row.value))(o) =
+      (*std::get<train::train_option::real_ref>(row.value))(o) =
           std::numeric_limits<double>::infinity();
     if (flag == "--seed") { // every 64-bit seed is a seed
-      CHECK_NOTHROW(exec::check_train_options(o));
+      CHECK_NOTHROW(train::check_train_options(o));
       continue;
     }
-    CHECK_THROWS_WITH(exec::check_train_options(o),
+    CHECK_THROWS_WITH(train::check_train_options(o),
                       Catch::StartsWith(flag.substr(2) + " ") &&
                           Catch::Contains("give " + flag + " a value in " + row.range()));
   }
 }
 
 TEST_CASE("the held-out command lines are refused at start, naming the flag and its range") {
-  exec::train_options o;
+  train::train_options o;
   CHECK_THAT(parse("--steps", "-1", o), Catch::Contains("--steps: value -1 is outside [0, 1e+12]"));
   CHECK_THAT(parse("--steps", "99999999999999999999999", o), Catch::Contains("is outside"));
   CHECK_THAT(parse("--lr", "inf", o), Catch::Contains("--lr: value inf is outside (0, 1e+06]"));
@@ -84,7 +84,7 @@ TEST_CASE("the held-out command lines are refused at start, naming the flag and 
   CHECK(parse("--lr", "0.01", o).empty());
   CHECK(o.lr.peak == 0.01);
   // The agreed options name every row that must agree, by its flag's name.
-  const auto agreed = exec::agreed_train_options(o);
+  const auto agreed = train::agreed_train_options(o);
   CHECK(agreed.front().first == "steps");
   CHECK(std::ranges::none_of(agreed, [](const auto& p) { return p.first == "log-every"; }));
 }
@@ -100,57 +100,57 @@ TEST_CASE("a failed allocation ends with a line that says so and gives the fix")
 TEST_CASE("every option is a flag, and the table decides the one-process refusals and the "
           "agreement") {
   // Each row's flag parses; a switch sets, a tristate has --no-, a choice refuses other words.
-  for (const exec::train_option& row : exec::train_option_table()) {
+  for (const train::train_option& row : train::train_option_table()) {
     const std::string flag(row.flag);
     INFO(flag);
     CLI::App app{"test"};
-    exec::train_options o;
-    exec::add_train_flags(app, o);
+    train::train_options o;
+    train::add_train_flags(app, o);
     CHECK(app.get_option_no_throw(flag) != nullptr);
   }
-  exec::train_options o;
+  train::train_options o;
   {
     CLI::App app{"test"};
-    exec::add_train_flags(app, o);
-    std::vector<std::string> args{"--no-calibrate", "--recompute", "bf16", "--precision",
-                                  "cosine", "--schedule", "--quiet"};
+    train::add_train_flags(app, o);
+    std::vector<std::string> args{"--no-calibrate", "--recompute", "bf16",   "--precision",
+                                  "cosine",         "--schedule",  "--quiet"};
     app.parse(args);
   }
   CHECK(o.calibrate == std::optional<bool>(false));
   CHECK(o.recompute);
   CHECK(o.precision == exec::precision::bf16);
-  CHECK(o.lr.shape == exec::lr_schedule::kind::cosine);
+  CHECK(o.lr.shape == train::lr_schedule::kind::cosine);
   CHECK(o.out == nullptr);
-  exec::train_options fresh;
+  train::train_options fresh;
   CHECK_THAT(parse("--precision", "fp8", fresh),
              Catch::Contains("--precision: fp8 is not f32, bf16 or f16"));
   CHECK_THAT(parse("--schedule", "linear", fresh), Catch::Contains("is not constant or cosine"));
 
   // One process: each option that needs a cluster, set, is refused naming it.
-  for (const exec::train_option& row : exec::train_option_table()) {
+  for (const train::train_option& row : train::train_option_table()) {
     if (!row.needs_cluster)
       continue;
     const std::string flag(row.flag);
     INFO(flag);
-    exec::train_options x;
-    const bool text = std::holds_alternative<exec::train_option::text_ref>(row.value);
+    train::train_options x;
+    const bool text = std::holds_alternative<train::train_option::text_ref>(row.value);
     std::string error = parse(flag, text ? "tp" : "1.5", x);
     if (!error.empty()) // a flag without a value
       error = parse(flag, "", x);
     CHECK(row.is_set(x));
-    CHECK_NOTHROW(exec::check_train_options(x, true));
-    CHECK_THROWS_WITH(exec::check_train_options(x, false),
+    CHECK_NOTHROW(train::check_train_options(x, true));
+    CHECK_THROWS_WITH(train::check_train_options(x, false),
                       Catch::StartsWith(row.name()) && Catch::Contains("needs a cluster"));
   }
 
   // Agreement: values, or only whether an output file is named.
-  exec::train_options a;
-  exec::train_options b;
+  train::train_options a;
+  train::train_options b;
   a.trace = "rank0.json";
   b.trace = "elsewhere.json";
   a.lr.peak = 0.5;
-  const auto x = exec::agreed_train_options(a);
-  const auto y = exec::agreed_train_options(b);
+  const auto x = train::agreed_train_options(a);
+  const auto y = train::agreed_train_options(b);
   REQUIRE(x.size() == y.size());
   std::vector<std::string> differ;
   for (std::size_t k = 0; k < x.size(); ++k)

@@ -4,10 +4,10 @@
 // activation and activation gradient as a 16-bit value while parameters and their gradients stay
 // float, and a BERT trains under bf16 and under f16 with loss scaling as it does in float.
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/loss_scale.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/precision.hpp>
 #include <hspmd/models/bert.hpp>
+#include <hspmd/train/loss_scale.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -225,7 +225,7 @@ TEST_CASE("a BERT trains under bf16, and under f16 with dynamic loss scaling, as
     exec::executor<float> ex(g, 11);
     ex.set_precision(p);
     exec::adam opt(1e-2);
-    exec::dynamic_loss_scale scale;
+    train::dynamic_loss_scale scale;
     std::vector<double> losses;
     for (std::size_t s = 0; s < steps; ++s) {
       feed(ex, s, 8, cfg.seq);

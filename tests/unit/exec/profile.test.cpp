@@ -1,8 +1,8 @@
 // Measuring a graph's compute for the cost model: one time per node, adding up to the step.
-#include <hspmd/exec/profile.hpp>
 #include <hspmd/models/mlp.hpp>
 #include <hspmd/sim/step.hpp>
 #include <hspmd/synth/synthesize.hpp>
+#include <hspmd/train/profile.hpp>
 
 #include "../../support/deferred_backend.hpp"
 #include "../../support/test_cluster.hpp"
@@ -31,9 +31,9 @@ TEST_CASE("measure_compute times every node and the optimizer, and plans take th
   cfg.inputs = 128;
   cfg.hidden = {256, 256};
   const graph::graph g = models::trace_mlp<float>(cfg, 64);
-  exec::profile_options opt;
+  train::profile_options opt;
   opt.repetitions = 2;
-  const synth::compute_profile p = exec::measure_compute<float>(g, 2e9, opt);
+  const synth::compute_profile p = train::measure_compute<float>(g, 2e9, opt);
   REQUIRE(p.seconds.size() == g.size());
   CHECK(p.speed == 2e9);
   CHECK(p.optimizer_seconds_per_element > 0.0);
@@ -64,7 +64,7 @@ TEST_CASE("measure_compute times every node and the optimizer, and plans take th
   const synth::plan plan = synth::synthesize(g, c, so);
   CHECK(plan.step_time > 0.0);
 
-  CHECK_THROWS_WITH(exec::measure_compute<float>(g, 0.0),
+  CHECK_THROWS_WITH(train::measure_compute<float>(g, 0.0),
                     Catch::Contains("speed must be positive"));
 }
 
@@ -77,11 +77,11 @@ TEST_CASE("measure_compute on an asynchronous backend times the device's work, i
   const graph::graph g = models::trace_mlp<float>(cfg, 64);
   for (exec::precision prec : {exec::precision::f32, exec::precision::bf16}) {
     INFO(exec::name(prec));
-    exec::profile_options opt;
+    train::profile_options opt;
     opt.repetitions = 2;
     opt.precision = prec;
     const synth::compute_profile p =
-        exec::measure_compute<float, test::deferred_backend>(g, 2e9, opt);
+        train::measure_compute<float, test::deferred_backend>(g, 2e9, opt);
     REQUIRE(p.seconds.size() == g.size());
     CHECK(p.optimizer_seconds_per_element > 0.0);
     for (graph::node_id i = 0; i < g.size(); ++i)
@@ -95,10 +95,10 @@ TEST_CASE("class rates from a profile reproduce its measured step in the cost mo
   // model given those rates (and no profile) prices the measured graph's nodes at what they took.
   const models::mlp_config cfg = small_mlp();
   const graph::graph g = models::trace_mlp<float>(cfg, 32);
-  exec::profile_options opt;
+  train::profile_options opt;
   opt.repetitions = 2;
-  const synth::compute_profile p = exec::measure_compute<float>(g, 1e9, opt);
-  const auto rates = exec::class_rates(g, p);
+  const synth::compute_profile p = train::measure_compute<float>(g, 1e9, opt);
+  const auto rates = train::class_rates(g, p);
   for (std::size_t k = 0; k < op_class_count; ++k) {
     INFO(op_class_names[k]);
     CHECK(rates[k] > 0.0);
@@ -117,7 +117,7 @@ TEST_CASE("class rates from a profile reproduce its measured step in the cost mo
   // A profile of nothing measures no class.
   synth::compute_profile empty;
   empty.seconds.assign(g.size(), 0.0);
-  for (double r : exec::class_rates(g, empty))
+  for (double r : train::class_rates(g, empty))
     CHECK(r == 0.0);
 }
 
@@ -126,31 +126,31 @@ TEST_CASE("a second measurement on fewer rows: each node's fixed share, kept who
   const models::mlp_config cfg = small_mlp();
   const graph::graph g = models::trace_mlp<float>(cfg, 32);
   const graph::graph half = models::trace_mlp<float>(cfg, 16);
-  CHECK(exec::same_structure(g, half));
+  CHECK(train::same_structure(g, half));
   models::mlp_config wider = cfg;
   wider.hidden = {128, 256};
-  CHECK_FALSE(exec::same_structure(g, models::trace_mlp<float>(wider, 16)));
+  CHECK_FALSE(train::same_structure(g, models::trace_mlp<float>(wider, 16)));
 
   // time = fixed + per-row * rows through both points, clamped to [0, 1].
   synth::compute_profile full;
   full.seconds = {1.0, 1.0, 1.0, 1.0, 0.0};
   synth::compute_profile part;
   part.seconds = {0.75, 0.5, 1.1, 0.2, 0.0};
-  exec::with_fixed_shares(full, part);
+  train::with_fixed_shares(full, part);
   CHECK(full.fixed == std::vector<double>{0.5, 0.0, 1.0, 0.0, 0.0});
   part.seconds = {0.4, 0.25, 1.0, 1.0, 0.0};
-  exec::with_fixed_shares(full, part, 0.25);
+  train::with_fixed_shares(full, part, 0.25);
   CHECK(full.fixed[0] == Approx(0.2));
   CHECK(full.fixed[1] == Approx(0.0).margin(1e-12));
-  CHECK_THROWS_WITH(exec::with_fixed_shares(full, part, 1.0), Catch::Contains("rows must lie"));
+  CHECK_THROWS_WITH(train::with_fixed_shares(full, part, 1.0), Catch::Contains("rows must lie"));
   part.seconds.pop_back();
-  CHECK_THROWS_WITH(exec::with_fixed_shares(full, part), Catch::Contains("same model"));
+  CHECK_THROWS_WITH(train::with_fixed_shares(full, part), Catch::Contains("same model"));
 
   // Measured: every share in [0, 1].
-  exec::profile_options opt;
+  train::profile_options opt;
   opt.repetitions = 2;
-  synth::compute_profile p = exec::measure_compute<float>(g, 1e9, opt);
-  exec::with_fixed_shares(p, exec::measure_compute<float>(half, 1e9, opt));
+  synth::compute_profile p = train::measure_compute<float>(g, 1e9, opt);
+  train::with_fixed_shares(p, train::measure_compute<float>(half, 1e9, opt));
   REQUIRE(p.fixed.size() == g.size());
   for (double f : p.fixed) {
     CHECK(f >= 0.0);
@@ -212,10 +212,10 @@ TEST_CASE("a measurement at a weight-splitting plan's pieces: each weight-split 
   const graph::graph g = models::trace_mlp<float>(cfg, 32);
   const cluster two = test::make_cluster({1e9, 1e9});
   const synth::plan tp = synth::make_baseline(g, two, synth::baseline::tp);
-  exec::profile_options opt;
+  train::profile_options opt;
   opt.repetitions = 2;
-  synth::compute_profile p = exec::measure_compute<float>(g, 1e9, opt);
-  exec::with_weight_fixed_shares<float>(p, g, tp, opt);
+  synth::compute_profile p = train::measure_compute<float>(g, 1e9, opt);
+  train::with_weight_fixed_shares<float>(p, g, tp, opt);
   REQUIRE(p.weight_fixed.size() == g.size());
   // Measured where the plan divides a parameter (every linear of the tensor-parallel baseline),
   // -1 (not measured) elsewhere; the measured ones in [0, 1].
@@ -237,7 +237,7 @@ TEST_CASE("a measurement at a weight-splitting plan's pieces: each weight-split 
   CHECK(measured >= 2);
   synth::compute_profile wrong = p;
   wrong.seconds.pop_back();
-  CHECK_THROWS_WITH(exec::with_weight_fixed_shares<float>(wrong, g, tp, opt),
+  CHECK_THROWS_WITH(train::with_weight_fixed_shares<float>(wrong, g, tp, opt),
                     Catch::Contains("node times"));
 
   // Priced: a linear with 0.6 of its time fixed along the weight and 0.2 along the rows, on two
@@ -265,8 +265,7 @@ TEST_CASE("a measurement at a weight-splitting plan's pieces: each weight-split 
         continue;
       INFO(g[i].name << (weight_split ? ": weight split" : ": rows split"));
       CHECK(m.compute_max(i, r, even) == Approx(weight_split ? 0.8e-3 : 0.6e-3));
-      CHECK(synth::max_at(m.compute(i, r), even).first ==
-            Approx(weight_split ? 0.8e-3 : 0.6e-3));
+      CHECK(synth::max_at(m.compute(i, r), even).first == Approx(weight_split ? 0.8e-3 : 0.6e-3));
     }
   }
   REQUIRE(first < g.size());
@@ -284,11 +283,11 @@ TEST_CASE("measure_shards times a plan's ops at every device's pieces, and the s
   const models::mlp_config cfg = small_mlp();
   const graph::graph g = models::trace_mlp<float>(cfg, 32);
   const cluster c = test::make_cluster({2e9, 1e9});
-  exec::profile_options opt;
+  train::profile_options opt;
   opt.repetitions = 2;
   for (const auto b : {synth::baseline::dp_ev, synth::baseline::dp_cp, synth::baseline::tp}) {
     const synth::plan p = synth::make_baseline(g, c, b);
-    const sim::shard_times t = exec::measure_shards<float>(g, p, opt);
+    const sim::shard_times t = train::measure_shards<float>(g, p, opt);
     REQUIRE(t.seconds.size() == 2);
     REQUIRE(t.optimizer.size() == 2);
     for (std::size_t d = 0; d < 2; ++d) {

@@ -1,6 +1,6 @@
-// Boxes (exec/reshard.hpp) and the re-balancing rule (exec/rebalance.hpp), without MPI.
-#include <hspmd/exec/rebalance.hpp>
+// Boxes (exec/reshard.hpp) and the re-balancing rule (train/rebalance.hpp), without MPI.
 #include <hspmd/exec/reshard.hpp>
+#include <hspmd/train/rebalance.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -51,7 +51,7 @@ TEST_CASE("boxes intersect, contain, and copy sub-boxes between row-major pieces
 }
 
 TEST_CASE("the straggler monitor reports factors once a device lags over a full window") {
-  exec::straggler_monitor m({1.25, 3}, {1.0, 0.5});
+  train::straggler_monitor m({1.25, 3}, {1.0, 0.5});
   // The machine is twice as slow as modelled everywhere: no lag between devices.
   CHECK_FALSE(m.observe(std::vector<double>{9.0, 9.0})); // the warm-up step is not counted
   for (int s = 0; s < 5; ++s)
@@ -82,7 +82,7 @@ TEST_CASE("a measured cluster divides each device's rates by its factor") {
   c.devices[0].speed = 4e12;
   c.devices[0].bf16_speed = 8e12;
   c.devices[1].speed = 2e12;
-  const cluster m = exec::measured_cluster(c, std::vector<double>{1.0, 4.0});
+  const cluster m = train::measured_cluster(c, std::vector<double>{1.0, 4.0});
   CHECK(m.devices[0].speed == 4e12);
   CHECK(m.devices[1].speed == 5e11);
   CHECK(m.devices[0].bf16_speed == 8e12);

@@ -1,9 +1,9 @@
 // Optimizer arithmetic, clipping, and an MLP learning a synthetic task in 50 steps.
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/models/bert.hpp>
 #include <hspmd/models/llama.hpp>
 #include <hspmd/nn/layers.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include "../../support/training.hpp"
 
@@ -92,14 +92,14 @@ TEST_CASE("an MLP learns a teacher's labels: loss after 50 steps <= 0.8 x the fi
   for (auto& v : teacher)
     v = nd(rng);
   std::ostringstream log;
-  exec::train_options o;
+  train::train_options o;
   o.batch = batch;
   o.steps = 50;
   o.seed = 3;
-  o.lr = exec::lr_schedule::constant(0.01);
+  o.lr = train::lr_schedule::constant(0.01);
   o.clip = 5.0;
   o.out = &log;
-  exec::trainer<float> tr(g, o);
+  train::trainer<float> tr(g, o);
   const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
                           std::vector<float> xs(batch * 16);
                           std::vector<std::int64_t> ys(batch);
@@ -147,15 +147,15 @@ TEST_CASE("the metrics file has model FLOP/s and MFU per step, written as it goe
   const graph::graph g = t.take();
   const auto cost = graph::total_cost(g);
   const std::string path = "training_test_metrics.jsonl";
-  exec::train_options o;
+  train::train_options o;
   o.batch = batch;
   o.steps = 3;
   o.accumulate = 2;
   o.metrics = path;
   o.out = nullptr;
-  exec::trainer<float> tr(g, o);
+  train::trainer<float> tr(g, o);
   std::size_t lines_seen_in_step = 0;
-  tr.on_step = [&](const exec::step_report& r) { // the step's line is on disk already
+  tr.on_step = [&](const train::step_report& r) { // the step's line is on disk already
     std::ifstream in(path);
     std::size_t n = 0;
     for (std::string line; std::getline(in, line);)
@@ -221,10 +221,10 @@ TEST_CASE("profiling: time per op kind, only for kinds that ran, and a table") {
 }
 
 TEST_CASE("learning-rate schedules: constant, and linear warm-up then cosine to the floor") {
-  const auto c = exec::lr_schedule::constant(0.1);
+  const auto c = train::lr_schedule::constant(0.1);
   CHECK(c.at(0, 10) == 0.1);
   CHECK(c.at(9, 10) == 0.1);
-  const auto s = exec::lr_schedule::cosine(1.0, 4, 0.1);
+  const auto s = train::lr_schedule::cosine(1.0, 4, 0.1);
   CHECK(s.at(0, 20) == Approx(0.2)); // warm-up: 1/5, 2/5, ... of the peak
   CHECK(s.at(3, 20) == Approx(0.8));
   CHECK(s.at(4, 20) == Approx(1.0)); // the peak, then down
@@ -266,13 +266,13 @@ exec::feed_fn<double> samples(std::size_t batch) {
 } // namespace
 
 TEST_CASE("gradient accumulation over 3 micro-batches of 2 equals batches of 6 (mean loss)") {
-  exec::train_options o = test_support::quiet_training(3, 0.05, 0.0);
+  train::train_options o = test_support::quiet_training(3, 0.05, 0.0);
   o.batch = 6;
-  exec::trainer<double, exec::sgd> whole(small_classifier, o);
+  train::trainer<double, exec::sgd> whole(small_classifier, o);
   const auto a = whole.fit(samples(6));
   o.batch = 2;
   o.accumulate = 3;
-  exec::trainer<double, exec::sgd> micro(small_classifier, o);
+  train::trainer<double, exec::sgd> micro(small_classifier, o);
   const auto b = micro.fit(samples(2));
   REQUIRE(a.losses.size() == 3);
   for (std::size_t s = 0; s < 3; ++s)
@@ -307,12 +307,12 @@ TEST_CASE("the loss is the mean over rows by default; a sum on request") {
 }
 
 TEST_CASE("evaluation: loss without backward, accuracy of the arg-max, perplexity") {
-  exec::train_options o = test_support::quiet_training(2, 0.05, 1.0);
+  train::train_options o = test_support::quiet_training(2, 0.05, 1.0);
   o.batch = 4;
   o.eval_batches = 2;
-  exec::trainer<double> tr(small_classifier, o);
-  std::vector<exec::eval_report> seen;
-  tr.on_eval = [&](const exec::eval_report& r) { seen.push_back(r); };
+  train::trainer<double> tr(small_classifier, o);
+  std::vector<train::eval_report> seen;
+  tr.on_eval = [&](const train::eval_report& r) { seen.push_back(r); };
   const auto before = tr.local().value(tr.local().parameter("fc1.weight"))[0];
   const auto r = tr.evaluate(samples(4), 2);
   CHECK(tr.local().value(tr.local().parameter("fc1.weight"))[0] == before); // no update
@@ -322,12 +322,12 @@ TEST_CASE("evaluation: loss without backward, accuracy of the arg-max, perplexit
   CHECK(r.accuracy <= 1.0);
   CHECK(r.accuracy * 8.0 == Approx(std::round(r.accuracy * 8.0))); // whole rows of 8
   CHECK(std::isnan(r.perplexity));
-  o.metric = exec::eval_metric::perplexity;
-  exec::trainer<double> lm(small_classifier, o);
+  o.metric = train::eval_metric::perplexity;
+  train::trainer<double> lm(small_classifier, o);
   const auto p = lm.evaluate(samples(4), 2);
   CHECK(p.perplexity == Approx(std::exp(p.loss)));
-  std::vector<exec::step_report> steps;
-  lm.on_step = [&](const exec::step_report& s) { steps.push_back(s); };
+  std::vector<train::step_report> steps;
+  lm.on_step = [&](const train::step_report& s) { steps.push_back(s); };
   const auto fit = lm.fit(samples(4), samples(4));
   CHECK(steps.size() == 2);
   CHECK(fit.evals.size() == 1); // after the last step
@@ -337,25 +337,25 @@ TEST_CASE("bad options: one line naming the value and the fix") {
   CHECK_THROWS_WITH(
       nn::tracer(dtype::f32, 0),
       "batch 0: a training step needs at least one sample (give a batch of 1 or more)");
-  exec::train_options o = test_support::quiet_training(2, 0.05, 1.0);
+  train::train_options o = test_support::quiet_training(2, 0.05, 1.0);
   o.plan = "synth";
-  CHECK_THROWS_WITH(exec::trainer<double>(small_classifier, o),
+  CHECK_THROWS_WITH(train::trainer<double>(small_classifier, o),
                     "plan synth: needs a cluster (one process has no plan) (give a cluster file, "
                     "or drop it)");
   o.plan.clear();
   o.accumulate = 0;
-  CHECK_THROWS_WITH(exec::trainer<double>(small_classifier, o),
+  CHECK_THROWS_WITH(train::trainer<double>(small_classifier, o),
                     Catch::StartsWith("accumulate 0: a step needs at least one micro-batch"));
   o.accumulate = 1;
-  CHECK_THROWS_WITH(exec::trainer<double>([](nn::tracer&) {}, o),
+  CHECK_THROWS_WITH(train::trainer<double>([](nn::tracer&) {}, o),
                     Catch::Contains("model function: set no loss"));
 }
 
 TEST_CASE("a 5:3 slowdown shows as 1.67x, not 1.66x") {
-  CHECK(exec::detail::times_text(5.0 / 3.0) == "1.67x");
-  CHECK(exec::detail::times_text(2.0) == "2x");
-  CHECK(exec::detail::duration_text(3725.0) == "1:02:05");
-  CHECK(exec::detail::duration_text(65.4) == "1:05");
+  CHECK(train::detail::times_text(5.0 / 3.0) == "1.67x");
+  CHECK(train::detail::times_text(2.0) == "2x");
+  CHECK(train::detail::duration_text(3725.0) == "1:02:05");
+  CHECK(train::detail::duration_text(65.4) == "1:05");
 }
 
 namespace {

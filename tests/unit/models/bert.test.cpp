@@ -4,10 +4,10 @@
 #include "../../support/training.hpp"
 
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/models/bert.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -90,7 +90,7 @@ TEST_CASE("BERT-LM learns to count: loss after 50 steps <= 0.8 x the first") {
   constexpr std::size_t batch = 8;
   const graph::graph g = models::trace_bert_lm<float>(c, batch);
   std::mt19937_64 rng(5);
-  exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
+  train::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
   const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
                           feed_counting(e, c, batch, rng);
                         }).losses;
@@ -128,7 +128,7 @@ TEST_CASE("BERT-MoE: experts in every second layer, gradients, and learning") {
   constexpr std::size_t batch = 8;
   const graph::graph gt = models::trace_bert_lm<float>(c, batch);
   std::mt19937_64 rng(6);
-  exec::trainer<float> tr(gt, test_support::quiet_training(50, 3e-3, 1.0));
+  train::trainer<float> tr(gt, test_support::quiet_training(50, 3e-3, 1.0));
   const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
                           feed_counting(e, c, batch, rng);
                         }).losses;

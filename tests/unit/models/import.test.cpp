@@ -1,14 +1,14 @@
-// Importing Hugging Face-named safetensors files (exec/import.hpp): every name table fills exactly
+// Importing Hugging Face-named safetensors files (train/import.hpp): every name table fills exactly
 // the parameters of its shipped model; values land transposed, split, re-ordered and converted as
 // the table says (checked element by element against the source); Llama's re-ordered rotary rows
 // give the same attention scores under hspmd's rotary kernel as the source's rotate-half rotation;
 // bad input is one line naming the file or tensor.
 #include <hspmd/core/half.hpp>
-#include <hspmd/exec/checkpoint.hpp>
-#include <hspmd/exec/import.hpp>
 #include <hspmd/exec/kernels/positional.hpp>
 #include <hspmd/io/safetensors.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/import.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -89,16 +89,16 @@ void write_source(const fs::path& file, const std::map<std::string, source_tenso
 // Every parameter of `g` whole, loaded from the checkpoint under `root`.
 std::map<std::string, std::vector<float>> load_all(const graph::graph& g, const fs::path& root) {
   std::map<std::string, std::vector<float>> out;
-  std::vector<exec::checkpoint_target<float>> targets;
+  std::vector<train::checkpoint_target<float>> targets;
   for (graph::node_id p : g.parameters())
     out[g[p].name].resize(g[p].out.size());
   for (graph::node_id p : g.parameters()) {
     auto& v = out[g[p].name];
     targets.push_back({g[p].name, g[p].out.dims, exec::box::whole(g[p].out.dims), v});
   }
-  exec::solo_communicator solo;
-  (void)exec::load_checkpoint<float>(solo, root,
-                                     std::span<const exec::checkpoint_target<float>>(targets));
+  train::solo_communicator solo;
+  (void)train::load_checkpoint<float>(solo, root,
+                                      std::span<const train::checkpoint_target<float>>(targets));
   return out;
 }
 
@@ -124,12 +124,12 @@ models::model_options tiny(std::size_t hidden, std::size_t heads) {
 
 TEST_CASE("each name table fills exactly the parameters of its shipped model", "[import]") {
   for (const char* family : {"gpt2", "llama", "vit"}) {
-    const auto& f = exec::import_family_named(family);
+    const auto& f = train::import_family_named(family);
     const graph::graph g = models::trace_model<float>(std::string(f.model), tiny(8, 2), 2);
     INFO("table " << family << " for model " << f.model);
-    CHECK(exec::import_targets(f, 2) == parameter_names(g));
+    CHECK(train::import_targets(f, 2) == parameter_names(g));
   }
-  CHECK_THROWS_WITH(exec::import_family_named("bert"),
+  CHECK_THROWS_WITH(train::import_family_named("bert"),
                     Catch::Contains("import names bert") && Catch::Contains("gpt2, llama, vit"));
 }
 
@@ -163,7 +163,7 @@ TEST_CASE("Llama's files import: transposed, rotary rows re-ordered, tied head, 
   write_source(dir / "hf" / "model.safetensors", src);
   std::ofstream(dir / "hf" / "config.json") << R"({"num_attention_heads": 2})";
   const auto rep =
-      exec::import_checkpoint(dir / "hf", dir / "ckpt", exec::import_family_named("llama"));
+      train::import_checkpoint(dir / "hf", dir / "ckpt", train::import_family_named("llama"));
   CHECK(rep.layers == 2);
   CHECK(rep.ignored.size() == 2);
   CHECK(rep.unmatched.empty());
@@ -250,7 +250,7 @@ TEST_CASE("Llama's files import: transposed, rotary rows re-ordered, tied head, 
   // An untied head wins over the tied fallback.
   add("lm_head.weight", {16, h}, dtype::f32);
   write_source(dir / "hf" / "model.safetensors", src);
-  (void)exec::import_checkpoint(dir / "hf", dir / "ckpt2", exec::import_family_named("llama"));
+  (void)train::import_checkpoint(dir / "hf", dir / "ckpt2", train::import_family_named("llama"));
   const auto untied = load_all(g, dir / "ckpt2");
   CHECK(untied.at("head.weight")[3 * 16 + 5] == at("lm_head.weight", 5, 3));
   fs::remove_all(dir);
@@ -288,10 +288,10 @@ TEST_CASE("GPT-2's files import into bert: fused attention split, positions cut,
   add("extra.weight", {3});
   const fs::path dir = scratch("gpt2");
   write_source(dir / "gpt2.safetensors", src);
-  const auto& f = exec::import_family_named("gpt2");
-  exec::import_options o;
+  const auto& f = train::import_family_named("gpt2");
+  train::import_options o;
   o.seq = 5;
-  const auto rep = exec::import_checkpoint(dir / "gpt2.safetensors", dir / "ckpt", f, o);
+  const auto rep = train::import_checkpoint(dir / "gpt2.safetensors", dir / "ckpt", f, o);
   CHECK(rep.unmatched == std::vector<std::string>{"extra.weight"});
   CHECK(rep.ignored.size() == 2);
   const auto got = load_all(g, dir / "ckpt");
@@ -310,12 +310,12 @@ TEST_CASE("GPT-2's files import into bert: fused attention split, positions cut,
   CHECK(got.at("head.bias") == std::vector<float>(16, 0.0F));
   CHECK(got.at("layers.0.fc2.weight") == src.at("h.0.mlp.c_proj.weight").v);
   // Without --seq the whole position table is kept, and the load names it and the fix.
-  (void)exec::import_checkpoint(dir / "gpt2.safetensors", dir / "whole", f);
+  (void)train::import_checkpoint(dir / "gpt2.safetensors", dir / "whole", f);
   CHECK_THROWS_WITH(load_all(g, dir / "whole"), Catch::Contains("tensor pos.table") &&
                                                     Catch::Contains("[9, 8]") &&
                                                     Catch::Contains("[5, 8]"));
   o.seq = 10;
-  CHECK_THROWS_WITH(exec::import_checkpoint(dir / "gpt2.safetensors", dir / "long", f, o),
+  CHECK_THROWS_WITH(train::import_checkpoint(dir / "gpt2.safetensors", dir / "long", f, o),
                     Catch::Contains("wpe.weight") && Catch::Contains("fewer than --seq 10"));
   fs::remove_all(dir);
 }
@@ -378,7 +378,7 @@ TEST_CASE("ViT's files import: the patch convolution flattened and transposed", 
   write_source(dir / "model-00001-of-00002.safetensors", a);
   write_source(dir / "model-00002-of-00002.safetensors", b);
   std::ofstream(dir / "model.safetensors.index.json") << index.dump();
-  (void)exec::import_checkpoint(dir, dir / "ckpt", exec::import_family_named("vit"));
+  (void)train::import_checkpoint(dir, dir / "ckpt", train::import_family_named("vit"));
   const auto got = load_all(g, dir / "ckpt");
   const auto& conv = src.at("vit.embeddings.patch_embeddings.projection.weight").v;
   bool same = true;
@@ -394,26 +394,26 @@ TEST_CASE("ViT's files import: the patch convolution flattened and transposed", 
 
 TEST_CASE("bad import input is one line naming the file, the tensor and the fix", "[import]") {
   const fs::path dir = scratch("bad");
-  const auto& llama = exec::import_family_named("llama");
-  CHECK_THROWS_WITH(exec::import_checkpoint(dir, dir / "ckpt", llama),
+  const auto& llama = train::import_family_named("llama");
+  CHECK_THROWS_WITH(train::import_checkpoint(dir, dir / "ckpt", llama),
                     Catch::Contains("holds no safetensors files"));
   std::mt19937 rng(3);
   std::map<std::string, source_tensor> src;
   src["model.layers.0.self_attn.k_proj.weight"] = {{4, 8}, random_values(32, rng, dtype::f32)};
   write_source(dir / "model.safetensors", src);
-  exec::import_options o;
+  train::import_options o;
   o.heads = 2;
-  CHECK_THROWS_WITH(exec::import_checkpoint(dir, dir / "ckpt", llama, o),
+  CHECK_THROWS_WITH(train::import_checkpoint(dir, dir / "ckpt", llama, o),
                     Catch::Contains("k_proj.weight") && Catch::Contains("grouped-query attention"));
   src["model.layers.0.self_attn.k_proj.weight"] = {{8, 8}, random_values(64, rng, dtype::f32)};
   write_source(dir / "model.safetensors", src);
-  CHECK_THROWS_WITH(exec::import_checkpoint(dir, dir / "ckpt", llama),
+  CHECK_THROWS_WITH(train::import_checkpoint(dir, dir / "ckpt", llama),
                     Catch::Contains("0 heads for 8 features") && Catch::Contains("--heads"));
-  CHECK_THROWS_WITH(exec::import_checkpoint(dir, dir / "ckpt", exec::import_family_named("vit")),
+  CHECK_THROWS_WITH(train::import_checkpoint(dir, dir / "ckpt", train::import_family_named("vit")),
                     Catch::Contains("holds no tensor the vit name table knows"));
   std::ofstream(dir / "model.safetensors.index.json")
       << R"({"weight_map": {"x": "gone.safetensors"}})";
-  CHECK_THROWS_WITH(exec::import_checkpoint(dir, dir / "ckpt", llama),
+  CHECK_THROWS_WITH(train::import_checkpoint(dir, dir / "ckpt", llama),
                     Catch::Contains("gone.safetensors") && Catch::Contains("missing"));
   fs::remove_all(dir);
 }

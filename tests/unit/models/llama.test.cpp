@@ -5,11 +5,11 @@
 #include "../../support/training.hpp"
 
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/models/llama.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -157,7 +157,7 @@ TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
   constexpr std::size_t batch = 8;
   const graph::graph g = models::trace_llama_lm<float>(c, batch);
   std::mt19937_64 rng(5);
-  exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
+  train::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 1.0));
   const auto losses =
       tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
           std::vector<std::int64_t> tokens(batch * c.seq);

@@ -4,11 +4,11 @@
 #include "../../support/training.hpp"
 
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/models/vgg.hpp>
 #include <hspmd/models/vit.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -131,7 +131,7 @@ TEST_CASE("VGG and ViT learn the synthetic classes: loss after 50 steps <= 0.8 x
   for (const bool vit : {false, true}) {
     const graph::graph g = vit ? models::trace_vit<float>(tiny_vit(), batch)
                                : models::trace_vgg<float>(tiny_vgg(), batch);
-    exec::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 5.0));
+    train::trainer<float> tr(g, test_support::quiet_training(50, 3e-3, 5.0));
     const auto losses = tr.fit([&](exec::batch_sink<float>& e, std::size_t) {
                             feed_images(e, batch, 8, 4, rng);
                           }).losses;

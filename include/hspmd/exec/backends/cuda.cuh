@@ -35,6 +35,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -65,6 +66,39 @@ inline void cuda_device_check(cudaError_t code, std::string_view call, int devic
                            "to name the node that caused it (the process cannot use the device "
                            "again)"
                          : "");
+}
+
+// The devices this process sees; 0 and CUDA's error text when it sees none.
+inline int cuda_devices(std::string& why) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+    return 0;
+  }
+  if (count <= 0)
+    why = "cudaGetDeviceCount found no CUDA device";
+  return count > 0 ? count : 0;
+}
+
+inline std::string describe_cuda_device(int device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "cuda:" + std::to_string(device);
+  }
+  char text[384];
+  std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.0f GiB)", device, p.name, p.major,
+                p.minor, static_cast<double>(p.totalGlobalMem) / 1073741824.0);
+  return text;
+}
+
+// The device this host thread computes on (cudaGetDevice).
+inline int current_cuda_device() {
+  int device = 0;
+  cuda_device_check(cudaGetDevice(&device), "cudaGetDevice", device);
+  return device;
 }
 
 inline void cublas_check(cublasStatus_t code, std::string_view call, int device) {

@@ -1,11 +1,12 @@
 #pragma once
-// What the library trainer does besides the model and the data (exec/trainer.hpp): the learning-
+// What the library trainer does besides the model and the data (train/trainer.hpp): the learning-
 // rate schedule, the evaluation metric and `train_options`. The numeric options' ranges, flags
-// and agreement are in their table (exec/option_table.hpp).
+// and agreement are in their table (train/option_table.hpp).
 
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/train/namespace.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +19,7 @@
 #include <ostream>
 #include <string>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// The learning rate of each optimizer step: constant, or a linear warm-up from 0 to `peak`
 /// over `warmup` steps followed by a cosine decay to `floor` at the last step.
@@ -85,7 +86,7 @@ struct train_options {
   /// links describe some other machine, and no plan cache is asked for; off otherwise.
   std::optional<bool> calibrate;
   /// The model traced at another batch: calibration measures it at half the batch too, to learn
-  /// which part of each op's time does not shrink with its rows (exec/profile.hpp). The model
+  /// which part of each op's time does not shrink with its rows (train/profile.hpp). The model
   /// function's constructor sets it; a graph given alone without it is priced in proportion.
   std::function<graph::graph(std::size_t batch)> trace_at;
   /// With a cluster: MiB of gradients all-reduced together, each bucket started as soon as the
@@ -101,13 +102,13 @@ struct train_options {
   /// Rank 0 looks up, re-solves or synthesizes and stores, and gives every rank its plan.
   std::string plan_cache;
   std::string save_graph; ///< write the traced graph as JSON here (for `hspmd-plan --graph`)
-  /// With a cluster: re-balance while training (exec/rebalance.hpp) when a device computes,
+  /// With a cluster: re-balance while training (train/rebalance.hpp) when a device computes,
   /// relative to the plan and over the median of `rebalance_window` steps, this many times
   /// slower than the others (e.g. 1.25): the ratios are re-solved at the measured speeds and
   /// the parameters and optimizer state move to the new pieces. 0: off.
   double rebalance = 0.0;
   std::size_t rebalance_window = 3; ///< steps whose median re-balancing compares
-  /// Checkpoints (exec/checkpoint.hpp, docs/checkpoint.md): the directory a run saves into and
+  /// Checkpoints (train/checkpoint.hpp, docs/checkpoint.md): the directory a run saves into and
   /// resumes from; every rank must see the same directory (one machine or a shared file system).
   std::string checkpoint_dir;
   std::size_t save_every = 0;       ///< save after every N steps and after the last (0: never)
@@ -135,4 +136,4 @@ struct train_options {
   bool profile = false;             ///< time each op kind and print where a step's time goes
 };
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

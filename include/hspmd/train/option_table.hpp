@@ -1,7 +1,7 @@
 #pragma once
 // The library trainer's options, each declared once: its flag, its help, its value in
 // `train_options`, the range a number must lie in, what the ranks must agree on and whether it
-// needs a cluster. The command-line flags (exec/train_flags.hpp), the check at start
+// needs a cluster. The command-line flags (train/train_flags.hpp), the check at start
 // (`check_train_options`, which the trainer calls), the ranks' agreement
 // (`agreed_train_options`) and the one-process refusals come from this table: an option added as
 // a row gets all of them, and a value out of range is refused at start with one line naming the
@@ -14,7 +14,8 @@
 // (10^23 steps, 4e9 micro-batches, an infinite learning rate) are out of range.
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/train_options.hpp>
+#include <hspmd/train/namespace.hpp>
+#include <hspmd/train/train_options.hpp>
 
 #include <array>
 #include <charconv>
@@ -29,7 +30,7 @@
 #include <variant>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 static_assert(std::is_same_v<std::uint64_t, std::size_t>,
               "the option table reads seeds and counts through one accessor type");
@@ -155,40 +156,39 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
   using a = train_option::agreement;
   constexpr double many = detail::any_count;
   static const std::vector<train_option> table = {
-      {"--steps", "optimizer steps", c([](train_options& o) -> auto& { return o.steps; }), 0,
+      {"--steps", "optimizer steps", c([](train_options & o) -> auto& { return o.steps; }), 0,
        many},
-      {"--batch", "samples per micro-batch",
-       c([](train_options& o) -> auto& { return o.batch; }), 1, 1e9},
+      {"--batch", "samples per micro-batch", c([](train_options & o) -> auto& { return o.batch; }),
+       1, 1e9},
       {"--accumulate", "micro-batches per optimizer step (gradient accumulation)",
-       c([](train_options& o) -> auto& { return o.accumulate; }), 1, 1e6},
+       c([](train_options & o) -> auto& { return o.accumulate; }), 1, 1e6},
       {"--seed", "seed of parameters, dropout and synthetic data",
-       c([](train_options& o) -> auto& { return o.seed; }), 0, 1.8446744073709552e19},
+       c([](train_options & o) -> auto& { return o.seed; }), 0, 1.8446744073709552e19},
       {"--lr", "(peak) learning rate of Adam",
-       r([](train_options& o) -> auto& { return o.lr.peak; }), 0, 1e6, true},
+       r([](train_options & o) -> auto& { return o.lr.peak; }), 0, 1e6, true},
       {"--schedule",
        "learning-rate schedule: constant, or cosine (linear warm-up, then cosine decay to "
        "--min-lr)",
        train_option::choice{
            [](const train_options& o) {
-             return std::string(o.lr.shape == lr_schedule::kind::constant ? "constant"
-                                                                          : "cosine");
+             return std::string(o.lr.shape == lr_schedule::kind::constant ? "constant" : "cosine");
            },
            [](train_options& o, std::string_view v) {
              o.lr.shape = v == "cosine" ? lr_schedule::kind::cosine : lr_schedule::kind::constant;
            },
            "constant|cosine"}},
       {"--warmup", "cosine schedule: warm-up steps",
-       c([](train_options& o) -> auto& { return o.lr.warmup; }), 0, many},
+       c([](train_options & o) -> auto& { return o.lr.warmup; }), 0, many},
       {"--min-lr", "cosine schedule: learning rate at the last step",
-       r([](train_options& o) -> auto& { return o.lr.floor; }), 0, 1e6},
+       r([](train_options & o) -> auto& { return o.lr.floor; }), 0, 1e6},
       {"--weight-decay", "AdamW's decoupled weight decay",
-       r([](train_options& o) -> auto& { return o.weight_decay; }), 0, 1e6},
+       r([](train_options & o) -> auto& { return o.weight_decay; }), 0, 1e6},
       {"--clip", "clip gradients to this global norm (0: off)",
-       r([](train_options& o) -> auto& { return o.clip; }), 0, 1e12},
+       r([](train_options & o) -> auto& { return o.clip; }), 0, 1e12},
       {"--device",
        "host, cuda (a GPU per process; the program links hspmd::cuda) or auto (GPUs when every "
        "process has one, else the host)",
-       t([](train_options& o) -> auto& { return o.device; })},
+       t([](train_options & o) -> auto& { return o.device; })},
       {"--precision",
        "f32 (default); bf16: activations and GEMM operands in bfloat16, master weights in float; "
        "f16: the same in binary16 with dynamic loss scaling",
@@ -199,13 +199,13 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
       {"--cluster",
        "train on every rank of an MPI job (mpirun -np N, one rank per device of this cluster "
        "file); one process when absent",
-       t([](train_options& o) -> auto& { return o.cluster; }), 0, 0, false, a::none},
+       t([](train_options & o) -> auto& { return o.cluster; }), 0, 0, false, a::none},
       {"--recompute",
        "recompute each block's activations in the backward instead of keeping them (one more "
        "forward of the blocks per step, a block's activations in memory)",
-       s([](train_options& o) -> auto& { return o.recompute; })},
+       s([](train_options & o) -> auto& { return o.recompute; })},
       {"--plan", "with --cluster: synth (default), dp-ev, dp-cp, tp, or a plan JSON file",
-       t([](train_options& o) -> auto& { return o.plan; }), 0, 0, false, a::value, true},
+       t([](train_options & o) -> auto& { return o.plan; }), 0, 0, false, a::value, true},
       {"--calibrate",
        "with --cluster: before planning, time the model's ops on rank 0 and the collectives on "
        "all ranks, and price the plan by those measurements (default: on where the cluster has "
@@ -217,66 +217,63 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
       {"--bucket-mb",
        "with --cluster: MiB of gradients per all-reduce bucket, each started during the "
        "backward as soon as it is complete (0: the library default)",
-       r([](train_options& o) -> auto& { return o.bucket_mb; }), 0, 1e6},
+       r([](train_options & o) -> auto& { return o.bucket_mb; }), 0, 1e6},
       {"--rank-by-cost",
        "with --cluster: pick the synthesized plan by the cost model alone (default: its final "
        "candidates are weighed by the simulated step too)",
-       s([](train_options& o) -> auto& { return o.rank_by_cost; })},
+       s([](train_options & o) -> auto& { return o.rank_by_cost; })},
       {"--explain", "with --cluster: print the plan's explain table",
-       s([](train_options& o) -> auto& { return o.explain; }), 0, 0, false, a::none, true},
+       s([](train_options & o) -> auto& { return o.explain; }), 0, 0, false, a::none, true},
       {"--trace",
        "with --cluster: write a Chrome/Perfetto trace (a track per rank: compute, collectives, "
        "idle, steps) to this file, and the simulated step (sim/step.hpp) beside it (t.json: "
        "t.simulated.json)",
-       t([](train_options& o) -> auto& { return o.trace; }), 0, 0, false, a::presence, true},
+       t([](train_options & o) -> auto& { return o.trace; }), 0, 0, false, a::presence, true},
       {"--save-plan", "with --cluster: write the plan as JSON to this file",
-       t([](train_options& o) -> auto& { return o.save_plan; }), 0, 0, false, a::presence,
-       true},
+       t([](train_options & o) -> auto& { return o.save_plan; }), 0, 0, false, a::presence, true},
       {"--plan-cache",
        "with --cluster: keep synthesized plans in this directory; a start with the same model, "
        "options and cluster reads its plan, and one whose cluster numbers changed re-solves its "
        "ratios only",
-       t([](train_options& o) -> auto& { return o.plan_cache; }), 0, 0, false, a::presence,
-       true},
+       t([](train_options & o) -> auto& { return o.plan_cache; }), 0, 0, false, a::presence, true},
       {"--rebalance",
        "with --cluster: re-balance while training when a device is persistently this many "
        "times slower than the others relative to the plan (e.g. 1.25): ratios re-solved at the "
        "measured speeds, parameters and optimizer state moved; 0: off",
-       r([](train_options& o) -> auto& { return o.rebalance; }), 0, 1e6, false, a::value, true},
+       r([](train_options & o) -> auto& { return o.rebalance; }), 0, 1e6, false, a::value, true},
       {"--rebalance-window", "with --rebalance: steps whose median is compared",
-       c([](train_options& o) -> auto& { return o.rebalance_window; }), 1, 1e6},
+       c([](train_options & o) -> auto& { return o.rebalance_window; }), 1, 1e6},
       {"--checkpoint-dir",
        "the directory checkpoints are saved into (--save-every) and resumed from (--resume); "
        "shared by every rank",
-       t([](train_options& o) -> auto& { return o.checkpoint_dir; })},
+       t([](train_options & o) -> auto& { return o.checkpoint_dir; })},
       {"--save-every", "save a checkpoint after every N steps and after the last (0: never)",
-       c([](train_options& o) -> auto& { return o.save_every; }), 0, many},
+       c([](train_options & o) -> auto& { return o.save_every; }), 0, many},
       {"--keep-checkpoints", "keep only the newest N checkpoints (0: all)",
-       c([](train_options& o) -> auto& { return o.keep_checkpoints; }), 0, many},
+       c([](train_options & o) -> auto& { return o.keep_checkpoints; }), 0, many},
       {"--resume",
        "continue from the newest checkpoint in --checkpoint-dir (saved under any rank count or "
        "plan); from step 0 when it has none",
-       s([](train_options& o) -> auto& { return o.resume; })},
+       s([](train_options & o) -> auto& { return o.resume; })},
       {"--init-from",
        "start from the parameters of this checkpoint (any layout, or what hspmd-checkpoint "
        "import wrote); optimizer and data start fresh",
-       t([](train_options& o) -> auto& { return o.init_from; })},
-      {"--save-graph",
-       "write the traced graph as JSON to this file (hspmd-plan --graph plans it)",
-       t([](train_options& o) -> auto& { return o.save_graph; }), 0, 0, false, a::presence},
+       t([](train_options & o) -> auto& { return o.init_from; })},
+      {"--save-graph", "write the traced graph as JSON to this file (hspmd-plan --graph plans it)",
+       t([](train_options & o) -> auto& { return o.save_graph; }), 0, 0, false, a::presence},
       {"--eval-every", "evaluate every N steps (0: only after the last step)",
-       c([](train_options& o) -> auto& { return o.eval_every; }), 0, many},
+       c([](train_options & o) -> auto& { return o.eval_every; }), 0, many},
       {"--eval-batches", "micro-batches per evaluation",
-       c([](train_options& o) -> auto& { return o.eval_batches; }), 1, 1e6},
+       c([](train_options & o) -> auto& { return o.eval_batches; }), 1, 1e6},
       {"--metrics",
        "write one JSON line per step and evaluation (loss, lr, grad norm, seconds) to this file",
-       t([](train_options& o) -> auto& { return o.metrics; }), 0, 0, false, a::presence},
+       t([](train_options & o) -> auto& { return o.metrics; }), 0, 0, false, a::presence},
       {"--log-every", "a progress line every N steps (0: about 20 lines)",
-       c([](train_options& o) -> auto& { return o.log_every; }), 0, many, false, a::none},
+       c([](train_options & o) -> auto& { return o.log_every; }), 0, many, false, a::none},
       {"--print-graph", "print the traced graph (op, name, shape, FLOPs)",
-       s([](train_options& o) -> auto& { return o.print_graph; }), 0, 0, false, a::none},
+       s([](train_options & o) -> auto& { return o.print_graph; }), 0, 0, false, a::none},
       {"--profile", "time each op kind and print where a step's time goes",
-       s([](train_options& o) -> auto& { return o.profile; })},
+       s([](train_options & o) -> auto& { return o.profile; })},
       {"--quiet", "no progress or summary lines",
        train_option::action{[](train_options& o) { o.out = nullptr; },
                             [](const train_options& o) { return o.out == nullptr; }},
@@ -290,19 +287,18 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
 inline void check_train_options(const train_options& o, bool distributed = true) {
   for (const train_option& row : train_option_table()) {
     if (row.numeric() && !row.in_range(row.number(o)))
-      throw config_error(row.name() + " " + row.text(o),
-                         "lies outside " + row.range() +
-                             (std::holds_alternative<train_option::count_ref>(row.value) &&
-                                      row.number(o) > 9e18
-                                  ? " (a negative count wraps around)"
-                                  : ""),
-                         "give " + std::string(row.flag) + " a value in " + row.range());
+      throw config_error(
+          row.name() + " " + row.text(o),
+          "lies outside " + row.range() +
+              (std::holds_alternative<train_option::count_ref>(row.value) && row.number(o) > 9e18
+                   ? " (a negative count wraps around)"
+                   : ""),
+          "give " + std::string(row.flag) + " a value in " + row.range());
     if (!distributed && row.needs_cluster && row.is_set(o))
-      throw config_error(std::holds_alternative<train_option::text_ref>(row.value)
-                             ? row.name() + " " + row.text(o)
-                             : row.name(),
-                         "needs a cluster (one process has no plan)",
-                         "give a cluster file, or drop it");
+      throw config_error(
+          std::holds_alternative<train_option::text_ref>(row.value) ? row.name() + " " + row.text(o)
+                                                                    : row.name(),
+          "needs a cluster (one process has no plan)", "give a cluster file, or drop it");
   }
 }
 
@@ -319,4 +315,4 @@ agreed_train_options(const train_options& o) {
   return out;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

@@ -24,8 +24,9 @@
 #include <vector>
 
 #include <hspmd/cluster/cluster.hpp>
+#include <hspmd/train/namespace.hpp>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// Re-balancing thresholds (see the file comment).
 struct rebalance_options {
@@ -111,4 +112,4 @@ private:
   return c;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

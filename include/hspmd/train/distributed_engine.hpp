@@ -1,12 +1,13 @@
 #pragma once
-// The trainer's engine of one rank of a distributed run (exec/engine.hpp `rank_engine`) over
-// `distributed_executor<T, Comm, B>`: the host over MPI (exec/trainer_impl.hpp) or a device
-// backend over its own communicator (exec/backends/cuda_engine.cuh: CUDA over NCCL).
+// The trainer's engine of one rank of a distributed run (train/engine.hpp `rank_engine`) over
+// `distributed_executor<T, Comm, B>`: the host over MPI (train/trainer_impl.hpp) or a device
+// backend over its own communicator (train/cuda_engine.cuh: CUDA over NCCL).
 
 #include <hspmd/comm/reduce_op.hpp>
 #include <hspmd/exec/distributed.hpp>
-#include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/reshard.hpp>
+#include <hspmd/train/engine.hpp>
+#include <hspmd/train/namespace.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -23,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 template <std::floating_point T, class Optimizer, class Comm, backend B>
 class distributed_engine final : public rank_engine<T, Optimizer> {
@@ -216,4 +217,4 @@ private:
   gradient_accumulator<T, B> acc_;
 };
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

@@ -9,7 +9,7 @@
 //     reported beside it (a GEMM runs faster than a whole step, which also normalizes, adds and
 //     moves memory).
 //   - rates per op class (device_spec::rates): the same probe step's GEMM, elementwise and
-//     softmax nodes' FLOPs over their measured seconds, and the optimizer's (exec::class_rates),
+//     softmax nodes' FLOPs over their measured seconds, and the optimizer's (train::class_rates),
 //     so the cost model prices each op at what its class really runs at on this device.
 //   - node: ranks with the same host name (given by the caller) share a node id, in order of
 //     first appearance.
@@ -29,9 +29,10 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
-#include <hspmd/exec/profile.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/train/namespace.hpp>
+#include <hspmd/train/profile.hpp>
 
 #include <algorithm>
 #include <array>
@@ -45,7 +46,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// What one rank measured of its own device.
 struct device_measurement {
@@ -280,4 +281,4 @@ measure_cluster(Comm& comm, const std::string& host, std::uint64_t memory_bytes,
   return c;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

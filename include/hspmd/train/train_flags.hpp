@@ -3,15 +3,16 @@
 // dependency: include this header only in a program that links CLI11).
 //
 //     CLI::App app{"my trainer"};
-//     exec::train_options o;                 // defaults the flags show in --help
-//     exec::add_train_flags(app, o);
+//     train::train_options o;                 // defaults the flags show in --help
+//     train::add_train_flags(app, o);
 //     app.add_option("--hidden", hidden, "hidden width")->capture_default_str();
 //     if (const auto rc = exec::parse_flags(app, argc, argv))
 //       return *rc;                          // --help, or a bad flag (io/cli.hpp)
 
-#include <hspmd/exec/option_table.hpp>
-#include <hspmd/exec/trainer.hpp>
 #include <hspmd/io/cli.hpp>
+#include <hspmd/train/namespace.hpp>
+#include <hspmd/train/option_table.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -25,7 +26,7 @@
 #include <variant>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 using io::parse_flags;
 using io::report_errors;
@@ -54,7 +55,7 @@ inline const CLI::Validator at_least_one(
 }
 
 /// Adds every trainer flag to `app`, writing into `o` (whose values are shown as defaults): one
-/// per row of the option table (exec/option_table.hpp), numbers checked against their range on
+/// per row of the option table (train/option_table.hpp), numbers checked against their range on
 /// their text, choices against their words; a tristate option gets `--name` and `--no-name`.
 inline void add_train_flags(CLI::App& app, train_options& o) {
   for (const train_option& row : train_option_table()) {
@@ -71,7 +72,8 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
           else if constexpr (std::is_same_v<V, train_option::switch_ref>)
             app.add_flag(flag, v(o), help);
           else if constexpr (std::is_same_v<V, train_option::tristate_ref>) {
-            app.add_flag_callback(flag, [&o, v] { v(o) = true; }, help);
+            app.add_flag_callback(
+                flag, [&o, v] { v(o) = true; }, help);
             app.add_flag_callback(
                 "--no-" + row.name(), [&o, v] { v(o) = false; }, "the opposite of " + flag);
           } else if constexpr (std::is_same_v<V, train_option::choice>) {
@@ -95,11 +97,12 @@ inline void add_train_flags(CLI::App& app, train_options& o) {
                    help)
                 ->default_str(v.get(o));
           } else {
-            app.add_flag_callback(flag, [&o, v] { v.apply(o); }, help);
+            app.add_flag_callback(
+                flag, [&o, v] { v.apply(o); }, help);
           }
         },
         row.value);
   }
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

@@ -6,20 +6,21 @@
 // `backend_engine<T, Optimizer, B>` is the engine of one process on any backend. The host one is
 // built in; a device backend that needs its own compiler registers a factory under a name
 // (`device_engines<T, Optimizer>()`, `register_device_engine`): hspmd::cuda's src/cuda_engine.cu
-// registers "cuda" when its object is linked, so the trainer (exec/trainer_impl.hpp), compiled
+// registers "cuda" when its object is linked, so the trainer (train/trainer_impl.hpp), compiled
 // by the host compiler, picks a GPU with `train_options::device` and includes no CUDA header.
 
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/batch_sink.hpp>
 #include <hspmd/exec/caching_allocator.hpp>
-#include <hspmd/exec/checkpoint.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/kernels/shape.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/profile.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/namespace.hpp>
+#include <hspmd/train/profile.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -46,7 +47,7 @@ struct plan;
 }
 } // namespace hspmd
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// The last micro-batch of an accumulated step: g[i] = (sum[i] + g[i]) * scale, the mean over
 /// the step's micro-batches, rounded as summing into `sum` and then scaling.
@@ -147,7 +148,7 @@ public:
                          std::chrono::steady_clock::time_point,
                          std::chrono::steady_clock::time_point, double) {}
   /// Saves the parameters and `opt`'s state as checkpoint `step` under `root`, `meta` in its
-  /// manifest (exec/checkpoint.hpp). Collective. Throws `config_error` where the engine cannot.
+  /// manifest (train/checkpoint.hpp). Collective. Throws `config_error` where the engine cannot.
   virtual std::filesystem::path save_state(const std::filesystem::path& root, std::size_t step,
                                            const nlohmann::json& meta, Optimizer& opt,
                                            const checkpoint_options& co) {
@@ -171,7 +172,7 @@ protected:
 };
 
 /// One rank of a distributed run: an engine with the run's own settings and its trace
-/// (exec/distributed_engine.hpp implements it over any communicator and backend).
+/// (train/distributed_engine.hpp implements it over any communicator and backend).
 template <std::floating_point T, class Optimizer>
 class rank_engine : public engine<T, Optimizer> {
 public:
@@ -275,7 +276,7 @@ struct device_engine_entry {
                                                            mpi_communicator&, std::uint64_t seed)>
       make_distributed;
   /// Measures a graph's compute on this process's device for the cost model (`--calibrate`,
-  /// exec/profile.hpp's `measure_compute` on the engine's backend). Empty: the host's is used.
+  /// train/profile.hpp's `measure_compute` on the engine's backend). Empty: the host's is used.
   std::function<synth::compute_profile(const graph::graph&, double speed, const profile_options&)>
       measure;
 };
@@ -306,4 +307,4 @@ struct register_device_engine {
   }
 };
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

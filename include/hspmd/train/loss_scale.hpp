@@ -5,7 +5,7 @@
 // (pass 1 / scale() as its gradient factor, with clipping's). An overflow shows as a non-finite
 // gradient norm -- the norm that clipping computes anyway, so detecting it costs no extra pass:
 //
-//     exec::dynamic_loss_scale ls;                     // 2^16, x2 after 2000 clean steps
+//     train::dynamic_loss_scale ls;                     // 2^16, x2 after 2000 clean steps
 //     ... forward, seed the backward with ls.scale(), backward ...
 //     const double norm2 = grad_norm_squared(ex);       // scaled gradients
 //     if (ls.update(!std::isfinite(norm2)))            // false: skip this step, scale halved
@@ -16,13 +16,14 @@
 // [min_scale, max_scale]. bfloat16 has float's range and needs none of this.
 
 #include <hspmd/core/error.hpp>
+#include <hspmd/train/namespace.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// Settings of `dynamic_loss_scale` (PyTorch's GradScaler defaults).
 struct loss_scale_options {
@@ -100,4 +101,4 @@ private:
   std::size_t skipped_ = 0;
 };
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

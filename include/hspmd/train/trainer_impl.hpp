@@ -1,22 +1,17 @@
 #pragma once
-// The library trainer's implementation (exec/trainer.hpp has the declarations and the manual):
+// The library trainer's implementation (train/trainer.hpp has the declarations and the manual):
 // the loop over an executor of one process or of one rank, planning, agreement, evaluation,
-// progress, metrics and traces. Included by exec/trainer.hpp unless HSPMD_COMPILED is defined;
+// progress, metrics and traces. Included by train/trainer.hpp unless HSPMD_COMPILED is defined;
 // hspmd::compiled's src/trainer.cpp instantiates it once.
 
-#include <hspmd/exec/trainer.hpp>
+#include <hspmd/train/namespace.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/checkpoint.hpp>
-#include <hspmd/exec/engine.hpp>
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/fault.hpp>
-#include <hspmd/exec/loss_scale.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/option_table.hpp>
-#include <hspmd/exec/rebalance.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/nn/tracer.hpp>
@@ -24,6 +19,12 @@
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/plan_cache.hpp>
 #include <hspmd/synth/synthesize.hpp>
+#include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/engine.hpp>
+#include <hspmd/train/fault.hpp>
+#include <hspmd/train/loss_scale.hpp>
+#include <hspmd/train/option_table.hpp>
+#include <hspmd/train/rebalance.hpp>
 
 #if defined(HSPMD_HAS_MPI)
 #include <hspmd/comm/calibrate.hpp>
@@ -31,8 +32,8 @@
 #include <hspmd/comm/mpi/environment.hpp>
 #include <hspmd/comm/mpi/guard.hpp>
 #include <hspmd/exec/distributed.hpp>
-#include <hspmd/exec/distributed_engine.hpp>
-#include <hspmd/exec/profile.hpp>
+#include <hspmd/train/distributed_engine.hpp>
+#include <hspmd/train/profile.hpp>
 #endif
 
 #include <nlohmann/json.hpp>
@@ -69,7 +70,7 @@
 #define HSPMD_PRINTF_FORMAT(f, a)
 #endif
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 namespace detail {
 
@@ -90,7 +91,7 @@ namespace detail {
   return buf;
 }
 
-/// Everything a trainer holds and does (exec/trainer.hpp declares the public face).
+/// Everything a trainer holds and does (train/trainer.hpp declares the public face).
 template <std::floating_point T, class Optimizer>
 class trainer_state {
 public:
@@ -224,7 +225,7 @@ private:
       throw config_error("eval batches 0", "an evaluation needs at least one micro-batch",
                          "give 1 or more");
     // Every number within its range; in one process, nothing that needs a cluster
-    // (exec/option_table.hpp).
+    // (train/option_table.hpp).
     check_train_options(o_, distributed());
     if (!(o_.lr.peak > 0.0) || o_.lr.floor < 0.0 || o_.lr.floor > o_.lr.peak)
       throw config_error("learning rate " + std::to_string(o_.lr.peak),
@@ -296,7 +297,7 @@ private:
   }
 
   // The engine of one process on the device the options name: "host"; a registered device
-  // engine ("cuda" where hspmd::cuda is linked, exec/engine.hpp); or "auto", the first
+  // engine ("cuda" where hspmd::cuda is linked, train/engine.hpp); or "auto", the first
   // registered engine that finds a device, else the host.
   std::unique_ptr<engine<T, Optimizer>> make_single_engine() const {
     const std::string& d = o_.device;
@@ -570,7 +571,7 @@ private:
     share_peaks(comm, device_entry == nullptr);
     if (calibration_ && device_entry == nullptr) {
       // The plan's ops at each rank's own pieces, for the simulated step: what a rank keeps
-      // whole of an op whose rows or weight it divides is in them (exec/profile.hpp).
+      // whole of an op whose rows or weight it divides is in them (train/profile.hpp).
       // (more repetitions than the profile: one plan's ops, and a short sample on a shared
       // machine once put Llama's simulated step 18 % over the run)
       const auto c0 = std::chrono::steady_clock::now();
@@ -909,7 +910,7 @@ private:
 #endif
     return 0;
   }
-  // HSPMD_FAULT's fault on this rank (exec/fault.hpp); only `slow` returns.
+  // HSPMD_FAULT's fault on this rank (train/fault.hpp); only `slow` returns.
   void inject(const fault_spec& f) {
     inject_fault(f);
 #if defined(HSPMD_HAS_MPI)
@@ -952,7 +953,7 @@ private:
     const std::size_t every =
         o_.log_every > 0 ? o_.log_every : std::max<std::size_t>(1, o_.steps / 20);
     double elapsed = 0.0;
-    // f16: gradients are computed scaled (exec/loss_scale.hpp); every rank sees the same
+    // f16: gradients are computed scaled (train/loss_scale.hpp); every rank sees the same
     // all-reduced norm, so all skip the same steps.
     std::optional<dynamic_loss_scale> loss_scale;
     if (o_.precision == exec::precision::f16)
@@ -1413,7 +1414,7 @@ private:
   synth::synth_options so_; // how the plan was made (re-balancing re-prices)
 
   // The tensor-parallel baseline of the model on two devices like rank 0 (for the weight-fixed
-  // shares, exec/profile.hpp); none where that baseline finds no plan.
+  // shares, train/profile.hpp); none where that baseline finds no plan.
   [[nodiscard]] std::optional<synth::plan> weight_splitting_plan() const {
     cluster two = cluster_;
     two.devices = {cluster_.devices.at(0), cluster_.devices.at(0)};
@@ -1500,4 +1501,4 @@ bool trainer<T, Optimizer>::root() const {
   return s_->root();
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

@@ -11,7 +11,7 @@
 //   stop    sends itself SIGSTOP (as `kill -STOP` does: alive, never scheduled again)
 //   slow:F  computes F times slower from then on (F >= 1; the trainer's emulated slowdown)
 // With at:saveN:POINT the fault strikes while the checkpoint of step N is saved
-// (exec/checkpoint.hpp), at POINT: shards (this rank's file written, not yet flushed), written
+// (train/checkpoint.hpp), at POINT: shards (this rank's file written, not yet flushed), written
 // (flushed, before the ranks exchange their pieces), manifest (rank 0: the manifest written
 // under its temporary name, not renamed), latest (rank 0: the directory committed, `latest` not
 // yet updated).
@@ -19,6 +19,7 @@
 // injects it; nothing else does.
 
 #include <hspmd/core/error.hpp>
+#include <hspmd/train/namespace.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -32,7 +33,7 @@
 #include <string_view>
 #include <thread>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// One injected fault (see the file comment).
 struct fault_spec {
@@ -192,4 +193,4 @@ inline void inject_fault(const fault_spec& f) {
   }
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

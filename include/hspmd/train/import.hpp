@@ -18,8 +18,9 @@
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/half.hpp>
-#include <hspmd/exec/checkpoint.hpp>
 #include <hspmd/io/safetensors.hpp>
+#include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/namespace.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -39,7 +40,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// How a source tensor becomes an hspmd parameter.
 enum class import_how {
@@ -545,4 +546,4 @@ inline import_report import_checkpoint(const std::filesystem::path& source,
   return rep;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

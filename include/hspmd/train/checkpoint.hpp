@@ -26,6 +26,7 @@
 #include <hspmd/exec/reshard.hpp>
 #include <hspmd/io/crc32.hpp>
 #include <hspmd/io/safetensors.hpp>
+#include <hspmd/train/namespace.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -51,7 +52,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// One tensor as this rank holds it, to save.
 template <class T>
@@ -75,7 +76,7 @@ struct checkpoint_options {
   std::size_t keep = 0;                           ///< newest checkpoints kept (0: all)
   std::size_t block_bytes = std::size_t{1} << 20; ///< bytes per checksum block
   /// Called at the points of a save where a crash leaves it half done ("shards", "written",
-  /// "manifest", "latest": exec/fault.hpp), for fault injection in tests.
+  /// "manifest", "latest": train/fault.hpp), for fault injection in tests.
   std::function<void(std::string_view point)> at_point;
 };
 
@@ -681,4 +682,4 @@ checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
   return info;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

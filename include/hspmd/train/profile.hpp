@@ -5,7 +5,7 @@
 // element. The time a step spends outside the nodes (zeroing gradients, feeding inputs) is
 // shared out over the nodes in proportion to their time, so the profile adds up to the step.
 //
-//     auto prof = exec::measure_compute<float>(g, cluster.devices[0].speed);
+//     auto prof = train::measure_compute<float>(g, cluster.devices[0].speed);
 //     synth::synth_options opt;  opt.profile = prof;
 //     auto plan = synth::synthesize(g, cluster, opt);
 //
@@ -34,6 +34,7 @@
 #include <hspmd/program/lower.hpp>
 #include <hspmd/sim/step.hpp>
 #include <hspmd/synth/cost.hpp>
+#include <hspmd/train/namespace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -48,7 +49,7 @@
 #include <utility>
 #include <vector>
 
-namespace hspmd::exec {
+namespace hspmd::train {
 
 /// How `measure_compute` measures.
 struct profile_options {
@@ -160,7 +161,7 @@ inline void with_fixed_shares(synth::compute_profile& full, const synth::compute
     throw config_error("with_fixed_shares",
                        "the second profile has " + std::to_string(part.seconds.size()) +
                            " node times for " + std::to_string(full.seconds.size()) + " nodes",
-                       "measure both profiles on the same model (exec::same_structure)");
+                       "measure both profiles on the same model (train::same_structure)");
   full.fixed.assign(full.seconds.size(), 0.0);
   for (std::size_t i = 0; i < full.seconds.size(); ++i)
     if (full.seconds[i] > 0.0)
@@ -193,7 +194,7 @@ class_rates(const graph::graph& g, const synth::compute_profile& p) {
 
 /// Collective: rank 0 measures `g` (on its device, rated `speed` flop/s, with its emulated
 /// `slowdown`) while the others wait; every rank returns rank 0's profile.
-/// `measure`: how rank 0 measures (a device engine's `measure`, exec/engine.hpp); the host
+/// `measure`: how rank 0 measures (a device engine's `measure`, train/engine.hpp); the host
 /// executor when empty. `part`: the model traced at `rows` of the batch (`same_structure` as
 /// `g`), measured too for the fixed shares (`with_fixed_shares`); none, or another structure:
 /// none. `by_weight`: a plan that divides parameters, measured at its pieces on the host for the
@@ -375,4 +376,4 @@ requires communicator<Comm, double>
   return t;
 }
 
-} // namespace hspmd::exec
+} // namespace hspmd::train

@@ -2,10 +2,10 @@
 // The library trainer: owns the training loop of a model, in one process or on every rank of an
 // MPI job, so a user's trainer is a model function, a feed and a few options.
 //
-//     exec::train_options o;
+//     train::train_options o;
 //     o.batch = 12;  o.steps = 100;  o.cluster = "clusters/emulated-3.json";  // none: 1 process
-//     o.lr = exec::lr_schedule::cosine(3e-3, /*warmup=*/10);
-//     exec::trainer<float> tr(my_model, o);          // traces, plans, agrees, materializes
+//     o.lr = train::lr_schedule::cosine(3e-3, /*warmup=*/10);
+//     train::trainer<float> tr(my_model, o);          // traces, plans, agrees, materializes
 //     auto r = tr.fit([&](exec::batch_sink<float>& b, std::size_t i) {
 //       b.set_input("x", xs(i));  b.set_input("labels", ys(i));  // the whole batch, every rank
 //     });
@@ -23,18 +23,19 @@
 // the per-step metrics as JSON lines and, distributed, a Chrome trace with step spans.
 //
 // Header-only by default: this header declares the trainer and includes its implementation
-// (exec/trainer_impl.hpp: executors, synthesizer, MPI). Define HSPMD_COMPILED (link
+// (train/trainer_impl.hpp: executors, synthesizer, MPI). Define HSPMD_COMPILED (link
 // hspmd::compiled, which does) and a trainer's translation unit parses only the declarations:
 // trainer<float> and trainer<double> with Adam are compiled once into that library; other
-// optimizers include <hspmd/exec/trainer_impl.hpp> themselves.
+// optimizers include <hspmd/train/trainer_impl.hpp> themselves.
 
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/batch_sink.hpp>
 #include <hspmd/exec/precision.hpp>
-#include <hspmd/exec/train_options.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/train/namespace.hpp>
+#include <hspmd/train/train_options.hpp>
 
 #include <cmath>
 #include <concepts>
@@ -60,17 +61,19 @@ struct plan;
 }
 
 namespace hspmd::exec {
-
 template <std::floating_point T, backend B>
 class executor;
 class adam;
+} // namespace hspmd::exec
+
+namespace hspmd::train {
 
 namespace detail {
 template <std::floating_point T, class Optimizer>
 class trainer_state;
 } // namespace detail
 
-// lr_schedule, eval_metric and train_options: exec/train_options.hpp.
+// lr_schedule, eval_metric and train_options: train/train_options.hpp.
 
 /// A model: records its inputs, layers and loss on the tracer (whose batch is bound).
 using model_fn = std::function<void(nn::tracer&)>;
@@ -183,8 +186,8 @@ extern template class trainer<float, adam>;
 extern template class trainer<double, adam>;
 #endif
 
-} // namespace hspmd::exec
+} // namespace hspmd::train
 
 #if !defined(HSPMD_COMPILED)
-#include <hspmd/exec/trainer_impl.hpp>
+#include <hspmd/train/trainer_impl.hpp>
 #endif
