@@ -14,6 +14,8 @@
 // (10^23 steps, 4e9 micro-batches, an infinite learning rate) are out of range.
 
 #include <hspmd/core/error.hpp>
+#include <hspmd/exec/precision.hpp>
+#include <hspmd/train/fault.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/train_options.hpp>
 
@@ -313,6 +315,69 @@ agreed_train_options(const train_options& o) {
     else if (row.agree == train_option::agreement::presence)
       out.emplace_back(row.name(), row.is_set(o) ? "on" : "off");
   return out;
+}
+
+/// What the run's check needs to know of the trainer's types: whether the model is traced in
+/// float, and whether the optimizer shows its state (checkpoints and re-balancing move it).
+struct trainer_types {
+  bool float_model = true;
+  bool optimizer_state = true;
+  std::string optimizer; ///< its name, for the message
+};
+
+/// Every option of a run checked before any work, one line naming the option and the fix: the
+/// table's ranges (`check_train_options`), then what relates options to each other, to the
+/// trainer's types and to HSPMD_FAULT's `fault` (train/fault.hpp).
+inline void check_run_options(const train_options& o, bool distributed,
+                              const std::optional<fault_spec>& fault, const trainer_types& types) {
+  if (fault && !fault->save_point.empty() &&
+      (fault->what == fault_spec::kind::slow || o.save_every == 0 ||
+       (fault->step % o.save_every != 0 && fault->step != o.steps) || fault->step > o.steps))
+    throw config_error("HSPMD_FAULT " + fault->kind_text() + " at " + fault->where(),
+                       "strikes during a save this run does not make (or is slow, which "
+                       "applies from a step on)",
+                       "give at:saveN:POINT with N a step --save-every saves at");
+  if (fault && fault->what == fault_spec::kind::slow && !distributed)
+    throw config_error("HSPMD_FAULT " + fault->kind_text(),
+                       "slows a rank of a distributed run; one process has no peers to wait",
+                       "give a cluster, or another kind");
+  if (!o.plan_cache.empty() && !o.plan.empty() && o.plan != "synth")
+    throw config_error("plan cache " + o.plan_cache,
+                       "keeps synthesized plans, and plan " + o.plan + " is not synthesized",
+                       "drop the plan cache, or give plan synth");
+  // Every number within its range; in one process, nothing that needs a cluster.
+  check_train_options(o, distributed);
+  if (o.lr.floor > o.lr.peak)
+    throw config_error("learning rate " + std::to_string(o.lr.peak),
+                       "needs 0 < lr and 0 <= floor <= lr", "give a positive learning rate");
+  if (o.precision != exec::precision::f32 && !types.float_model)
+    throw config_error("precision " + std::string(name(o.precision)),
+                       "needs a model of float (16-bit activations, float master weights)",
+                       "give precision f32, or trace the model in float");
+  if (o.rebalance != 0.0) {
+    if (!(o.rebalance > 1.0))
+      throw config_error("rebalance " + std::to_string(o.rebalance),
+                         "is how many times slower than the others a device must be before "
+                         "the run re-balances, so it must exceed 1",
+                         "give e.g. 1.25, or 0 to turn re-balancing off");
+    if (o.plan == "dp-ev")
+      throw config_error("rebalance with plan dp-ev",
+                         "dp-ev shares the batch evenly by definition, and re-balancing "
+                         "changes the shares",
+                         "give plan dp-cp or synth (or drop --rebalance)");
+    if (!types.optimizer_state)
+      throw config_error("rebalance with optimizer " + types.optimizer,
+                         "keeps its state private, so re-balancing cannot move it",
+                         "train with exec::adam or exec::sgd, or drop --rebalance");
+  }
+  if ((o.save_every > 0 || o.resume) && o.checkpoint_dir.empty())
+    throw config_error(o.resume ? "resume" : "save every " + std::to_string(o.save_every),
+                       "needs the directory checkpoints live in",
+                       "give a checkpoint directory (--checkpoint-dir DIR)");
+  if (!types.optimizer_state && (o.save_every > 0 || o.resume))
+    throw config_error("checkpoints with optimizer " + types.optimizer,
+                       "keeps its state private, so a checkpoint cannot hold it",
+                       "train with exec::adam or exec::sgd");
 }
 
 } // namespace hspmd::train

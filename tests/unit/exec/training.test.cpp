@@ -345,7 +345,7 @@ TEST_CASE("bad options: one line naming the value and the fix") {
   o.plan.clear();
   o.accumulate = 0;
   CHECK_THROWS_WITH(train::trainer<double>(small_classifier, o),
-                    Catch::StartsWith("accumulate 0: a step needs at least one micro-batch"));
+                    Catch::StartsWith("accumulate 0: lies outside [1, 1e+06]"));
   o.accumulate = 1;
   CHECK_THROWS_WITH(train::trainer<double>([](nn::tracer&) {}, o),
                     Catch::Contains("model function: set no loss"));
