@@ -16,6 +16,7 @@
 #include <hspmd/comm/debug.hpp>
 #include <hspmd/comm/mpi/check.hpp>
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/comm/uneven_algorithms.hpp>
 #include <hspmd/comm/watchdog.hpp>
 #include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
@@ -232,7 +233,7 @@ public:
     check_sizes("all_gather_v", in.size(), counts[me()], out.size(), l.total);
     alg = resolve(collective::all_gather_v, alg, counts, sizeof(T));
     const auto w = watch(precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg));
-    gather(in.data(), out, l, alg);
+    gather(in.data(), out, counts, l, alg);
   }
   /// In-place `all_gather_v`: this rank's part is already at its place in `data`.
   template <mpi_element T>
@@ -242,7 +243,7 @@ public:
     check_sizes("all_gather_v", counts[me()], counts[me()], data.size(), l.total);
     alg = resolve(collective::all_gather_v, alg, counts, sizeof(T));
     const auto w = watch(precheck<T>(collective::all_gather_v, l.total, counts, -1, -1, alg));
-    gather(static_cast<const T*>(nullptr), data, l, alg);
+    gather(static_cast<const T*>(nullptr), data, counts, l, alg);
   }
 
   /// Collective: reduces `in` (sum of counts elements, the same layout on every rank) over
@@ -257,7 +258,7 @@ public:
     alg = resolve(collective::reduce_scatter_v, alg, counts, sizeof(T));
     const auto w = watch(
         precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg));
-    scatter(in, out, l, op, alg, false);
+    scatter(in, out, counts, l, op, alg, false);
   }
   /// In-place `reduce_scatter_v`: reduces the whole of `data` and leaves this rank's segment at
   /// its own place in `data` (the rest of `data` is unspecified afterwards). Followed by an
@@ -271,7 +272,8 @@ public:
     const auto w = watch(
         precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg));
     scatter(std::span<const T>(data),
-            data.subspan(static_cast<std::size_t>(l.displs[me()]), counts[me()]), l, op, alg, true);
+            data.subspan(static_cast<std::size_t>(l.displs[me()]), counts[me()]), counts, l, op, alg,
+            true);
   }
 
   /// Collective: sends send_counts[r] consecutive elements of `in` to rank r and receives
@@ -513,108 +515,102 @@ private:
     return {reinterpret_cast<T*>(scratch_.data()), elements}; // NOLINT: storage reuse
   }
 
+  // The primitives of the padded and grouped algorithms (comm/uneven_algorithms.hpp) on MPI.
+  template <mpi_element T>
+  struct uneven_primitives {
+    mpi_communicator& c;
+    MPI_Datatype type = mpi_datatype<T>();
+    std::vector<MPI_Request> requests = {};
+
+    T* scratch(std::size_t n) { return c.scratch<T>(n).data(); }
+    void copy(T* to, const T* from, std::size_t n) {
+      if (n > 0 && to != from)
+        std::copy_n(from, n, to);
+    }
+    void zero(T* at, std::size_t n) { std::fill_n(at, n, T{}); }
+    void all_gather_blocks(const T* mine, T* all, std::size_t m) {
+      const int k = c.count_of(m, "MPI_Allgather");
+      HSPMD_MPI_CHECK(MPI_Allgather(mine, k, type, all, k, type, c.comm_), c.rank_);
+    }
+    void reduce_scatter_blocks(const T* all, T* mine, std::size_t m, reduce_op op) {
+      HSPMD_MPI_CHECK(MPI_Reduce_scatter_block(all, mine, c.count_of(m, "MPI_Reduce_scatter_block"),
+                                               type, detail::mpi_op(op), c.comm_),
+                      c.rank_);
+    }
+    template <class F>
+    void group(F&& f) {
+      requests.clear();
+      f();
+      c.wait_all(requests);
+    }
+    void broadcast(T* data, std::size_t n, std::size_t root) {
+      requests.emplace_back();
+      HSPMD_MPI_CHECK(MPI_Ibcast(data, c.count_of(n, "MPI_Ibcast"), type, static_cast<int>(root),
+                                 c.comm_, &requests.back()),
+                      c.rank_);
+    }
+    void reduce(const T* in, T* out, std::size_t n, reduce_op op, std::size_t root) {
+      requests.emplace_back();
+      const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in);
+      HSPMD_MPI_CHECK(MPI_Ireduce(send, out, c.count_of(n, "MPI_Ireduce"), type,
+                                  detail::mpi_op(op), static_cast<int>(root), c.comm_,
+                                  &requests.back()),
+                      c.rank_);
+    }
+  };
+
   // all_gather_v body; `in` == nullptr means this rank's part is already in place in `out`.
   template <mpi_element T>
-  void gather(const T* in, std::span<T> out, const layout& l, uneven_algorithm alg) {
-    const MPI_Datatype type = mpi_datatype<T>();
-    const std::size_t mine = static_cast<std::size_t>(l.counts[me()]);
-    const std::size_t at = static_cast<std::size_t>(l.displs[me()]);
+  void gather(const T* in, std::span<T> out, std::span<const std::size_t> counts, const layout& l,
+              uneven_algorithm alg) {
+    const std::vector<std::size_t> offsets(l.displs.begin(), l.displs.end());
+    const T* own = in != nullptr ? in : out.data() + offsets[me()];
+    uneven_primitives<T> p{*this};
     switch (alg) {
-    case uneven_algorithm::padded: {
-      if (l.largest == 0)
-        return;
-      const std::size_t m = l.largest;
-      auto buf = scratch<T>(m * (me_count() + 1)); // [n blocks of m | my block of m]
-      auto send = buf.subspan(m * me_count(), m);
-      std::copy_n(in != nullptr ? in : out.data() + at, mine, send.begin());
-      std::fill(send.begin() + static_cast<std::ptrdiff_t>(mine), send.end(), T{});
-      HSPMD_MPI_CHECK(MPI_Allgather(send.data(), count_of(m, "MPI_Allgather"), type, buf.data(),
-                                    count_of(m, "MPI_Allgather"), type, comm_),
-                      rank_);
-      for (std::size_t r = 0; r < me_count(); ++r)
-        std::copy_n(buf.data() + r * m, static_cast<std::size_t>(l.counts[r]),
-                    out.data() + l.displs[r]);
+    case uneven_algorithm::padded:
+      detail::padded_all_gather(p, own, out, counts, std::span<const std::size_t>(offsets), me());
       return;
-    }
-    case uneven_algorithm::grouped: {
-      if (in != nullptr)
-        std::copy_n(in, mine, out.data() + at);
-      std::vector<MPI_Request> requests;
-      for (std::size_t r = 0; r < me_count(); ++r) {
-        if (l.counts[r] == 0)
-          continue; // every rank knows the counts: empty shards need no message
-        requests.emplace_back();
-        HSPMD_MPI_CHECK(MPI_Ibcast(out.data() + l.displs[r], l.counts[r], type, static_cast<int>(r),
-                                   comm_, &requests.back()),
-                        rank_);
-      }
-      wait_all(requests);
+    case uneven_algorithm::grouped:
+      detail::grouped_all_gather(p, own, out, counts, std::span<const std::size_t>(offsets), me());
       return;
-    }
     case uneven_algorithm::native:
     case uneven_algorithm::automatic:
       break;
     }
     const void* send = in != nullptr ? static_cast<const void*>(in) : MPI_IN_PLACE;
-    HSPMD_MPI_CHECK(MPI_Allgatherv(send, l.counts[me()], type, out.data(), l.counts.data(),
-                                   l.displs.data(), type, comm_),
+    HSPMD_MPI_CHECK(MPI_Allgatherv(send, l.counts[me()], p.type, out.data(), l.counts.data(),
+                                   l.displs.data(), p.type, comm_),
                     rank_);
   }
 
-  template <mpi_element T>
   // reduce_scatter_v body; `in_place`: `out` is this rank's segment inside `in`.
-  void scatter(std::span<const T> in, std::span<T> out, const layout& l, reduce_op op,
-               uneven_algorithm alg, bool in_place) {
-    const MPI_Datatype type = mpi_datatype<T>();
-    const MPI_Op mop = detail::mpi_op(op);
+  template <mpi_element T>
+  void scatter(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
+               const layout& l, reduce_op op, uneven_algorithm alg, bool in_place) {
+    const std::vector<std::size_t> offsets(l.displs.begin(), l.displs.end());
+    uneven_primitives<T> p{*this};
     switch (alg) {
-    case uneven_algorithm::padded: {
-      if (l.largest == 0)
-        return;
-      const std::size_t m = l.largest;
-      auto buf = scratch<T>(m * (me_count() + 1)); // [n padded segments | my result]
-      for (std::size_t r = 0; r < me_count(); ++r) {
-        const auto c = static_cast<std::size_t>(l.counts[r]);
-        std::copy_n(in.data() + l.displs[r], c, buf.data() + r * m);
-        std::fill_n(buf.data() + r * m + c, m - c, T{}); // padding is reduced, then dropped
-      }
-      auto result = buf.subspan(m * me_count(), m);
-      HSPMD_MPI_CHECK(MPI_Reduce_scatter_block(buf.data(), result.data(),
-                                               count_of(m, "MPI_Reduce_scatter_block"), type, mop,
-                                               comm_),
-                      rank_);
-      std::copy_n(result.data(), out.size(), out.data());
+    case uneven_algorithm::padded:
+      detail::padded_reduce_scatter(p, in.data(), out.data(), counts,
+                                    std::span<const std::size_t>(offsets), me(), op);
       return;
-    }
-    case uneven_algorithm::grouped: {
-      std::vector<MPI_Request> requests;
-      for (std::size_t r = 0; r < me_count(); ++r) {
-        if (l.counts[r] == 0)
-          continue;
-        requests.emplace_back();
-        T* recv = r == me() ? out.data() : nullptr;
-        const void* send = in_place && r == me()
-                               ? MPI_IN_PLACE
-                               : static_cast<const void*>(in.data() + l.displs[r]);
-        HSPMD_MPI_CHECK(MPI_Ireduce(send, recv, l.counts[r], type, mop, static_cast<int>(r), comm_,
-                                    &requests.back()),
-                        rank_);
-      }
-      wait_all(requests);
+    case uneven_algorithm::grouped:
+      detail::grouped_reduce_scatter(p, in.data(), out.data(), counts,
+                                     std::span<const std::size_t>(offsets), me(), op);
       return;
-    }
     case uneven_algorithm::native:
     case uneven_algorithm::automatic:
       break;
     }
+    const MPI_Op mop = detail::mpi_op(op);
     if (!in_place) {
-      HSPMD_MPI_CHECK(MPI_Reduce_scatter(in.data(), out.data(), l.counts.data(), type, mop, comm_),
-                      rank_);
+      HSPMD_MPI_CHECK(
+          MPI_Reduce_scatter(in.data(), out.data(), l.counts.data(), p.type, mop, comm_), rank_);
       return;
     }
     // MPI's in-place form leaves the result at the start of the buffer: move it to its place.
     T* whole = const_cast<T*>(in.data()); // NOLINT: `in` is the caller's mutable `data`
-    HSPMD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, whole, l.counts.data(), type, mop, comm_),
+    HSPMD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, whole, l.counts.data(), p.type, mop, comm_),
                     rank_);
     std::copy_backward(whole, whole + out.size(), out.data() + out.size());
   }

@@ -23,6 +23,7 @@
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/comm/nccl/check.hpp>
 #include <hspmd/comm/reduce_op.hpp>
+#include <hspmd/comm/uneven_algorithms.hpp>
 #include <hspmd/core/collective_cost.hpp>
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
@@ -566,36 +567,56 @@ private:
                        rank_);
   }
 
+  // The primitives of the padded and grouped algorithms (comm/uneven_algorithms.hpp) on NCCL:
+  // device memory, calls enqueued on the communicator's stream.
+  template <nccl_element T>
+  struct uneven_primitives {
+    nccl_communicator& c;
+    ncclDataType_t type = detail::nccl_datatype<T>();
+    T* sink = nullptr; // non-roots' receive buffer of a reduce (NCCL ignores it)
+
+    T* scratch(std::size_t n) { return c.device_scratch<T>(n); }
+    void copy(T* to, const T* from, std::size_t n) { c.copy(to, from, n); }
+    void zero(T* at, std::size_t n) {
+      if (n > 0)
+        HSPMD_CUDA_CHECK(cudaMemsetAsync(at, 0, n * sizeof(T), c.stream_), c.rank_);
+    }
+    void all_gather_blocks(const T* mine, T* all, std::size_t m) {
+      c.check(ncclAllGather(mine, all, m, type, c.comm_, c.stream_), "ncclAllGather");
+    }
+    void reduce_scatter_blocks(const T* all, T* mine, std::size_t m, reduce_op op) {
+      c.check(ncclReduceScatter(all, mine, m, type, detail::nccl_op(op), c.comm_, c.stream_),
+              "ncclReduceScatter");
+    }
+    template <class F>
+    void group(F&& f) {
+      sink = c.device_scratch<T>(1); // (before the group: no allocation inside it)
+      c.group(f);
+    }
+    void broadcast(T* data, std::size_t n, std::size_t root) {
+      c.check(ncclBroadcast(data, data, n, type, static_cast<int>(root), c.comm_, c.stream_),
+              "ncclBroadcast");
+    }
+    void reduce(const T* in, T* out, std::size_t n, reduce_op op, std::size_t root) {
+      c.check(ncclReduce(in, out != nullptr ? out : sink, n, type, detail::nccl_op(op),
+                         static_cast<int>(root), c.comm_, c.stream_),
+              "ncclReduce");
+    }
+  };
+
   template <nccl_element T>
   void gather(const T* in, std::span<T> out, std::span<const std::size_t> counts,
               const std::vector<std::size_t>& offsets, uneven_algorithm alg) {
     const ncclDataType_t type = detail::nccl_datatype<T>();
     const std::size_t mine = counts[me()];
     const T* own = in != nullptr ? in : out.data() + offsets[me()];
-    std::size_t largest = 0;
-    for (std::size_t c : counts)
-      largest = std::max(largest, c);
+    uneven_primitives<T> prims{*this};
     switch (alg) {
-    case uneven_algorithm::padded: {
-      if (largest == 0)
-        return;
-      T* buf = device_scratch<T>(largest * (me_count() + 1)); // [n blocks | my block]
-      T* send = buf + largest * me_count();
-      copy(send, own, mine);
-      check(ncclAllGather(send, buf, largest, type, comm_, stream_), "ncclAllGather");
-      for (std::size_t r = 0; r < me_count(); ++r)
-        copy(out.data() + offsets[r], buf + r * largest, counts[r]);
+    case uneven_algorithm::padded:
+      detail::padded_all_gather(prims, own, out, counts, std::span<const std::size_t>(offsets), me());
       break;
-    }
     case uneven_algorithm::grouped:
-      copy(out.data() + offsets[me()], own, mine);
-      group([&] {
-        for (std::size_t r = 0; r < me_count(); ++r)
-          if (counts[r] > 0)
-            check(ncclBroadcast(out.data() + offsets[r], out.data() + offsets[r], counts[r], type,
-                                static_cast<int>(r), comm_, stream_),
-                  "ncclBroadcast");
-      });
+      detail::grouped_all_gather(prims, own, out, counts, std::span<const std::size_t>(offsets), me());
       break;
     case uneven_algorithm::native:
     case uneven_algorithm::automatic:
@@ -622,34 +643,16 @@ private:
                const std::vector<std::size_t>& offsets, reduce_op op, uneven_algorithm alg) {
     const ncclDataType_t type = detail::nccl_datatype<T>();
     const std::size_t mine = counts[me()];
-    std::size_t largest = 0;
-    for (std::size_t c : counts)
-      largest = std::max(largest, c);
+    uneven_primitives<T> prims{*this};
     switch (alg) {
-    case uneven_algorithm::padded: {
-      if (largest == 0)
-        return;
-      T* buf = device_scratch<T>(largest * (me_count() + 1)); // [n padded segments | result]
-      HSPMD_CUDA_CHECK(cudaMemsetAsync(buf, 0, largest * me_count() * sizeof(T), stream_), rank_);
-      for (std::size_t r = 0; r < me_count(); ++r)
-        copy(buf + r * largest, in.data() + offsets[r], counts[r]);
-      T* result = buf + largest * me_count();
-      check(ncclReduceScatter(buf, result, largest, type, detail::nccl_op(op), comm_, stream_),
-            "ncclReduceScatter");
-      copy(out.data(), static_cast<const T*>(result), mine);
+    case uneven_algorithm::padded:
+      detail::padded_reduce_scatter(prims, in.data(), out.data(), counts,
+                                    std::span<const std::size_t>(offsets), me(), op);
       break;
-    }
-    case uneven_algorithm::grouped: {
-      T* sink = device_scratch<T>(1); // non-roots' receive buffer is ignored by NCCL
-      group([&] {
-        for (std::size_t r = 0; r < me_count(); ++r)
-          if (counts[r] > 0)
-            check(ncclReduce(in.data() + offsets[r], r == me() ? out.data() : sink, counts[r], type,
-                             detail::nccl_op(op), static_cast<int>(r), comm_, stream_),
-                  "ncclReduce");
-      });
+    case uneven_algorithm::grouped:
+      detail::grouped_reduce_scatter(prims, in.data(), out.data(), counts,
+                                     std::span<const std::size_t>(offsets), me(), op);
       break;
-    }
     case uneven_algorithm::native:
     case uneven_algorithm::automatic: {
       if constexpr (std::is_floating_point_v<T>) {
