@@ -16,6 +16,7 @@
 
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace hspmd::exec {
@@ -63,5 +64,19 @@ private:
   std::span<E> data_;
   std::vector<std::remove_const_t<E>> host_;
 };
+
+namespace detail {
+// The communicator of host-memory control traffic (plan agreement, input checks, traces): a
+// device communicator's bootstrap (NCCL's MPI communicator), else the communicator itself.
+template <class C>
+auto& control_of(C& c) {
+  if constexpr (requires { c.bootstrap(); })
+    return c.bootstrap();
+  else
+    return c;
+}
+template <class C>
+using control_t = std::remove_reference_t<decltype(control_of(std::declval<C&>()))>;
+} // namespace detail
 
 } // namespace hspmd::exec

@@ -24,12 +24,12 @@
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/debug.hpp>
-#include <hspmd/comm/sfb.hpp>
 #include <hspmd/core/error.hpp>
-#include <hspmd/core/hash.hpp>
 #include <hspmd/exec/agreement.hpp>
 #include <hspmd/exec/comm_span.hpp>
+#include <hspmd/exec/emulation.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/gradient_sync.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/exec/transfers.hpp>
@@ -40,14 +40,11 @@
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <numeric>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,53 +52,6 @@
 #include <vector>
 
 namespace hspmd::exec {
-
-namespace detail {
-// True when communicator C starts an all-reduce ordered after backend B's queued work on the
-// device (`start_all_reduce(data, op, be.stream())`: an event, no host wait), so a bucket goes
-// out while the backend's stream runs the rest of the backward pass.
-template <class C, class T, class B>
-inline constexpr bool stream_ordered_v = requires(C& c, std::span<T> b, B& be) {
-  c.start_all_reduce(b, reduce_op::sum, be.stream());
-};
-
-// The request of a communicator's non-blocking all-reduce (stream-ordered where it has that
-// form), or `none` when it has none (then the buckets are all-reduced blocking, each as soon as
-// it is ready).
-struct no_request {};
-template <class C, class T, class B>
-struct request_of {
-  using type = no_request;
-  static constexpr bool nonblocking = false;
-};
-template <class C, class T, class B>
-requires stream_ordered_v<C, T, B>
-struct request_of<C, T, B> {
-  using type = decltype(std::declval<C&>().start_all_reduce(
-      std::declval<std::span<T>>(), reduce_op::sum, std::declval<B&>().stream()));
-  static constexpr bool nonblocking = true;
-};
-template <class C, class T, class B>
-requires(!stream_ordered_v<C, T, B> && requires(C & c, std::span<T> b) {
-  c.start_all_reduce(b, reduce_op::sum);
-}) struct request_of<C, T, B> {
-  using type =
-      decltype(std::declval<C&>().start_all_reduce(std::declval<std::span<T>>(), reduce_op::sum));
-  static constexpr bool nonblocking = true;
-};
-
-// The communicator of host-memory control traffic (plan agreement, input checks, traces): a
-// device communicator's bootstrap (NCCL's MPI communicator), else the communicator itself.
-template <class C>
-auto& control_of(C& c) {
-  if constexpr (requires { c.bootstrap(); })
-    return c.bootstrap();
-  else
-    return c;
-}
-template <class C>
-using control_t = std::remove_reference_t<decltype(control_of(std::declval<C&>()))>;
-} // namespace detail
 
 /// One rank's share of a distributed training step (see the file comment).
 template <std::floating_point T, class Comm, backend B = host_backend>
@@ -121,39 +71,30 @@ public:
     ex_.set_row_reduce([this](std::span<T> v, bool max) {
       // (inside a kernel: an emulated slow device first computes what came before, slowly,
       // and then waits for the others only as long as a real one would)
-      if (computing_)
-        emulate_since(*computing_);
+      device_.pause([this] { sync_.progress(); });
       comm_span<T, Comm, B> s(ex_.backend(), v, true);
       comm_->all_reduce(s.get(), max ? reduce_op::max : reduce_op::sum);
       s.written();
-      if (computing_)
-        computing_ = std::chrono::steady_clock::now();
+      device_.resume();
     });
     // Gradient buffers of intermediate versions are shared across the backward; SFB reads its
     // layer's output gradient after the backward, so that one keeps its own.
+    const transfer_buffers tb = transfer_buffers_of(g_, prog_);
+    for (graph::node_id id : tb.float_copies)
+      ex_.keep_in_float(id);
+    ex_.keep_element_order(tb.read_whole);
     std::vector<graph::node_id> keep;
-    std::vector<std::pair<graph::node_id, graph::node_id>> duals;
-    std::vector<graph::node_id> storing; // whose dual can store the gradient instead of adding
-    for (const program::lowered_transfer& t : prog_.transfers) {
-      if (t.source)
-        duals.emplace_back(*t.source, t.target);
-      if (t.source && transfer_runner<T, Comm, B>::dual_can_store(t.what.kind))
-        storing.push_back(*t.source);
-      if (g_[t.what.tensor].kind == graph::op::parameter) // a master weight's copy: float
-        ex_.keep_in_float(t.target);
-      if (t.what.sfb)
-        if (const auto user = program::sole_user(prog_.local, t.target))
-          keep.push_back(*user);
-    }
-    {
-      std::vector<graph::node_id> sources; // (a transfer reads its value whole)
-      for (const auto& d : duals)
-        sources.push_back(d.first);
-      ex_.keep_element_order(sources);
-    }
-    gradient_bytes_ = ex_.reuse_gradient_buffers(keep, duals, storing);
-    plan_gradient_sync();
-    share_gathered_parameters();
+    for (graph::node_id w : sp_.sfb)
+      keep.push_back(program::sfb_user(prog_, w));
+    gradient_bytes_ = ex_.reuse_gradient_buffers(keep, tb.duals, tb.stored);
+    sync_.plan(sp_);
+    // FSDP: a parameter kept in shards and all-gathered for use is a working copy (the
+    // program's `gathered`, each with its last reader). The copies share one buffer where their
+    // lives do not overlap (exec::executor::share_value_buffers); the program gathers each again
+    // before its last reader's backward: one layer's parameters at a time instead of the whole
+    // model, for one more all-gather per copy (the cost model prices both).
+    if (!sp_.gathered.empty())
+      gathered_bytes_ = ex_.share_value_buffers(sp_.gathered);
   }
   distributed_executor(const distributed_executor&) = delete;
   distributed_executor& operator=(const distributed_executor&) = delete;
@@ -190,7 +131,9 @@ public:
   /// before that reader's backward (see `share_gathered_parameters`).
   [[nodiscard]] std::size_t gathered_parameter_bytes() const noexcept { return gathered_bytes_; }
   /// The local nodes holding FSDP-gathered parameter copies.
-  [[nodiscard]] std::size_t gathered_parameter_copies() const noexcept { return gathered_; }
+  [[nodiscard]] std::size_t gathered_parameter_copies() const noexcept {
+    return sp_.gathered.size();
+  }
 
   /// Bytes of gradient storage this rank holds: the parameters' gradients and the shared
   /// buffers of the intermediate ones (exec::executor::reuse_gradient_buffers).
@@ -215,22 +158,20 @@ public:
   }
   void set_training(bool on) noexcept { ex_.set_training(on); }
   /// Emulation of a slower device: every local compute takes `s` times as long (busy wait).
-  void set_slowdown(double s) noexcept { slowdown_ = std::max(1.0, s); }
-  [[nodiscard]] double slowdown() const noexcept { return slowdown_; }
+  void set_slowdown(double s) noexcept { device_.set_slowdown(s); }
+  [[nodiscard]] double slowdown() const noexcept { return device_.slowdown(); }
   [[nodiscard]] std::size_t bucket_bytes() const noexcept { return options_.bucket_bytes; }
   /// Seconds this rank spent computing (the local graph's kernels and the optimizer, an
   /// emulated slowdown included) since the last call; what re-balancing compares with the
   /// plan's prediction (train/rebalance.hpp).
-  [[nodiscard]] double take_compute_seconds() noexcept {
-    return std::exchange(compute_seconds_, 0.0);
-  }
+  [[nodiscard]] double take_compute_seconds() noexcept { return device_.take_compute_seconds(); }
   /// Bytes of gradients all-reduced together (the same on every rank; default
   /// `gradient_bucket_bytes`). Smaller buckets start earlier in the backward and overlap more of
   /// it; each pays one latency.
   void set_bucket_bytes(std::size_t bytes) {
     options_.bucket_bytes = std::max<std::size_t>(bytes, sizeof(T));
     sp_ = program::build(prog_, g_, options_);
-    plan_gradient_sync();
+    sync_.plan(sp_);
   }
   /// The gradient buckets: for each, its parameters' local node ids, in the order they are
   /// started (the first is ready earliest in the backward).
@@ -341,32 +282,7 @@ public:
   /// Collective: gathers every rank's events; rank 0 returns the whole trace (see
   /// exec/trace.hpp), the other ranks an empty object. `devices` names each rank's device.
   [[nodiscard]] nlohmann::json collect_trace(const std::vector<std::string>& devices = {}) {
-    const auto me = control_->rank();
-    const auto n = static_cast<std::size_t>(control_->size());
-    const std::string mine = trace_
-                                 .events_json(me, static_cast<std::size_t>(me) < devices.size()
-                                                      ? devices[static_cast<std::size_t>(me)]
-                                                      : "rank " + std::to_string(me))
-                                 .dump();
-    std::vector<std::uint64_t> sizes(n);
-    const std::uint64_t my_size = mine.size();
-    control_->all_gather_v(std::span<const std::uint64_t>(&my_size, 1),
-                           std::span<std::uint64_t>(sizes), std::vector<std::size_t>(n, 1),
-                           uneven_algorithm::native);
-    std::vector<std::size_t> counts(sizes.begin(), sizes.end());
-    std::vector<char> all(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
-    control_->all_gather_v(std::span<const char>(mine.data(), mine.size()), std::span<char>(all),
-                           std::span<const std::size_t>(counts), uneven_algorithm::native);
-    if (me != 0)
-      return nlohmann::json::object();
-    std::vector<nlohmann::json> ranks;
-    std::size_t at = 0;
-    for (std::size_t c : counts) {
-      ranks.push_back(nlohmann::json::parse(all.begin() + static_cast<std::ptrdiff_t>(at),
-                                            all.begin() + static_cast<std::ptrdiff_t>(at + c)));
-      at += c;
-    }
-    return chrome_trace(ranks);
+    return gather_trace(*control_, trace_, devices);
   }
 
 private:
@@ -417,21 +333,16 @@ private:
       break;
     }
     case code::post:
-      traced(k, trace_kind::communication, bucket_args(in.bucket),
-             [&] { start_bucket(in.bucket); });
+      traced(k, trace_kind::communication, sync_.args(in.bucket), [&] { sync_.start(in.bucket); });
       break;
     case code::sfb:
       traced(k, trace_kind::communication, {{"bytes", ex_.grad(in.node).size() * sizeof(T)}},
-             [&] { sfb_gradient(in.node); });
+             [&] { sync_.sfb(prog_, in.node); });
       break;
-    case code::wait: {
-      std::size_t bytes = 0;
-      for (const gradient_bucket& b : buckets_)
-        bytes += b.bytes;
-      traced(k, trace_kind::communication, {{"bytes", bytes}, {"buckets", buckets_.size()}},
-             [&] { finish_buckets(); });
+    case code::wait:
+      traced(k, trace_kind::communication, {{"bytes", sync_.bytes()}, {"buckets", sync_.size()}},
+             [&] { sync_.finish(); });
       break;
-    }
     case code::norm:
       traced(k, trace_kind::communication, {{"bytes", sizeof(double)}},
              [&] { norm_squared_ = comm_->all_reduce(norm_squared_, reduce_op::sum); });
@@ -444,7 +355,7 @@ private:
       break;
     }
     if (k >= sp_.begin(program::section::backward) && k < sp_.begin(program::section::optimizer))
-      progress();
+      sync_.progress();
   }
 
   // Runs f under instruction k's name (with its index in the args) when tracing.
@@ -476,7 +387,7 @@ private:
     const graph::node& n = prog_.local[i];
     nlohmann::json args{{"op", std::string(graph::name(n.kind))},
                         {"pass", pass},
-                        {"slowdown", slowdown_},
+                        {"slowdown", device_.slowdown()},
                         {"instruction", k}};
     if constexpr (host_memory_v<B>) {
       trace_.span(instruction_name(k), trace_kind::compute, args, run);
@@ -504,43 +415,15 @@ private:
       run();
       return;
     }
-    const synth::transfer_kind kind = backward ? synth::dual(t.what.kind) : t.what.kind;
-    const graph::node& whole = g_[t.what.tensor];
-    nlohmann::json args = {{"tensor", whole.name},
-                           {"bytes", whole.out.size() * size_of(whole.type)},
-                           {"placements", t.what.from.to_string() + " -> " + t.what.to.to_string()},
-                           {"pass", backward ? "backward" : "forward"},
-                           {"instruction", k}};
-    if (kind == synth::transfer_kind::all_gather || kind == synth::transfer_kind::reduce_scatter)
-      args["algorithm"] = std::string(name(t.what.algorithm));
+    nlohmann::json args = transfer_trace_args(g_, t, backward);
+    args["instruction"] = k;
     trace_.span(instruction_name(k), trace_kind::communication, args, run);
   }
 
-  // Runs f; with a slowdown s, waits (s - 1) times as long again. A kernel that communicates
-  // (the vocabulary-parallel cross-entropy's row reductions) is slowed phase by phase: its
-  // compute before each collective is stretched before the collective starts, and the time
-  // spent waiting inside the collective is not stretched (once it was: rank 1's wait for the
-  // faster rank inside the cross-entropy counted twice, ~1 ms a BERT-small step).
+  // Runs f as compute (exec/emulation.hpp), the buckets in flight driven while it waits.
   template <class F>
   void compute(F&& f) {
-    const auto start = std::chrono::steady_clock::now();
-    computing_ = start;
-    f();
-    emulate_since(*computing_);
-    computing_.reset();
-    compute_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  // With a slowdown s: busy-waits (s - 1) times the time since `from` (an emulated slow device
-  // computes; its host drives the collectives in flight meanwhile).
-  void emulate_since(std::chrono::steady_clock::time_point from) {
-    if (slowdown_ <= 1.0)
-      return;
-    const auto now = std::chrono::steady_clock::now();
-    const auto until = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 (now - from) * (slowdown_ - 1.0));
-    while (std::chrono::steady_clock::now() < until)
-      progress();
+    device_.compute(std::forward<F>(f), [this] { sync_.progress(); });
   }
 
   template <class E>
@@ -555,24 +438,12 @@ private:
 
   template <class E>
   void feed(std::string_view name, std::span<const E> whole) {
-    const auto gid = g_.find(name);
-    if (!gid || g_[*gid].kind != graph::op::input)
-      throw plan_error("distributed executor", "no input named \"" + std::string(name) + "\"",
-                       "feed the inputs the model declared");
-    if (whole.size() != g_[*gid].out.size())
-      throw shape_error("input \"" + std::string(name) + "\"",
-                        std::to_string(whole.size()) + " values for shape " +
-                            g_[*gid].out.to_string(),
-                        "pass the whole batch on every rank; each keeps its piece");
-    if ((g_[*gid].type == dtype::i64) != std::is_same_v<E, std::int64_t>)
-      throw plan_error("input \"" + std::string(name) + "\"",
-                       std::is_same_v<E, std::int64_t> ? "is not an integer input"
-                                                       : "is an integer input",
-                       "feed ids as int64 and features as floating point");
+    const graph::node_id gid =
+        checked_input(g_, name, whole.size(), std::is_same_v<E, std::int64_t>);
     if (check_inputs_)
-      check_same_input(name, std::as_bytes(whole));
+      check_same_input(*control_, name, std::as_bytes(whole), step_);
     for (const program::lowered_transfer& t : prog_.transfers)
-      if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid) {
+      if (t.what.kind == synth::transfer_kind::load && t.what.tensor == gid) {
         const std::span<E> to = data_of<E>(t.target, false);
         if constexpr (host_memory_v<B>) {
           moves_.piece_of(whole.data(), t.target, to.data(), false);
@@ -583,35 +454,6 @@ private:
           ex_.backend().copy_from_host(to.data(), piece.data(), piece.size());
         }
       }
-  }
-
-  // Every rank must feed the same whole batch: a rank whose data differs would silently train
-  // on a mixture of batches. Checked at every feed: a hash at memory speed (10.7 GB/s here: 8 KiB
-  // of tokens in 0.8 us, a 10 MiB image batch in 1 ms) and two collectives of one number.
-  void check_same_input(std::string_view name, std::span<const std::byte> bytes) {
-    const std::uint64_t mine = hash_bulk(bytes);
-    std::uint64_t first = mine;
-    control_->broadcast(std::span<std::uint64_t>(&first, 1), 0);
-    const std::int64_t differs = control_->all_reduce(
-        static_cast<std::int64_t>(mine == first ? control_->size() : control_->rank()),
-        reduce_op::min);
-    if (differs < control_->size())
-      throw plan_error("input \"" + std::string(name) + "\" of step " + std::to_string(step_),
-                       "rank " + std::to_string(differs) +
-                           " fed a different whole batch than rank 0",
-                       "feed every rank the same whole batch (same data order and seed); each "
-                       "rank keeps its piece");
-  }
-
-  // FSDP: a parameter kept in shards and all-gathered for use is a working copy (the program's
-  // `gathered`, each with its last reader). The copies share one buffer where their lives do
-  // not overlap (exec::executor::share_value_buffers); the program gathers each again before
-  // its last reader's backward: one layer's parameters at a time instead of the whole model,
-  // for one more all-gather per copy (the cost model prices both).
-  void share_gathered_parameters() {
-    gathered_ = sp_.gathered.size();
-    if (!sp_.gathered.empty())
-      gathered_bytes_ = ex_.share_value_buffers(sp_.gathered);
   }
 
   void transfer_forward(const program::lowered_transfer& t) {
@@ -626,161 +468,6 @@ private:
                       !ex_.gradient_stored_whole(*t.source));
   }
 
-  // Replicated parameters' gradients are partial sums over the ranks: all-reduced in the
-  // program's buckets (or made by SFB). Each bucket gets a buffer, reused every step.
-  void plan_gradient_sync() {
-    buckets_.clear();
-    buckets_.resize(sp_.buckets.size());
-    for (std::size_t k = 0; k < buckets_.size(); ++k) {
-      gradient_bucket& b = buckets_[k];
-      b.bytes = sp_.buckets[k].elements * sizeof(T);
-      b.flat = ex_.backend().template allocate<T>(sp_.buckets[k].elements);
-      if constexpr (staged_comm)
-        b.staged.assign(sp_.buckets[k].elements, T{});
-    }
-    requests_.clear();
-    requests_.resize(buckets_.size());
-  }
-
-  // Packs bucket k's gradients and starts their all-reduce.
-  void start_bucket(std::size_t k) {
-    gradient_bucket& b = buckets_[k];
-    std::size_t at = 0;
-    for (graph::node_id id : sp_.buckets[k].params) {
-      const auto gr = ex_.grad(id);
-      for_each_index(ex_.backend(), gr.size(),
-                     copy_elements<T>{gr.data(), b.flat.data() + at, false});
-      at += gr.size();
-    }
-    std::span<T> moved(b.flat.data(), b.flat.size());
-    // A device communicator's stream reads the bucket after the packing kernels: ordered by an
-    // event where it takes the backend's stream, else the backend finishes its queue first.
-    if constexpr (!staged_comm && !host_memory_v<B> && !stream_ordered)
-      ex_.backend().synchronize();
-    if constexpr (staged_comm) {
-      ex_.backend().copy_to_host(b.staged.data(), b.flat.data(), b.flat.size());
-      moved = std::span<T>(b.staged);
-    }
-    b.started = std::chrono::steady_clock::now();
-    b.done = false;
-    if constexpr (stream_ordered) {
-      requests_[k] = comm_->start_all_reduce(moved, reduce_op::sum, ex_.backend().stream());
-      in_flight_ = true;
-    } else if constexpr (detail::request_of<Comm, T, B>::nonblocking) {
-      requests_[k] = comm_->start_all_reduce(moved, reduce_op::sum);
-      in_flight_ = true;
-    } else {
-      trace_.span("all_reduce gradients", trace_kind::communication, bucket_args(k),
-                  [&] { comm_->all_reduce(moved, reduce_op::sum); });
-      b.done = true;
-    }
-  }
-
-  // Drives the collectives in flight (MPI progresses only inside its calls); records each one
-  // that completes.
-  void progress() {
-    if constexpr (detail::request_of<Comm, T, B>::nonblocking) {
-      if (!in_flight_)
-        return;
-      bool any = false;
-      for (std::size_t k = 0; k < buckets_.size(); ++k) {
-        gradient_bucket& b = buckets_[k];
-        if (b.done || requests_[k].done())
-          continue;
-        if (comm_->test(requests_[k])) {
-          b.done = true;
-          trace_in_flight(k);
-        } else
-          any = true;
-      }
-      in_flight_ = any;
-    }
-  }
-
-  // Waits for every bucket and copies the sums back into the gradients.
-  void finish_buckets() {
-    for (std::size_t k = 0; k < buckets_.size(); ++k) {
-      gradient_bucket& b = buckets_[k];
-      if constexpr (detail::request_of<Comm, T, B>::nonblocking) {
-        if (!b.done) {
-          comm_->wait(requests_[k]);
-          b.done = true;
-          trace_in_flight(k);
-        }
-      }
-      if constexpr (staged_comm)
-        ex_.backend().copy_from_host(b.flat.data(), b.staged.data(), b.staged.size());
-      std::size_t at = 0;
-      for (graph::node_id id : sp_.buckets[k].params) {
-        auto gr = ex_.grad(id);
-        for_each_index(ex_.backend(), gr.size(),
-                       copy_elements<T>{b.flat.data() + at, gr.data(), false});
-        at += gr.size();
-      }
-    }
-    in_flight_ = false;
-  }
-
-  // Records completed bucket k's all-reduce: from its start to when the host saw it complete;
-  // a device communicator adds the seconds its stream spent on it (event timing).
-  void trace_in_flight(std::size_t k) {
-    if (!trace_.on())
-      return;
-    nlohmann::json args = bucket_args(k);
-    if constexpr (requires { comm_->device_seconds(requests_[k]); })
-      args["device_ms"] = comm_->device_seconds(requests_[k]) * 1e3;
-    trace_.add("all_reduce gradients", trace_kind::in_flight, buckets_[k].started,
-               std::chrono::steady_clock::now(), std::move(args));
-  }
-
-  [[nodiscard]] nlohmann::json bucket_args(std::size_t k) const {
-    return {
-        {"bytes", buckets_[k].bytes}, {"parameters", sp_.buckets[k].params.size()}, {"bucket", k}};
-  }
-
-  // SFB for replicated weight `w` read by exactly one matmul / linear with row-split input
-  // (program::sfb_applies): all-gather the input rows and the output gradient, one local GEMM.
-  void sfb_gradient(graph::node_id w) {
-    const graph::node& op = prog_.local[program::sfb_user(prog_, w)];
-    const graph::node_id x = op.inputs[0];
-    const program::node_layout& lx = prog_.layouts[x];
-    const std::size_t k = lx.global.back();
-    const std::size_t n = prog_.local[w].out.dims[1];
-    std::vector<std::size_t> rows;
-    for (std::size_t len : prog_.lengths[x]) {
-      auto d = lx.global;
-      d[*lx.split] = len;
-      rows.push_back(detail::product(d) / std::max<std::size_t>(k, 1));
-    }
-    if constexpr (host_memory_v<B>) {
-      sfb_weight_gradient(*comm_, std::span<const T>(ex_.value(x)),
-                          std::span<const T>(ex_.grad(program::sfb_user(prog_, w))),
-                          std::span<const std::size_t>(rows), k, n, ex_.grad(w));
-    } else {
-      // On the device: both factors gathered into backend buffers (directly or staged, like any
-      // transfer), then the product as a functor, one weight element per index summing the rows
-      // in global order -- the host loop's order, so every rank holds the same bits.
-      B& be = ex_.backend();
-      const auto [total, x_counts, dy_counts] =
-          sfb_layout_of(std::span<const std::size_t>(rows), k, n);
-      auto xs = be.template allocate<T>(total * k);
-      auto dys = be.template allocate<T>(total * n);
-      const auto gather = [&](std::span<const T> piece, T* whole, std::size_t size,
-                              const std::vector<std::size_t>& counts) {
-        comm_span<const T, Comm, B> in(be, piece, true);
-        comm_span<T, Comm, B> out(be, std::span<T>(whole, size), false);
-        comm_->all_gather_v(in.get(), out.get(), std::span<const std::size_t>(counts),
-                            uneven_algorithm::automatic);
-        out.written();
-      };
-      gather(std::span<const T>(ex_.value(x)), xs.data(), total * k, x_counts);
-      gather(std::span<const T>(ex_.grad(program::sfb_user(prog_, w))), dys.data(), total * n,
-             dy_counts);
-      for_each_index(be, k * n,
-                     sfb_outer_product<T>{xs.data(), dys.data(), ex_.grad(w).data(), total, k, n});
-    }
-  }
-
   // The whole tensor of local version `id` on every rank (collective).
   std::vector<T> assemble(graph::node_id id) {
     return moves_.assemble(id, std::span<const T>(ex_.value(id)));
@@ -790,38 +477,19 @@ private:
   Comm* comm_;
   detail::control_t<Comm>* control_;
   program::local_program prog_;
-  // Device buffers over a communicator of host memory: buckets are all-reduced from host copies.
-  static constexpr bool staged_comm = !comm_reads_backend_v<Comm, B>;
-  // Buckets start on the communicator's stream after an event on the backend's (see above).
-  static constexpr bool stream_ordered = detail::stream_ordered_v<Comm, T, B>;
-  static_assert(!(stream_ordered && staged_comm),
-                "a communicator that takes the backend's stream must read its buffers");
-
   executor<T, B> ex_;
   transfer_runner<T, Comm, B> moves_{prog_, *comm_, ex_.backend()};
   program::step_options options_ = default_options();
   program::step_program sp_ = program::build(prog_, g_, options_);
-  struct gradient_bucket { // the runtime side of the program's bucket of the same index
-    std::size_t bytes = 0;
-    typename B::template buffer<T> flat; // the bucket's buffer, reused every step
-    std::vector<T> staged;               // its host copy when the communicator needs one
-    std::chrono::steady_clock::time_point started;
-    bool done = true;
-  };
-  std::vector<gradient_bucket> buckets_;
-  std::vector<typename detail::request_of<Comm, T, B>::type> requests_;
-  bool in_flight_ = false;
-  double slowdown_ = 1.0;
-  std::optional<std::chrono::steady_clock::time_point> computing_; // a compute phase's start
-  double compute_seconds_ = 0.0;
+  trace_recorder trace_;
+  gradient_sync<T, Comm, B> sync_{*comm_, ex_, trace_};
+  emulated_device device_; // the slowdown and the compute seconds
   std::uint64_t step_ = 0;
   bool check_inputs_ = true; // every rank feeds (SPMD), so every rank checks
-  trace_recorder trace_;
   std::size_t gradient_bytes_ = 0;
   T loss_{};                             // the last forward's global loss
   double norm_squared_ = 0.0;            // the gradient norm's partial, then its sum
   std::function<void()> optimizer_step_; // what the update instruction runs
-  std::size_t gathered_ = 0;
   std::size_t gathered_bytes_ = 0;
 };
 

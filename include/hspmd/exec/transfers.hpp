@@ -24,6 +24,9 @@
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/lower.hpp>
 #include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/transfer.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
@@ -32,6 +35,8 @@
 #include <numeric>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -308,12 +313,6 @@ public:
     }
   }
 
-  /// Whether the dual of a transfer of kind `k` can store the source's whole gradient
-  /// (`backward` with `add` false) instead of adding into it.
-  [[nodiscard]] static constexpr bool dual_can_store(synth::transfer_kind k) noexcept {
-    using enum synth::transfer_kind;
-    return k == all_gather || k == reduce_scatter || k == all_to_all;
-  }
   /// The dual of transfer t: the target's gradient `gout` flows into the source's `gin` (added;
   /// stored where `add` is false, for the kinds `dual_can_store`: an all-gather's dual then
   /// writes the piece and a reduce-scatter's the whole directly, without a staging buffer).
@@ -369,5 +368,64 @@ private:
   B* backend_;
   std::array<std::optional<decltype(std::declval<B&>().template allocate<T>(0))>, 2> scratch_;
 };
+
+/// What a rank's executor must know of the buffers its transfers touch (exec/distributed.hpp).
+struct transfer_buffers {
+  /// (source, target): the target's dual adds into the source's gradient outside the graph.
+  std::vector<std::pair<graph::node_id, graph::node_id>> duals;
+  std::vector<graph::node_id> stored;       ///< sources whose dual can store the gradient whole
+  std::vector<graph::node_id> float_copies; ///< a master weight's copies: kept in float
+  std::vector<graph::node_id> read_whole;   ///< sources: a transfer reads their value whole
+};
+
+/// The transfer buffers of `prog`, a rank's lowering of graph `g`.
+[[nodiscard]] inline transfer_buffers transfer_buffers_of(const graph::graph& g,
+                                                          const program::local_program& prog) {
+  transfer_buffers b;
+  for (const program::lowered_transfer& t : prog.transfers) {
+    if (t.source) {
+      b.duals.emplace_back(*t.source, t.target);
+      b.read_whole.push_back(*t.source);
+      if (synth::dual_can_store(t.what.kind))
+        b.stored.push_back(*t.source);
+    }
+    if (g[t.what.tensor].kind == graph::op::parameter)
+      b.float_copies.push_back(t.target);
+  }
+  return b;
+}
+
+/// The input node `name` of `g` that a rank feeds `size` values (ids or features) of, checked:
+/// throws naming the input and the fix when it is none, or the size or the type is not its.
+[[nodiscard]] inline graph::node_id checked_input(const graph::graph& g, std::string_view name,
+                                                  std::size_t size, bool ids) {
+  const auto gid = g.find(name);
+  if (!gid || g[*gid].kind != graph::op::input)
+    throw plan_error("distributed executor", "no input named \"" + std::string(name) + "\"",
+                     "feed the inputs the model declared");
+  if (size != g[*gid].out.size())
+    throw shape_error("input \"" + std::string(name) + "\"",
+                      std::to_string(size) + " values for shape " + g[*gid].out.to_string(),
+                      "pass the whole batch on every rank; each keeps its piece");
+  if ((g[*gid].type == dtype::i64) != ids)
+    throw plan_error("input \"" + std::string(name) + "\"",
+                     ids ? "is not an integer input" : "is an integer input",
+                     "feed ids as int64 and features as floating point");
+  return *gid;
+}
+
+/// A traced transfer's arguments: its kind's tensor, bytes, placements, pass and algorithm.
+[[nodiscard]] inline nlohmann::json
+transfer_trace_args(const graph::graph& g, const program::lowered_transfer& t, bool backward) {
+  const synth::transfer_kind kind = backward ? synth::dual(t.what.kind) : t.what.kind;
+  const graph::node& whole = g[t.what.tensor];
+  nlohmann::json args = {{"tensor", whole.name},
+                         {"bytes", whole.out.size() * size_of(whole.type)},
+                         {"placements", t.what.from.to_string() + " -> " + t.what.to.to_string()},
+                         {"pass", backward ? "backward" : "forward"}};
+  if (synth::takes_algorithm(kind))
+    args["algorithm"] = std::string(name(t.what.algorithm));
+  return args;
+}
 
 } // namespace hspmd::exec

@@ -13,6 +13,7 @@
 // the backward: it is computed again when the backward reaches the block.
 
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/graph/ops.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -94,8 +95,8 @@ using node_range = std::pair<node_id, node_id>;
 /// Whether node `n` of `g` is a view of its input (a reshape that reads its input's elements
 /// where they lie: same type, no more elements).
 [[nodiscard]] inline bool is_view(const graph& g, const node& n) {
-  return n.kind == op::reshape && n.inputs.size() == 1 && g[n.inputs[0]].type == n.type &&
-         g[n.inputs[0]].out.size() >= n.out.size();
+  return view(n.kind) == view_kind::reshaped && n.inputs.size() == 1 &&
+         g[n.inputs[0]].type == n.type && g[n.inputs[0]].out.size() >= n.out.size();
 }
 
 /// Per node of `g`: whether its value lies with dimensions 1 and 2 exchanged, so that a permute
@@ -118,7 +119,7 @@ using node_range = std::pair<node_id, node_id>;
   const auto loss = g.loss();
   const auto swap = [&](node_id i) {
     const node& p = g[i];
-    return p.kind == op::permute && p.inputs.size() == 1 && p.out.rank() == 4 &&
+    return view(p.kind) == view_kind::strided && p.inputs.size() == 1 && p.out.rank() == 4 &&
            p.type != dtype::i64 && g[p.inputs[0]].type == p.type && (!loss || *loss != i) &&
            p.attrs.dims == std::vector<std::size_t>{0, 2, 1, 3};
   };
@@ -136,7 +137,7 @@ using node_range = std::pair<node_id, node_id>;
 /// swapped permute, or a permute of a swapped product.
 [[nodiscard]] inline bool is_view(const graph& g, node_id i, const std::vector<bool>& swapped) {
   const node& x = g[i];
-  return is_view(g, x) || (x.kind == op::permute && !swapped.empty() &&
+  return is_view(g, x) || (view(x.kind) == view_kind::strided && !swapped.empty() &&
                            (swapped[i] || (x.inputs.size() == 1 && swapped[x.inputs[0]])));
 }
 

@@ -58,6 +58,8 @@ struct shape {};     ///< static hspmd::shape shape(const node_view&)
 struct cost {};      ///< static node_cost cost(const node_view&)
 struct signature {}; ///< static constexpr void signature(signature_builder&)
 struct examples {};  ///< static std::vector<op_example> examples()
+struct rate {};      ///< static constexpr work rate
+struct view {};      ///< static constexpr view_kind view
 } // namespace fact
 
 template <class Op, class Fact>
@@ -104,6 +106,12 @@ constexpr bool entry_complete() {
     , Name > () && require_fact < O, fact::examples, requires {
       { t::examples() } -> std::same_as<std::vector<op_example>>;
     }
+    , Name > () && require_fact < O, fact::rate, requires {
+      { t::rate } -> std::convertible_to<work>;
+    }
+    , Name > () && require_fact < O, fact::view, requires {
+      { t::view } -> std::convertible_to<view_kind>;
+    }
     , Name > ();
   }
 }
@@ -133,6 +141,14 @@ constexpr decltype(auto) visit_op(op kind, F&& f) {
 /// How many inputs the op takes (`variadic`: one or more).
 [[nodiscard]] constexpr std::size_t arity(op kind) {
   return visit_op(kind, [](auto o) { return std::size_t{op_traits<o.value>::arity}; });
+}
+/// The class of work that prices the op on a device.
+[[nodiscard]] constexpr work rate(op kind) {
+  return visit_op(kind, [](auto o) { return work{op_traits<o.value>::rate}; });
+}
+/// Whether the op's value can be a view of its input (see `view_kind`).
+[[nodiscard]] constexpr view_kind view(op kind) {
+  return visit_op(kind, [](auto o) { return view_kind{op_traits<o.value>::view}; });
 }
 /// Small valid calls of the op (gradient checks and kernel tests run every one).
 [[nodiscard]] inline std::vector<op_example> examples(op kind) {

@@ -238,21 +238,18 @@ struct compute_profile {
 };
 
 /// The class of work of op `k` (which of a device's rates prices it).
+/// (The op registry's `rate` fact, graph/ops/common.hpp: attention counts as GEMM work, two
+/// products per (query, key) pair, as flash attention on a GPU.)
 [[nodiscard]] constexpr op_class op_class_of(graph::op k) noexcept {
-  switch (k) {
-  case graph::op::matmul:
-  case graph::op::linear:
-  case graph::op::batched_matmul:
-  case graph::op::conv2d:
-  case graph::op::attention: // two products per (query, key) pair, as flash attention on a GPU
+  switch (graph::rate(k)) {
+  case graph::work::gemm:
     return op_class::gemm;
-  case graph::op::softmax:
-  case graph::op::log_softmax:
-  case graph::op::cross_entropy:
+  case graph::work::softmax:
     return op_class::softmax;
-  default:
-    return op_class::elementwise;
+  case graph::work::elementwise:
+    break;
   }
+  return op_class::elementwise;
 }
 
 /// Prices instructions for one graph on one cluster.
@@ -265,6 +262,7 @@ public:
              std::optional<compute_profile> profile = std::nullopt, dtype gemm_type = dtype::f32)
       : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()),
         profile_(std::move(profile)), blocks_(graph::layout_blocks(g, graph::block_ranges(g))),
+        swapped_(graph::swapped_values(g)),
         sixteen_bit_(gemm_type == dtype::bf16 || gemm_type == dtype::f16) {
     if (profile_ &&
         (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
@@ -498,10 +496,8 @@ public:
     case transfer_kind::reduce_scatter: {
       const placement split = t.kind == transfer_kind::all_gather ? t.from : t.to;
       const std::size_t seg = segments_.of(t.tensor, split.dim());
-      const collective fwd = t.kind == transfer_kind::all_gather ? collective::all_gather_v
-                                                                 : collective::reduce_scatter_v;
-      const collective bwd = t.kind == transfer_kind::all_gather ? collective::reduce_scatter_v
-                                                                 : collective::all_gather_v;
+      const collective fwd = *facts(t.kind).forward;
+      const collective bwd = *facts(t.kind).backward;
       linear_cost c;
       // An FSDP-gathered parameter is gathered again for the backward (its copy is not kept).
       const std::array<collective, 3> ops = {fwd, bwd, fwd};
@@ -586,10 +582,14 @@ public:
     return c;
   }
 
-  /// Bytes device d keeps for the output of op `t` at placement `p`: a reshape's output is a
-  /// view of its input (nothing new); every other output is kept for the backward.
+  /// Whether node `id`'s value is a view of its input's elements where they lie, as the
+  /// executor places it (graph::is_view: a reshape, a permute read by strides next to a batched
+  /// matmul): it holds no memory of its own.
+  [[nodiscard]] bool is_view(graph::node_id id) const { return graph::is_view(*g_, id, swapped_); }
+  /// Bytes device d keeps for the output of op `t` at placement `p`: a view's is its input's
+  /// (nothing new); every other output is kept for the backward.
   [[nodiscard]] linear_cost output_memory_of(graph::node_id t, placement p) const {
-    return (*g_)[t].kind == graph::op::reshape ? linear_cost{} : memory_of(t, p);
+    return is_view(t) ? linear_cost{} : memory_of(t, p);
   }
 
   /// Activation recomputation (exec::executor::recompute over the model's blocks,
@@ -784,6 +784,7 @@ private:
   collective_cost_model collectives_;
   std::optional<compute_profile> profile_;
   graph::block_layout blocks_;                           // the model's blocks, for recomputation
+  std::vector<bool> swapped_;                            // graph::swapped_values: strided views
   std::array<std::vector<double>, op_class_count> rate_; // [class][device] flop/s
   bool sixteen_bit_ = false;                             // GEMMs at the devices' bf16 rates
   bool use_rates_ = false;                               // ops at the devices' class rates

@@ -112,7 +112,7 @@ namespace detail {
 
 namespace detail {
 [[nodiscard]] inline bool is_view(const cost_model& m, graph::node_id id) {
-  return m.graph()[id].kind == graph::op::reshape;
+  return m.is_view(id);
 }
 } // namespace detail
 
@@ -681,7 +681,7 @@ namespace detail {
 [[nodiscard]] inline std::string transfer_text(const transfer& t, const graph::graph& g,
                                                const cost_model& m) {
   std::string s = std::string(name(t.kind));
-  if (t.kind == transfer_kind::all_gather || t.kind == transfer_kind::reduce_scatter)
+  if (takes_algorithm(t.kind))
     s += "/" + std::string(name(t.algorithm));
   if (t.kind == transfer_kind::load)
     s += " " + short_text(t.to) + (t.sfb ? " (gradient by SFB)" : " (gradient all-reduce)");

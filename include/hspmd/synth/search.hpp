@@ -878,8 +878,8 @@ private:
         f->mask = static_cast<detail::mask_t>(f->mask | held);
       }
     }
-    // The output (a reshape's is a view); the loss becomes partial (free from replicated).
-    if (n.kind != graph::op::reshape)
+    // The output (a view's is its input's); the loss becomes partial (free from replicated).
+    if (!m_->is_view(nid))
       add_memory(nid, r.out, false, recompute_ && m_->recomputed_block(nid) != cost_model::none);
     detail::mask_t out_mask = detail::bit(r.out);
     if (g_->loss() == nid && !r.out.is_partial()) {

@@ -8,10 +8,12 @@
 #include <hspmd/graph/ir.hpp>
 
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 namespace hspmd::synth {
 
@@ -39,17 +41,144 @@ inline constexpr std::size_t transfer_kind_count = 7;
   return std::nullopt;
 }
 
-/// The kind of transfer `k`'s backward (its dual): an all-gather's gradient is reduce-scattered
-/// and the other way round; every other kind's dual is of its own kind.
+/// The facts of transfer kind K, one specialization per kind: every layer reads them from here
+/// (the cost model, the step program, the executor's transfers and trace, the simulator, the
+/// plan's explain table), and `transfer_facts_complete` below checks at compile time that every
+/// kind states every fact.
+///   dual        the kind of its backward (an all-gather's gradient is reduce-scattered)
+///   collective  it moves data between devices (load, slice and to_partial are local)
+///   forward, backward   the communicator collective of its forward and of its dual (none: local)
+///   algorithm   an uneven algorithm (padded, grouped, native) chooses how it runs
+///   dual_stores its dual can store the source's whole gradient instead of adding into it
+template <transfer_kind K>
+struct transfer_traits;
+
+template <>
+struct transfer_traits<transfer_kind::load> {
+  static constexpr transfer_kind dual = transfer_kind::load;
+  static constexpr bool collective = false; // (a parameter's gradient: a bucket or SFB)
+  static constexpr std::optional<hspmd::collective> forward{}, backward{};
+  static constexpr bool algorithm = false;
+  static constexpr bool dual_stores = false;
+};
+template <>
+struct transfer_traits<transfer_kind::slice> {
+  static constexpr transfer_kind dual = transfer_kind::slice; // the piece's gradient, zero-padded
+  static constexpr bool collective = false;
+  static constexpr std::optional<hspmd::collective> forward{}, backward{};
+  static constexpr bool algorithm = false;
+  static constexpr bool dual_stores = false;
+};
+template <>
+struct transfer_traits<transfer_kind::all_gather> {
+  static constexpr transfer_kind dual = transfer_kind::reduce_scatter;
+  static constexpr bool collective = true;
+  static constexpr std::optional<hspmd::collective> forward = hspmd::collective::all_gather_v;
+  static constexpr std::optional<hspmd::collective> backward = hspmd::collective::reduce_scatter_v;
+  static constexpr bool algorithm = true;
+  static constexpr bool dual_stores = true;
+};
+template <>
+struct transfer_traits<transfer_kind::reduce_scatter> {
+  static constexpr transfer_kind dual = transfer_kind::all_gather;
+  static constexpr bool collective = true;
+  static constexpr std::optional<hspmd::collective> forward = hspmd::collective::reduce_scatter_v;
+  static constexpr std::optional<hspmd::collective> backward = hspmd::collective::all_gather_v;
+  static constexpr bool algorithm = true;
+  static constexpr bool dual_stores = true;
+};
+template <>
+struct transfer_traits<transfer_kind::all_reduce> {
+  static constexpr transfer_kind dual = transfer_kind::all_reduce;
+  static constexpr bool collective = true;
+  static constexpr std::optional<hspmd::collective> forward = hspmd::collective::all_reduce;
+  static constexpr std::optional<hspmd::collective> backward = hspmd::collective::all_reduce;
+  static constexpr bool algorithm = false;
+  static constexpr bool dual_stores = false; // each rank's whole partial sum is added
+};
+template <>
+struct transfer_traits<transfer_kind::all_to_all> {
+  static constexpr transfer_kind dual = transfer_kind::all_to_all;
+  static constexpr bool collective = true;
+  static constexpr std::optional<hspmd::collective> forward = hspmd::collective::all_to_all_v;
+  static constexpr std::optional<hspmd::collective> backward = hspmd::collective::all_to_all_v;
+  static constexpr bool algorithm = false;
+  static constexpr bool dual_stores = true;
+};
+template <>
+struct transfer_traits<transfer_kind::to_partial> {
+  static constexpr transfer_kind dual = transfer_kind::to_partial;
+  static constexpr bool collective = false;
+  static constexpr std::optional<hspmd::collective> forward{}, backward{};
+  static constexpr bool algorithm = false;
+  static constexpr bool dual_stores = false;
+};
+
+/// A kind's facts as a value (see `transfer_traits`).
+struct transfer_facts {
+  transfer_kind dual = transfer_kind::load;
+  bool collective = false;
+  std::optional<hspmd::collective> forward, backward;
+  bool algorithm = false;
+  bool dual_stores = false;
+};
+
+namespace detail {
+template <transfer_kind K>
+concept complete_transfer_traits = requires {
+  { transfer_traits<K>::dual } -> std::convertible_to<transfer_kind>;
+  { transfer_traits<K>::collective } -> std::convertible_to<bool>;
+  { transfer_traits<K>::forward } -> std::convertible_to<std::optional<hspmd::collective>>;
+  { transfer_traits<K>::backward } -> std::convertible_to<std::optional<hspmd::collective>>;
+  { transfer_traits<K>::algorithm } -> std::convertible_to<bool>;
+  { transfer_traits<K>::dual_stores } -> std::convertible_to<bool>;
+};
+template <std::size_t... I>
+constexpr bool transfer_facts_complete(std::index_sequence<I...>) {
+  return (complete_transfer_traits<static_cast<transfer_kind>(I)> && ...);
+}
+template <std::size_t... I>
+constexpr std::array<transfer_facts, transfer_kind_count>
+transfer_fact_table(std::index_sequence<I...>) {
+  return {transfer_facts{transfer_traits<static_cast<transfer_kind>(I)>::dual,
+                         transfer_traits<static_cast<transfer_kind>(I)>::collective,
+                         transfer_traits<static_cast<transfer_kind>(I)>::forward,
+                         transfer_traits<static_cast<transfer_kind>(I)>::backward,
+                         transfer_traits<static_cast<transfer_kind>(I)>::algorithm,
+                         transfer_traits<static_cast<transfer_kind>(I)>::dual_stores}...};
+}
+} // namespace detail
+
+static_assert(detail::transfer_facts_complete(std::make_index_sequence<transfer_kind_count>{}),
+              "every transfer kind states every fact in its transfer_traits specialization");
+
+/// The facts of kind `k` (see `transfer_traits`).
+[[nodiscard]] constexpr transfer_facts facts(transfer_kind k) noexcept {
+  constexpr auto table =
+      detail::transfer_fact_table(std::make_index_sequence<transfer_kind_count>{});
+  return table[static_cast<std::size_t>(k)];
+}
+/// The kind of transfer `k`'s backward (its dual).
 [[nodiscard]] constexpr transfer_kind dual(transfer_kind k) noexcept {
-  return k == transfer_kind::all_gather       ? transfer_kind::reduce_scatter
-         : k == transfer_kind::reduce_scatter ? transfer_kind::all_gather
-                                              : k;
+  return facts(k).dual;
 }
 /// Whether transfer kind `k` moves data between devices (load, slice and to_partial are local).
 [[nodiscard]] constexpr bool is_collective(transfer_kind k) noexcept {
-  return k != transfer_kind::load && k != transfer_kind::slice && k != transfer_kind::to_partial;
+  return facts(k).collective;
 }
+/// Whether an uneven algorithm chooses how a transfer of kind `k` runs.
+[[nodiscard]] constexpr bool takes_algorithm(transfer_kind k) noexcept {
+  return facts(k).algorithm;
+}
+/// Whether the dual of a transfer of kind `k` can store the source's whole gradient instead of
+/// adding into it (exec/transfers.hpp `transfer_runner::backward` with `add` false).
+[[nodiscard]] constexpr bool dual_can_store(transfer_kind k) noexcept {
+  return facts(k).dual_stores;
+}
+
+static_assert(dual(transfer_kind::all_gather) == transfer_kind::reduce_scatter &&
+              dual(dual(transfer_kind::all_gather)) == transfer_kind::all_gather &&
+              !is_collective(transfer_kind::slice) && is_collective(transfer_kind::all_to_all));
 
 /// One communication or load instruction, fused into the op that needs it.
 struct transfer {

@@ -15,23 +15,33 @@ namespace hspmd::graph {
 
 template <>
 struct op_traits<op::relu> : unary_elementwise<1, 1> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "max(x, 0)";
 };
 template <>
 struct op_traits<op::gelu> : unary_elementwise<6, 9> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "exact GELU: x * Phi(x)";
 };
 template <>
 struct op_traits<op::tanh> : unary_elementwise<1, 3> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "tanh(x)";
 };
 template <>
 struct op_traits<op::sigmoid> : unary_elementwise<3, 3> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "1 / (1 + exp(-x))";
 };
 
 template <>
 struct op_traits<op::silu> : unary_elementwise<4, 8> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "x * sigmoid(x) (SiLU, swish)";
 };
 
@@ -40,6 +50,8 @@ struct op_traits<op::silu> : unary_elementwise<4, 8> {
 /// linear in b.
 template <>
 struct op_traits<op::swiglu> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "silu(a) * b, a and b of one shape";
   static constexpr std::size_t arity = 2;
   static hspmd::shape shape(const node_view& v) {

@@ -23,6 +23,8 @@ namespace hspmd::graph {
 /// by its global positions); never the keys, the head size or the value width.
 template <>
 struct op_traits<op::attention> {
+  static constexpr work rate = work::gemm;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "softmax(attrs.scalar q k^T) v over (b..., S, d), (b..., T, d), (b..., T, e); flag: causal";
   static constexpr std::size_t arity = 3;

@@ -9,6 +9,10 @@
 //   cost        forward and backward FLOPs and bytes (the conventions below)
 //   signature   its placement signature (constexpr; graph/signature.hpp, graph/rules.hpp)
 //   examples    small valid calls: the gradient checks and the kernel tests run every one
+//   rate        the class of work that prices it on a device (`work`: GEMM, elementwise,
+//               softmax; a device's class rates in the cluster file, synth/cost.hpp)
+//   view        whether its value can be its input's elements where they lie (`view_kind`):
+//               the executor then allocates nothing for it and the cost model counts no memory
 //
 // FLOP conventions (exact for the kernels in exec/kernels/): a multiply-add is 2 FLOPs; exp,
 // log, tanh, erf and sqrt count 1 each; comparisons (max) count 1. Backward FLOPs count every
@@ -24,12 +28,25 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace hspmd::graph {
+
+/// The class of work of an op: which of a device's rates prices it (a cluster file's class
+/// rates; synth::op_class_of).
+enum class work : std::uint8_t { gemm, elementwise, softmax };
+
+/// Whether an op's value can be a view of its input's elements where they lie.
+enum class view_kind : std::uint8_t {
+  none,     ///< its own buffer
+  reshaped, ///< the same elements in the same order (a reshape of the same type)
+  strided,  ///< the same elements with dimensions 1 and 2 exchanged, read by strides where the
+            ///< values next to it allow it (graph::swapped_values: a permute by a batched matmul)
+};
 
 /// Forward and backward cost of one node.
 struct node_cost {

@@ -33,22 +33,30 @@ struct broadcasting_binary {
 /// a + b.
 template <>
 struct op_traits<op::add> : broadcasting_binary<1, 1, signature::linearity::joint> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "a + b, broadcast over trailing dimensions";
 };
 /// a - b.
 template <>
 struct op_traits<op::sub> : broadcasting_binary<1, 1, signature::linearity::joint> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "a - b, broadcast over trailing dimensions";
 };
 /// a * b.
 template <>
 struct op_traits<op::mul> : broadcasting_binary<1, 2, signature::linearity::each> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "a * b, broadcast over trailing dimensions";
 };
 
 /// x * attrs.scalar.
 template <>
 struct op_traits<op::scale> : unary_elementwise<1, 1> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "x * attrs.scalar";
   static constexpr void signature(signature_builder& b) {
     unary_elementwise::signature(b);
@@ -65,6 +73,8 @@ struct op_traits<op::scale> : unary_elementwise<1, 1> {
 /// training. Masks are drawn by (seed, step, node, global index).
 template <>
 struct op_traits<op::dropout> : unary_elementwise<2, 1> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "zero with probability attrs.scalar, the rest scaled by 1/(1-p); training only";
   static hspmd::shape shape(const node_view& v) {
@@ -86,6 +96,8 @@ struct op_traits<op::dropout> : unary_elementwise<2, 1> {
 /// x repeated numpy-style to attrs.dims (a CLS token per image); flag: dim 0 is the batch.
 template <>
 struct op_traits<op::broadcast> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "x repeated to attrs.dims (numpy rules); flag: dimension 0 is the batch";
   static constexpr std::size_t arity = 1;

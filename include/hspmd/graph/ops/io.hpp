@@ -9,6 +9,8 @@ namespace hspmd::graph {
 /// Data fed each step (features, token ids, labels); its shape is given by the tracer.
 template <>
 struct op_traits<op::input> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "data fed each step (features, token ids, labels)";
   static constexpr std::size_t arity = 0;
   static hspmd::shape shape(const node_view& v) { return v.out(); }
@@ -20,6 +22,8 @@ struct op_traits<op::input> {
 /// A trained weight, initialized by `node::init`.
 template <>
 struct op_traits<op::parameter> : op_traits<op::input> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "a trained weight";
 };
 

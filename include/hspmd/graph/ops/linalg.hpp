@@ -13,6 +13,8 @@ namespace hspmd::graph {
 /// x (..., m, k) times w (k, n) -> (..., m, n): the weight is shared by the leading dimensions.
 template <>
 struct op_traits<op::matmul> {
+  static constexpr work rate = work::gemm;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "(..., m, k) x (k, n) -> (..., m, n)";
   static constexpr std::size_t arity = 2;
   static hspmd::shape shape(const node_view& v) {
@@ -63,6 +65,8 @@ struct op_traits<op::matmul> {
 /// matmul plus a bias: (..., m, k) x (k, n) + (n).
 template <>
 struct op_traits<op::linear> : op_traits<op::matmul> {
+  static constexpr work rate = work::gemm;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "(..., m, k) x (k, n) + bias (n)";
   static constexpr std::size_t arity = 3;
   static std::vector<op_example> examples() { return {{"", {{{3, 4}}, {{4, 5}}, {{5}}}}}; }
@@ -71,6 +75,8 @@ struct op_traits<op::linear> : op_traits<op::matmul> {
 /// (b..., m, k) x (b..., k, n) -> (b..., m, n); attrs.flag: B is stored (b..., n, k), transposed.
 template <>
 struct op_traits<op::batched_matmul> {
+  static constexpr work rate = work::gemm;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "(b..., m, k) x (b..., k, n) -> (b..., m, n); flag: B transposed";
   static constexpr std::size_t arity = 2;

@@ -21,6 +21,8 @@ namespace hspmd::graph {
 /// tokens x (T, H), gate probabilities (T, E) -> expert buffers (E, C, H); C = attrs.dims[0].
 template <>
 struct op_traits<op::moe_dispatch> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "tokens (T, H), gate probabilities (T, E) -> expert buffers (E, attrs.dims[0], H)";
   static constexpr std::size_t arity = 2;
@@ -67,6 +69,8 @@ struct op_traits<op::moe_dispatch> {
 /// expert outputs (E, C, H), gate probabilities (T, E) -> (T, H).
 template <>
 struct op_traits<op::moe_combine> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "expert outputs (E, C, H), gate probabilities (T, E) -> tokens (T, H)";
   static constexpr std::size_t arity = 2;

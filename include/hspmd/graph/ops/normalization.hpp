@@ -29,6 +29,8 @@ struct row_normalization : unary_elementwise<5, 4> {
 /// Softmax over the last dimension; attrs.flag: causal (of (..., S, S), row i sees j <= i).
 template <>
 struct op_traits<op::softmax> : row_normalization {
+  static constexpr work rate = work::softmax;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "softmax over the last dimension; flag: causal, row i of (..., S, S) sees keys j <= i";
   static hspmd::shape shape(const node_view& v) {
@@ -47,12 +49,16 @@ struct op_traits<op::softmax> : row_normalization {
 /// Log-softmax over the last dimension.
 template <>
 struct op_traits<op::log_softmax> : row_normalization {
+  static constexpr work rate = work::softmax;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "log-softmax over the last dimension";
 };
 
 /// Layer normalization over the last dimension: x, gamma, beta; attrs.scalar = epsilon.
 template <>
 struct op_traits<op::layer_norm> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "(x - mean) / sqrt(var + attrs.scalar) * gamma + beta over the last dimension";
   static constexpr std::size_t arity = 3;
@@ -85,6 +91,8 @@ struct op_traits<op::layer_norm> {
 /// Splits along any other dimension (batch, sequence); linear in neither operand.
 template <>
 struct op_traits<op::rms_norm> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "x / sqrt(mean(x^2) + attrs.scalar) * weight over the last dimension";
   static constexpr std::size_t arity = 2;

@@ -13,6 +13,8 @@ namespace hspmd::graph {
 /// Splits along every dimension but the pairs'; a split sequence rotates by global positions.
 template <>
 struct op_traits<op::rotary> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "x (..., S, heads, d): pairs of position p rotated by p * attrs.scalar^(-2i/d)";
   static constexpr std::size_t arity = 1;

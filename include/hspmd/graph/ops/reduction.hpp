@@ -33,10 +33,14 @@ struct full_reduction {
 
 template <>
 struct op_traits<op::sum> : full_reduction<0> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "the sum of all elements: ()";
 };
 template <>
 struct op_traits<op::mean> : full_reduction<1> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "the mean of all elements: ()";
 };
 

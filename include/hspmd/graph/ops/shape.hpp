@@ -9,6 +9,8 @@ namespace hspmd::graph {
 /// The same elements in a new shape (attrs.dims).
 template <>
 struct op_traits<op::reshape> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::reshaped;
   static constexpr std::string_view summary = "the same elements with shape attrs.dims";
   static constexpr std::size_t arity = 1;
   static hspmd::shape shape(const node_view& v) {
@@ -45,6 +47,8 @@ inline node_cost copy_cost(const node_view& v) {
 /// Dimensions reordered: output dimension i is input dimension attrs.dims[i].
 template <>
 struct op_traits<op::permute> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::strided;
   static constexpr std::string_view summary =
       "dimensions reordered: output dimension i is input dimension attrs.dims[i]";
   static constexpr std::size_t arity = 1;
@@ -104,6 +108,8 @@ inline constexpr void axis_copy_signature(signature_builder& b) {
 /// attrs.dims = {axis, start, length}: that range of the axis.
 template <>
 struct op_traits<op::slice> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "the range attrs.dims = {axis, start, length}";
   static constexpr std::size_t arity = 1;
   static hspmd::shape shape(const node_view& v) {
@@ -129,6 +135,8 @@ struct op_traits<op::slice> {
 /// The inputs joined along attrs.dims[0].
 template <>
 struct op_traits<op::concat> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "the inputs joined along attrs.dims[0]";
   static constexpr std::size_t arity = variadic;
   static hspmd::shape shape(const node_view& v) {

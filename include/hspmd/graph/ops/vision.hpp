@@ -31,6 +31,8 @@ inline constexpr void image_labels(signature_builder& b, std::size_t operand) {
 /// x (N, C, H, W), weight (K, C, R, S), bias (K) -> (N, K, Ho, Wo); attrs.dims = {stride, pad}.
 template <>
 struct op_traits<op::conv2d> {
+  static constexpr work rate = work::gemm;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "x (N, C, H, W), weight (K, C, R, S), bias (K); attrs.dims = {stride, padding}";
   static constexpr std::size_t arity = 3;
@@ -95,6 +97,8 @@ inline constexpr void pool_signature(signature_builder& b) {
 /// Max pooling with a square window: attrs.dims = {kernel, stride}.
 template <>
 struct op_traits<op::max_pool2d> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "max over square windows of (N, C, H, W); attrs.dims = {kernel, stride}";
   static constexpr std::size_t arity = 1;
@@ -127,6 +131,8 @@ struct op_traits<op::max_pool2d> {
 /// `adaptive_window(i, H, Ho)` x `adaptive_window(j, W, Wo)`.
 template <>
 struct op_traits<op::adaptive_avg_pool2d> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "(N, C, H, W) -> (N, C, attrs.dims[0], attrs.dims[1]) by averaging adaptive windows";
   static constexpr std::size_t arity = 1;

@@ -14,6 +14,8 @@ namespace hspmd::graph {
 /// table (V, H), integer ids (...) -> (..., H).
 template <>
 struct op_traits<op::embedding> {
+  static constexpr work rate = work::elementwise;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary = "rows of table (V, H) picked by ids (...): (..., H)";
   static constexpr std::size_t arity = 2;
   static hspmd::shape shape(const node_view& v) {
@@ -53,6 +55,8 @@ struct op_traits<op::embedding> {
 /// rank's piece divides by it too; 0 means a sum.
 template <>
 struct op_traits<op::cross_entropy> {
+  static constexpr work rate = work::softmax;
+  static constexpr view_kind view = view_kind::none;
   static constexpr std::string_view summary =
       "logits (N, V), targets (N) -> (): mean (attrs.scalar = N) or sum (0) over rows of -log "
       "softmax(row)[target]";
