@@ -7,8 +7,8 @@
 //   build/release/bench/bench.kernels
 //   build/release/bench/bench.kernels --benchmark_filter='gelu|layer_norm|adam'
 #include <hspmd/exec/backends/host.hpp>
-#include <hspmd/exec/kernels.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/kernels/registry.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -68,8 +68,8 @@ void gemm(benchmark::State& state) {
     benchmark::DoNotOptimize(c.data());
   }
   state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * s.m * s.n * s.k * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate,
-                         benchmark::Counter::kIs1000);
+      benchmark::Counter(2.0 * s.m * s.n * s.k * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(s.name);
 }
 // The element-wise kernels: one call on BERT-small's tensors (rows = 16 * 64 tokens).
@@ -93,7 +93,8 @@ void gelu_forward(benchmark::State& state) {
                                     {}, x.data(), y.data()});
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * x.size() * 8));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * x.size() * 8));
 }
 void gelu_backward(benchmark::State& state) {
   const auto x = ramp(rows * ffn);
@@ -105,7 +106,8 @@ void gelu_backward(benchmark::State& state) {
                                     {}, x.data(), y.data(), dy.data(), dx.data()});
     benchmark::DoNotOptimize(dx.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * x.size() * 12));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * x.size() * 12));
 }
 void layer_norm_backward(benchmark::State& state) {
   const auto x = ramp(rows * hidden);
@@ -113,8 +115,10 @@ void layer_norm_backward(benchmark::State& state) {
   std::vector<float> dx(x.size()), saved(2 * rows, 0.5F);
   const hspmd::exec::host_backend be;
   for (auto _ : state) {
-    hspmd::exec::for_each_row(be, rows, hspmd::exec::layer_norm_row_backward<float>{
-                                x.data(), gamma.data(), dy.data(), saved.data(), dx.data(), hidden});
+    hspmd::exec::for_each_row(be, rows,
+                              hspmd::exec::layer_norm_row_backward<float>{x.data(), gamma.data(),
+                                                                          dy.data(), saved.data(),
+                                                                          dx.data(), hidden});
     benchmark::DoNotOptimize(dx.data());
   }
 }
@@ -146,7 +150,8 @@ void adam(benchmark::State& state) {
       be.for_each_index(n, u);
     benchmark::DoNotOptimize(w.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * n * 28));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(static_cast<std::size_t>(state.iterations()) * n * 28));
 }
 
 // Registered in pairs (hspmd, then cblas, shape by shape) so both see the same machine state.

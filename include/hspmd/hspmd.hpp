@@ -59,15 +59,15 @@
 #include <hspmd/synth/transfer.hpp>
 
 #if defined(HSPMD_HAS_BLAS)
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/hierarchical.hpp>
-#include <hspmd/exec/kernels.hpp>
-#include <hspmd/exec/kernels/box.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/box.hpp>
+#include <hspmd/kernels/registry.hpp>
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/lower.hpp>
 #include <hspmd/train/option_table.hpp>

@@ -13,11 +13,11 @@
 #include <hspmd/exec/backends/cuda.cuh>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/kernels/activation.hpp>
-#include <hspmd/exec/kernels/elementwise.hpp>
-#include <hspmd/exec/kernels/normalization.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/precision.hpp>
+#include <hspmd/kernels/activation.hpp>
+#include <hspmd/kernels/elementwise.hpp>
+#include <hspmd/kernels/normalization.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/models/mlp.hpp>
 
 #include "../support/op_by_op.hpp"
@@ -174,7 +174,7 @@ void gemm_matches_host(hspmd::exec::cuda_backend& gpu) {
 }
 
 // 16-bit GEMMs: the device's native bf16/f16 GEMM (cuBLAS, float accumulation) against the host's
-// float GEMM of the rounded operands (exec/precision.hpp): equal up to the order of the sums
+// float GEMM of the rounded operands (kernels/precision.hpp): equal up to the order of the sums
 // (the products are exact), for every transpose pair, padding and batches.
 void gemm_16_matches_host(hspmd::exec::cuda_backend& gpu) {
   using namespace hspmd::exec;
@@ -218,8 +218,8 @@ void every_op_matches_host(int device) {
   using namespace hspmd::exec;
   for (const precision p : {precision::f32, precision::bf16}) {
     const double tol = p == precision::f32 ? 1e-5 : 2e-2;
-    const auto diffs = hspmd::test::compare_every_op<cuda_backend>(
-        [device] { return cuda_backend(device); }, p);
+    const auto diffs =
+        hspmd::test::compare_every_op<cuda_backend>([device] { return cuda_backend(device); }, p);
     check(diffs.size() >= 80, "op-by-op: every example call compared");
     for (const auto& d : diffs)
       check(d.error <= tol, std::string(name(p)) + " " + d.what + " equals the host's (" +

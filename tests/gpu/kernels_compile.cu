@@ -6,8 +6,8 @@
 
 #include <hspmd/core/half.hpp>
 #include <hspmd/exec/backends/device_launch.cuh>
-#include <hspmd/exec/kernels.hpp>
-#include <hspmd/exec/kernels/box.hpp>
+#include <hspmd/kernels/box.hpp>
+#include <hspmd/kernels/registry.hpp>
 
 #include <cuda_runtime.h>
 

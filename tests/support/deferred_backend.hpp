@@ -6,8 +6,8 @@
 // for the work that writes it -- or hands it to a collective without ordering the two -- sees
 // stale values here and fails the equivalence tests, as it would on a device.
 // (The matching device communicator over MPI: stream_communicator.hpp.)
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
+#include <hspmd/kernels/backend.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -7,7 +7,7 @@
 
 #include "host_compute.hpp"
 
-#include <hspmd/exec/backend.hpp>
+#include <hspmd/kernels/backend.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -7,8 +7,8 @@
 // tensor's largest magnitude. Used with the deferred backend here (tests/unit/exec/op_by_op) and
 // with the CUDA backend where a GPU is (tests/gpu/cuda_backend.test.cu).
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/kernels/precision.hpp>
 
 #include <algorithm>
 #include <cmath>

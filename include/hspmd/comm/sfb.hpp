@@ -74,7 +74,7 @@ void sfb_weight_gradient(Comm& comm, std::span<const T> x, std::span<const T> dy
     }
 }
 
-/// The SFB product of gathered factors as a functor, for any backend (exec/backend.hpp's
+/// The SFB product of gathered factors as a functor, for any backend (kernels/backend.hpp's
 /// `for_each_index` over m * n): dw[i, j] = sum over rows r, in order, of xs[r, i] * dys[r, j]
 /// -- the order of `sfb_weight_gradient`'s loop, so a device and the host sum alike (up to a
 /// device's fused multiply-adds) and every rank of one kind gets the same bits.

@@ -10,7 +10,7 @@
 //
 // Hardware-free, so that the mapping is tested on the host against a row-major reference.
 
-#include <hspmd/exec/backend.hpp>
+#include <hspmd/kernels/backend.hpp>
 
 #include <cstddef>
 

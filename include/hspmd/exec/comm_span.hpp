@@ -12,7 +12,7 @@
 //     out.written();                                      // staged: copied back to the device
 
 #include <hspmd/comm/communicator.hpp>
-#include <hspmd/exec/backend.hpp>
+#include <hspmd/kernels/backend.hpp>
 
 #include <span>
 #include <type_traits>

@@ -9,20 +9,20 @@
 //     ex.backward();                       // ex.grad(id) for every node
 //
 // The executor keeps the schedule, the storage and the autodiff bookkeeping; the arithmetic is in
-// the kernels (exec/kernels/), which reach the device through the backend (exec/backend.hpp;
+// the kernels (kernels/), which reach the device through the backend (kernels/backend.hpp;
 // `host_backend` by default).
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/executor_memory.hpp>
 #include <hspmd/exec/gradient_memory.hpp>
-#include <hspmd/exec/kernels.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/parameter_init.hpp>
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/registry.hpp>
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/recompute.hpp>
 
@@ -77,7 +77,7 @@ public:
   /// Training (dropout active) or evaluation (dropout is the identity).
   void set_training(bool on) noexcept { state_.training = on; }
 
-  /// Mixed precision (exec/precision.hpp): under bf16 or f16 every activation and activation
+  /// Mixed precision (kernels/precision.hpp): under bf16 or f16 every activation and activation
   /// gradient is stored rounded to the 16-bit type and GEMM operands are rounded, while
   /// parameters, their gradients and the loss stay in float. Only an executor of float takes a
   /// 16-bit precision.

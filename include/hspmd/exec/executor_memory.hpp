@@ -8,15 +8,15 @@
 // plan places in shared memory is never allocated on its own.
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/gradient_memory.hpp>
-#include <hspmd/exec/kernels.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/parameter_init.hpp>
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/registry.hpp>
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/recompute.hpp>
 

@@ -203,7 +203,7 @@ struct first_writes {
 
 /// The first writer of each gradient (its user of the largest id) stores it whole instead of
 /// adding into a zeroed buffer where: the user's kernel says so for that input (`assigns(op)`,
-/// exec/kernels.hpp `kernel_assigns`), reads the node through one input only, nothing outside
+/// kernels/registry.hpp `kernel_assigns`), reads the node through one input only, nothing outside
 /// the graph's edges adds into the gradient (`extra_users`: a transfer's dual), and the node is
 /// not the loss. `stored_by_dual`: nodes whose dual is their only writer and stores. Such
 /// gradients are not zeroed before the backward: a memory pass fewer per activation and

@@ -9,12 +9,12 @@
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/comm/sfb.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/comm_span.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/exec/transfers.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/kernels/backend.hpp>
 #include <hspmd/program/lower.hpp>
 #include <hspmd/program/step.hpp>
 

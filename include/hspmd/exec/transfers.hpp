@@ -17,10 +17,10 @@
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/comm_span.hpp>
-#include <hspmd/exec/kernels/box.hpp>
-#include <hspmd/exec/kernels/shape.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/box.hpp>
+#include <hspmd/kernels/shape.hpp>
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/lower.hpp>
 #include <hspmd/synth/plan.hpp>

@@ -9,7 +9,7 @@
 //     graph::visit_op(kind, [](auto o) { ... op_traits<o.value> ... });
 //
 // Adding an op: one line in graph/ops/list.hpp, its entry in a family header, its kernel pair
-// in exec/kernels/ (docs/developer.md has the checklist). A missing fact stops the build with
+// in kernels/ (docs/developer.md has the checklist). A missing fact stops the build with
 // `missing_registry_fact<op_named<"the op">, fact::...>` in the error.
 
 #include <hspmd/core/error.hpp>

@@ -257,7 +257,7 @@ class cost_model {
 public:
   /// `profile`: measured compute times of `g` (see `compute_profile`); FLOPs / speed without.
   /// `gemm_type`: bf16 or f16 prices GEMM-class ops (matmul, linear, batched matmul, conv2d) at
-  /// each device's `bf16_speed` where it has one (mixed precision, exec/precision.hpp).
+  /// each device's `bf16_speed` where it has one (mixed precision, kernels/precision.hpp).
   cost_model(const graph::graph& g, const cluster& c, segment_map segments,
              std::optional<compute_profile> profile = std::nullopt, dtype gemm_type = dtype::f32)
       : g_(&g), cluster_(&c), segments_(std::move(segments)), collectives_(c.cost_model()),

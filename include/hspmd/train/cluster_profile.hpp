@@ -27,9 +27,9 @@
 #include <hspmd/comm/calibrate.hpp>
 #include <hspmd/comm/reduce_op.hpp>
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/kernels/backend.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/profile.hpp>

@@ -9,15 +9,15 @@
 // registers "cuda" when its object is linked, so the trainer (train/trainer_impl.hpp), compiled
 // by the host compiler, picks a GPU with `train_options::device` and includes no CUDA header.
 
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/batch_sink.hpp>
 #include <hspmd/exec/caching_allocator.hpp>
 #include <hspmd/exec/executor.hpp>
-#include <hspmd/exec/kernels/shape.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/shape.hpp>
 #include <hspmd/train/checkpoint.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/profile.hpp>
@@ -125,7 +125,7 @@ public:
   [[nodiscard]] virtual std::optional<memory_stats> memory() const { return std::nullopt; }
   virtual void set_step(std::size_t s) = 0;
   virtual void set_training(bool on) = 0;
-  /// Mixed precision (exec/precision.hpp), before the first forward.
+  /// Mixed precision (kernels/precision.hpp), before the first forward.
   virtual void set_precision(exec::precision p) = 0;
   /// The backward's seed (f16's dynamic loss scale): gradients come out multiplied by it.
   virtual void set_loss_scale(double scale) = 0;
@@ -306,5 +306,38 @@ struct register_device_engine {
       device_engines<T, Optimizer>().push_back(std::move(e));
   }
 };
+
+/// The engine of one process on `d`: "host"; a registered device engine ("cuda" where
+/// hspmd::cuda is linked); or "auto", the first registered engine that finds a device, else the
+/// host. Throws `config_error` naming the device and the fix when there is none.
+template <std::floating_point T, class Optimizer>
+[[nodiscard]] std::unique_ptr<engine<T, Optimizer>>
+make_engine(const graph::graph& g, const std::string& d, std::uint64_t seed) {
+  if (d == "auto")
+    for (const auto& e : device_engines<T, Optimizer>()) {
+      std::string why;
+      if (e.probe(why) > 0)
+        return e.make(g, seed);
+    }
+  if (d == "auto" || d == "host")
+    return std::make_unique<backend_engine<T, Optimizer, host_backend>>(g, seed);
+  const auto* e = find_device_engine<T, Optimizer>(d);
+  if (e == nullptr) {
+    std::string known = "host, auto";
+    for (const auto& k : device_engines<T, Optimizer>())
+      known += ", " + k.name;
+    throw config_error("device " + d,
+                       d == "cuda" ? "this program is not linked with hspmd::cuda (built where "
+                                     "CMake finds nvcc and the CUDA toolkit)"
+                                   : "is not a device this program knows (" + known + ")",
+                       d == "cuda" ? "link hspmd::cuda into the program, or give device host"
+                                   : "give one of: " + known);
+  }
+  std::string why;
+  if (e->probe(why) <= 0)
+    throw config_error("device " + d, "no usable device: " + why,
+                       "run where a GPU is visible, or give device host (or auto)");
+  return e->make(g, seed);
+}
 
 } // namespace hspmd::train

@@ -14,7 +14,8 @@
 // (10^23 steps, 4e9 micro-batches, an infinite learning rate) are out of range.
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/precision.hpp>
+#include <hspmd/graph/ir.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/train/fault.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/train_options.hpp>
@@ -317,6 +318,18 @@ agreed_train_options(const train_options& o) {
   return out;
 }
 
+/// What a checkpoint records of the run's options (its manifest's `meta.options`,
+/// docs/checkpoint.md): every option the ranks agree on by value -- what makes the run the run
+/// it is -- as (name, text) pairs in table order.
+[[nodiscard]] inline std::vector<std::pair<std::string, std::string>>
+recorded_train_options(const train_options& o) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const train_option& row : train_option_table())
+    if (row.agree == train_option::agreement::value)
+      out.emplace_back(row.name(), row.text(o));
+  return out;
+}
+
 /// What the run's check needs to know of the trainer's types: whether the model is traced in
 /// float, and whether the optimizer shows its state (checkpoints and re-balancing move it).
 struct trainer_types {
@@ -378,6 +391,21 @@ inline void check_run_options(const train_options& o, bool distributed,
     throw config_error("checkpoints with optimizer " + types.optimizer,
                        "keeps its state private, so a checkpoint cannot hold it",
                        "train with exec::adam or exec::sgd");
+}
+
+/// A model size of 0 (--seq 0, a width of 0) traces tensors of no elements, whose loss is a mean
+/// over nothing: refused naming the model, the node and its shape, not trained to a loss of 0.
+inline void check_model_sizes(const graph::graph& g, const std::string& model) {
+  for (const graph::node& n : g.nodes())
+    if (n.out.size() == 0) {
+      std::string shape;
+      for (std::size_t d : n.out.dims)
+        shape += (shape.empty() ? "(" : ", ") + std::to_string(d);
+      throw config_error("model " + model + ": " + n.name + " " + shape + ")",
+                         "has no elements, so the step would train on nothing",
+                         "give every size of the model (sequence length, widths, heads, "
+                         "vocabulary) 1 or more");
+    }
 }
 
 } // namespace hspmd::train

@@ -29,8 +29,8 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/program/lower.hpp>
 #include <hspmd/sim/step.hpp>
 #include <hspmd/synth/cost.hpp>
@@ -56,7 +56,7 @@ struct profile_options {
   std::size_t repetitions = 3; ///< timed steps after one warm-up; each node's median counts
   std::uint64_t seed = 1;      ///< parameters and input values
   double slowdown = 1.0; ///< the measured device's emulated slowdown: times are stretched by it
-  exec::precision precision = exec::precision::f32; ///< the run's precision (exec/precision.hpp)
+  exec::precision precision = exec::precision::f32; ///< the run's precision (kernels/precision.hpp)
 };
 
 /// Measures `g`'s compute on this process; `speed` is the flop/s the cluster file gives the

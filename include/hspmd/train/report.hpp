@@ -7,9 +7,9 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/backends/blas.hpp>
 #include <hspmd/exec/caching_allocator.hpp>
-#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/results.hpp>

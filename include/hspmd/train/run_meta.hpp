@@ -12,6 +12,7 @@
 #include <hspmd/train/checkpoint_layout.hpp>
 #include <hspmd/train/loss_scale.hpp>
 #include <hspmd/train/namespace.hpp>
+#include <hspmd/train/option_table.hpp>
 #include <hspmd/train/train_options.hpp>
 
 #include <nlohmann/json.hpp>
@@ -63,6 +64,9 @@ template <class Optimizer>
   m["rng"] = {{"seed", o.seed},
               {"kind", "counter-based: initial values by seed, dropout by seed and micro-batch "
                        "index; nothing else to restore"}};
+  m["options"] = nlohmann::json::object(); // every option the ranks agree on, as its flag's text
+  for (const auto& [option, text] : recorded_train_options(o))
+    m["options"][option] = text;
   m["precision"] = std::string(name(o.precision));
   m["recompute"] = o.recompute;
   if (loss_scale != nullptr) {

@@ -4,8 +4,8 @@
 // and agreement are in their table (train/option_table.hpp).
 
 #include <hspmd/cluster/cluster.hpp>
-#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/train/namespace.hpp>
 
 #include <algorithm>
@@ -67,7 +67,7 @@ struct train_options {
   /// cluster one per rank, collectives over NCCL); "auto": a linked device engine that finds a
   /// device (on every rank), else the host.
   std::string device = "host";
-  /// Mixed precision (exec/precision.hpp): f32; bf16 (activations and GEMM operands in
+  /// Mixed precision (kernels/precision.hpp): f32; bf16 (activations and GEMM operands in
   /// bfloat16, master weights and reductions in float); f16 (the same in binary16, with dynamic
   /// loss scaling: a step whose gradients overflow is skipped and the scale halved). Float
   /// models only.

@@ -29,11 +29,11 @@
 // optimizers include <hspmd/train/trainer_impl.hpp> themselves.
 
 #include <hspmd/cluster/cluster.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/batch_sink.hpp>
-#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/results.hpp>
 #include <hspmd/train/train_options.hpp>

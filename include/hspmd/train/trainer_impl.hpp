@@ -16,6 +16,7 @@
 #include <hspmd/nn/tracer.hpp>
 #include <hspmd/train/checkpoint.hpp>
 #include <hspmd/train/engine.hpp>
+#include <hspmd/train/evaluate.hpp>
 #include <hspmd/train/fault.hpp>
 #include <hspmd/train/loss_scale.hpp>
 #include <hspmd/train/namespace.hpp>
@@ -59,18 +60,7 @@ public:
   trainer_state(const model_fn& model, const train_options& o)
       : trainer_state(trace(model, o), with_trace_at(model, o)) {}
   trainer_state(graph::graph g, train_options o) : g_(std::move(g)), o_(std::move(o)) {
-    // A model size of 0 (--seq 0, a width of 0) traces tensors of no elements, whose loss is a
-    // mean over nothing: refused, not trained to a loss of 0.
-    for (const graph::node& n : g_.nodes())
-      if (n.out.size() == 0) {
-        std::string shape;
-        for (std::size_t d : n.out.dims)
-          shape += (shape.empty() ? "(" : ", ") + std::to_string(d);
-        throw config_error("model " + o_.name + ": " + n.name + " " + shape + ")",
-                           "has no elements, so the step would train on nothing",
-                           "give every size of the model (sequence length, widths, heads, "
-                           "vocabulary) 1 or more");
-      }
+    check_model_sizes(g_, o_.name);
     for (const graph::node& n : g_.nodes())
       if (n.kind == graph::op::input && n.out.batch_dim) {
         o_.batch = n.out.dims[*n.out.batch_dim];
@@ -80,7 +70,8 @@ public:
     if (distributed() && o_.device != "host" && o_.device != "auto") { // before MPI starts
       const auto* e = find_device_engine<T, Optimizer>(o_.device);
       if (e == nullptr)
-        (void)make_single_engine(); // the single process's error for an unknown device
+        (void)make_engine<T, Optimizer>(
+            g_, o_.device, o_.seed); // the single process's error for an unknown device
       else if (!e->make_distributed)
         throw config_error("device " + o_.device, "trains one process only",
                            "give device host (or auto) with a cluster, or drop the cluster");
@@ -173,7 +164,7 @@ private:
     check_options();
     if (o_.save_graph.size() > 0)
       write_file(o_.save_graph, graph::to_json(g_).dump(1));
-    engine_ = make_single_engine();
+    engine_ = make_engine<T, Optimizer>(g_, o_.device, o_.seed);
     engine_->set_profiling(o_.profile);
     engine_->set_precision(o_.precision);
     enable_recompute(*engine_, g_, o_, true);
@@ -203,38 +194,6 @@ private:
     rebalancing_ = std::move(d.rebalance);
     dist_ = d.engine.get();
     engine_ = std::move(d.engine);
-  }
-
-  // The engine of one process on the device the options name: "host"; a registered device
-  // engine ("cuda" where hspmd::cuda is linked, train/engine.hpp); or "auto", the first
-  // registered engine that finds a device, else the host.
-  std::unique_ptr<engine<T, Optimizer>> make_single_engine() const {
-    const std::string& d = o_.device;
-    if (d == "auto")
-      for (const auto& e : device_engines<T, Optimizer>()) {
-        std::string why;
-        if (e.probe(why) > 0)
-          return e.make(g_, o_.seed);
-      }
-    if (d == "auto" || d == "host")
-      return std::make_unique<backend_engine<T, Optimizer, host_backend>>(g_, o_.seed);
-    const auto* e = find_device_engine<T, Optimizer>(d);
-    if (e == nullptr) {
-      std::string known = "host, auto";
-      for (const auto& k : device_engines<T, Optimizer>())
-        known += ", " + k.name;
-      throw config_error("device " + d,
-                         d == "cuda" ? "this program is not linked with hspmd::cuda (built where "
-                                       "CMake finds nvcc and the CUDA toolkit)"
-                                     : "is not a device this program knows (" + known + ")",
-                         d == "cuda" ? "link hspmd::cuda into the program, or give device host"
-                                     : "give one of: " + known);
-    }
-    std::string why;
-    if (e->probe(why) <= 0)
-      throw config_error("device " + d, "no usable device: " + why,
-                         "run where a GPU is visible, or give device host (or auto)");
-    return e->make(g_, o_.seed);
   }
 
   // `body()` where a failure on any rank ends every rank with one line (train/world.hpp).
@@ -453,66 +412,8 @@ private:
 
   eval_report run_eval(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {
     world_->set_phase("evaluation after step " + std::to_string(after_step));
-    engine<T, Optimizer>& e = *engine_;
-    e.set_training(false);
-    eval_report rep;
-    rep.after_step = after_step;
-    const auto loss_id = *g_.loss();
-    const graph::node& loss_node = g_[loss_id];
-    const bool classify = loss_node.kind == graph::op::cross_entropy;
-    // Accuracy compares the logits' arg-max with the targets as fed (through reshapes).
-    std::optional<graph::node_id> targets;
-    if (classify) {
-      graph::node_id t = loss_node.inputs[1];
-      while (g_[t].kind == graph::op::reshape)
-        t = g_[t].inputs[0];
-      if (g_[t].kind == graph::op::input)
-        targets = t;
-    }
-    struct capture final : batch_sink<T> {
-      batch_sink<T>* inner;
-      std::string name;
-      std::vector<std::int64_t> ids;
-      void set_input(std::string_view n, std::span<const T> v) override { inner->set_input(n, v); }
-      void set_input(std::string_view n, std::span<const std::int64_t> v) override {
-        if (n == name)
-          ids.assign(v.begin(), v.end());
-        inner->set_input(n, v);
-      }
-      using batch_sink<T>::set_input;
-    } sink;
-    sink.inner = &e;
-    sink.name = targets ? g_[*targets].name : std::string();
-    double loss = 0.0;
-    std::size_t right = 0;
-    std::size_t rows = 0;
-    for (std::size_t b = 0; b < batches; ++b) {
-      e.set_step(0);
-      eval(sink, b);
-      loss += e.forward();
-      if (classify && targets && o_.metric == eval_metric::accuracy) {
-        const auto logits = e.whole(loss_node.inputs[0]);
-        const std::size_t v = g_[loss_node.inputs[0]].out.dims[1];
-        for (std::size_t i = 0; i < sink.ids.size() && (i + 1) * v <= logits.size(); ++i) {
-          const auto row = std::span<const T>(logits).subspan(i * v, v);
-          const auto best = static_cast<std::int64_t>(std::ranges::max_element(row) - row.begin());
-          right += best == sink.ids[i] ? 1U : 0U;
-          ++rows;
-        }
-      }
-    }
-    e.set_training(true);
-    rep.loss = loss / static_cast<double>(batches);
-    if (classify && o_.metric == eval_metric::perplexity) {
-      const double per_row =
-          loss_node.attrs.scalar > 0.0
-              ? rep.loss
-              : rep.loss / static_cast<double>(g_[loss_node.inputs[0]].out.dims[0]);
-      rep.perplexity = std::exp(per_row);
-    }
-    if (rows > 0)
-      rep.accuracy = static_cast<double>(right) / static_cast<double>(rows);
-    if (e.root() && o_.out != nullptr)
+    const eval_report rep = train::evaluate(*engine_, g_, o_.metric, eval, batches, after_step);
+    if (engine_->root() && o_.out != nullptr)
       say_eval(*o_.out, rep, batches);
     if (on_eval_ != nullptr && *on_eval_)
       (*on_eval_)(rep);

@@ -1,5 +1,5 @@
 #include <hspmd/exec/backends/host.hpp>
-#include <hspmd/exec/kernels/activation.hpp>
+#include <hspmd/kernels/activation.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 // device's stream) against the host, in f32 and bf16: the harness the GPU suite runs with the
 // CUDA backend (tests/gpu/cuda_backend.test.cu, f32 to 1e-5 and bf16 to 2e-2), and here the
 // proof that no op's kernels read a buffer before the work that writes it has run.
-#include <hspmd/exec/precision.hpp>
+#include <hspmd/kernels/precision.hpp>
 
 #include "../../support/deferred_backend.hpp"
 #include "../../support/op_by_op.hpp"

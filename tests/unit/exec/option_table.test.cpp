@@ -2,6 +2,7 @@
 // parser (on its text, before a negative count wraps) and by the trainer's check (whichever way
 // the value arrived), each with one line naming the option and its range.
 #include <hspmd/train/option_table.hpp>
+#include <hspmd/train/run_meta.hpp>
 #include <hspmd/train/train_flags.hpp>
 
 #include <catch2/catch.hpp>
@@ -160,4 +161,29 @@ TEST_CASE("every option is a flag, and the table decides the one-process refusal
   const auto trace = std::ranges::find_if(x, [](const auto& p) { return p.first == "trace"; });
   REQUIRE(trace != x.end());
   CHECK(trace->second == "on");
+}
+
+TEST_CASE("a checkpoint's manifest records every option the ranks agree on, from the table") {
+  train::train_options o;
+  o.steps = 7;
+  o.lr = train::lr_schedule::cosine(2e-3, 3);
+  o.bucket_mb = 2.5;
+  o.plan = "dp-cp";
+  graph::graph g;
+  const auto meta = train::checkpoint_meta(g, o, nullptr, nlohmann::json::object(), 3, nullptr);
+  std::size_t rows = 0;
+  for (const train::train_option& row : train::train_option_table()) {
+    const std::string name = row.name();
+    INFO(name);
+    if (row.agree != train::train_option::agreement::value) {
+      CHECK_FALSE(meta["options"].contains(name));
+      continue;
+    }
+    ++rows;
+    REQUIRE(meta["options"].contains(name));
+    CHECK(meta["options"][name] == row.text(o));
+  }
+  CHECK(meta["options"].size() == rows);
+  CHECK(meta["options"]["steps"] == "7");
+  CHECK(meta["options"]["plan"] == "dp-cp");
 }

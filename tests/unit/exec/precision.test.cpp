@@ -1,11 +1,11 @@
-// Mixed precision (exec/precision.hpp): the 16-bit GEMM is the float GEMM of rounded operands
+// Mixed precision (kernels/precision.hpp): the 16-bit GEMM is the float GEMM of rounded operands
 // (checked against an fp64 reference of the rounded operands, and shown to differ from the
 // unrounded product by bf16's rounding only), an executor under bf16 or f16 stores every
 // activation and activation gradient as a 16-bit value while parameters and their gradients stay
 // float, and a BERT trains under bf16 and under f16 with loss scaling as it does in float.
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/optim.hpp>
-#include <hspmd/exec/precision.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/models/bert.hpp>
 #include <hspmd/train/loss_scale.hpp>
 

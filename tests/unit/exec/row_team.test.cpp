@@ -5,8 +5,8 @@
 // another writes, or wrote a row's single result from several threads, or missed elements of
 // the threads it does not own, fails here -- the races a device would have, found on the host.
 #include <hspmd/exec/backends/host.hpp>
-#include <hspmd/exec/kernels/normalization.hpp>
-#include <hspmd/exec/kernels/vocabulary.hpp>
+#include <hspmd/kernels/normalization.hpp>
+#include <hspmd/kernels/vocabulary.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -154,28 +154,28 @@ void every_row_functor(std::size_t rows, std::size_t len) {
   });
 
   same_on_a_team<T>(rows, {std::vector<T>(rows * len), std::vector<T>(2 * rows)}, [&](auto& out) {
-    return exec::layer_norm_row<T>{x.data(),       gamma.data(), beta.data(), out[0].data(),
-                                   out[1].data(),  len,          T(1e-5)};
+    return exec::layer_norm_row<T>{x.data(),      gamma.data(), beta.data(), out[0].data(),
+                                   out[1].data(), len,          T(1e-5)};
   });
   std::vector<T> ln_saved(2 * rows), ln_y(rows * len);
   exec::for_each_row(host, rows,
                      exec::layer_norm_row<T>{x.data(), gamma.data(), beta.data(), ln_y.data(),
                                              ln_saved.data(), len, T(1e-5)});
   same_on_a_team<T>(rows, {dx0}, [&](auto& out) {
-    return exec::layer_norm_row_backward<T>{x.data(),        gamma.data(), dy.data(),
+    return exec::layer_norm_row_backward<T>{x.data(),        gamma.data(),  dy.data(),
                                             ln_saved.data(), out[0].data(), len};
   });
 
   same_on_a_team<T>(rows, {std::vector<T>(rows * len), std::vector<T>(rows)}, [&](auto& out) {
-    return exec::rms_norm_row<T>{x.data(), gamma.data(), out[0].data(), out[1].data(), len,
-                                 T(1e-6)};
+    return exec::rms_norm_row<T>{x.data(),      gamma.data(), out[0].data(),
+                                 out[1].data(), len,          T(1e-6)};
   });
   std::vector<T> rms_saved(rows), rms_y(rows * len);
-  exec::for_each_row(host, rows,
-                     exec::rms_norm_row<T>{x.data(), gamma.data(), rms_y.data(), rms_saved.data(),
-                                           len, T(1e-6)});
+  exec::for_each_row(
+      host, rows,
+      exec::rms_norm_row<T>{x.data(), gamma.data(), rms_y.data(), rms_saved.data(), len, T(1e-6)});
   same_on_a_team<T>(rows, {dx0}, [&](auto& out) {
-    return exec::rms_norm_row_backward<T>{x.data(),         gamma.data(), dy.data(),
+    return exec::rms_norm_row_backward<T>{x.data(),         gamma.data(),  dy.data(),
                                           rms_saved.data(), out[0].data(), len};
   });
 
@@ -194,8 +194,13 @@ void every_row_functor(std::size_t rows, std::size_t len) {
     targets[r] = static_cast<std::int64_t>((r * 5 + 1) % (len + 4)); // some outside the piece
   const std::vector<T> g{T(0.75)};
   same_on_a_team<T>(rows, {dx0}, [&](auto& out) {
-    return exec::cross_entropy_backward<T>{x.data(), targets.data(), lse.data(), g.data(),
-                                           out[0].data(), len, vocab_span{2, len, len + 4},
+    return exec::cross_entropy_backward<T>{x.data(),
+                                           targets.data(),
+                                           lse.data(),
+                                           g.data(),
+                                           out[0].data(),
+                                           len,
+                                           vocab_span{2, len, len + 4},
                                            T(0.5)};
   });
 }
@@ -205,7 +210,8 @@ void every_row_functor(std::size_t rows, std::size_t len) {
 TEST_CASE("row kernels give the serial result when 16 threads share each row, as on a GPU") {
   // Rows shorter than the team (threads with no element), not a multiple of it, and several
   // times it.
-  for (const std::size_t len : {std::size_t{5}, std::size_t{16}, std::size_t{37}, std::size_t{100}}) {
+  for (const std::size_t len :
+       {std::size_t{5}, std::size_t{16}, std::size_t{37}, std::size_t{100}}) {
     INFO("row length " << len);
     every_row_functor<float>(6, len);
     every_row_functor<double>(3, len);

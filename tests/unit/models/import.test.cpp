@@ -4,8 +4,8 @@
 // give the same attention scores under hspmd's rotary kernel as the source's rotate-half rotation;
 // bad input is one line naming the file or tensor.
 #include <hspmd/core/half.hpp>
-#include <hspmd/exec/kernels/positional.hpp>
 #include <hspmd/io/safetensors.hpp>
+#include <hspmd/kernels/positional.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/train/checkpoint.hpp>
 #include <hspmd/train/import.hpp>

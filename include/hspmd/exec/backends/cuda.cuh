@@ -23,11 +23,11 @@
 // only where a GPU is.
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/device_launch.cuh>
 #include <hspmd/exec/caching_allocator.hpp>
 #include <hspmd/exec/column_major_gemm.hpp>
-#include <hspmd/exec/precision.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/precision.hpp>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -276,7 +276,7 @@ public:
         dev);
   }
 
-  /// A float GEMM whose operands are in 16 bits (exec/precision.hpp): A and B are encoded as
+  /// A float GEMM whose operands are in 16 bits (kernels/precision.hpp): A and B are encoded as
   /// bfloat16 (or binary16) on the stream and multiplied by cuBLAS with float accumulation into
   /// the float C (tensor cores). Equal to the host's float GEMM of rounded operands up to the
   /// order of the sums. Before compute capability 8.0 (no bf16 GEMMs in cuBLAS there) the

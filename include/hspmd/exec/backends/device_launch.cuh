@@ -1,10 +1,10 @@
 #pragma once
 // The device side of `for_each_index` and `for_each_row`: one grid-stride __global__ launcher
-// runs any HSPMD_HD kernel functor (exec/kernels/) on a CUDA stream, and row functors run with
+// runs any HSPMD_HD kernel functor (kernels/) on a CUDA stream, and row functors run with
 // 16 threads a row that reduce in the host's lane order. nvcc only; the CUDA backend launches
 // every kernel through them.
 
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cuda_runtime.h>
 
@@ -35,13 +35,13 @@ cudaError_t launch_for_each_index(std::size_t n, const F& f, cudaStream_t stream
   return cudaGetLastError();
 }
 
-/// The device's row team: 16 threads of a warp own one row (exec/kernels/common.hpp
+/// The device's row team: 16 threads of a warp own one row (kernels/common.hpp
 /// `serial_team` is the host's). Thread `lane` takes elements lane, lane + 16, ... -- the host's
 /// reduction lane l -- and sums are combined by shuffles 8, 4, 2, 1 apart: the host's pairwise
 /// order, so a row reduces as on the host (up to FMA contraction).
 struct lane_team {
-  unsigned lane;     ///< 0 .. 15
-  unsigned mask;     ///< this half-warp's 16 threads
+  unsigned lane; ///< 0 .. 15
+  unsigned mask; ///< this half-warp's 16 threads
   static constexpr unsigned width = 16;
   static_assert(width == reduce_lanes, "a row team has one thread per host reduction lane");
 
@@ -81,9 +81,13 @@ struct lane_team {
 #endif
   }
   /// The thread that writes the row's single results.
-  HSPMD_HD bool leader() const { return lane == 0; }
+  HSPMD_HD bool leader() const {
+    return lane == 0;
+  }
   /// Whether `for_each` gives element j to this thread.
-  HSPMD_HD bool owns(std::size_t j) const { return j % width == lane; }
+  HSPMD_HD bool owns(std::size_t j) const {
+    return j % width == lane;
+  }
 };
 
 /// f(r, team) for every row r in [0, rows): 16 threads a row, 16 rows a block of 256, grid-stride.
@@ -96,8 +100,8 @@ __global__ void for_each_row_kernel(std::size_t rows, F f) {
   const unsigned half = (threadIdx.x % 32) / width;
   const lane_team team{threadIdx.x % width, 0xFFFFu << (width * half)};
   const std::size_t per_grid = static_cast<std::size_t>(gridDim.x) * (blockDim.x / width);
-  for (std::size_t r = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / width) +
-                       threadIdx.x / width;
+  for (std::size_t r =
+           static_cast<std::size_t>(blockIdx.x) * (blockDim.x / width) + threadIdx.x / width;
        r < rows; r += per_grid)
     f(r, team);
 }

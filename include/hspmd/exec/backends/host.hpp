@@ -3,8 +3,8 @@
 // the simple ones), GEMM through cblas (OpenBLAS) with one BLAS thread per process by default.
 
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/exec/backends/blas.hpp>
+#include <hspmd/kernels/backend.hpp>
 
 #include <cblas.h>
 #if defined(__AVX512F__)
@@ -120,7 +120,7 @@ void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t 
     cblas_dgemm(CblasRowMajor, ta_, tb_, mi, ni, ki, alpha, a, la, b, lb, beta, c, lc);
 }
 
-/// Runs kernels on this process's CPU (see exec/backend.hpp).
+/// Runs kernels on this process's CPU (see kernels/backend.hpp).
 class host_backend {
 public:
   template <class T>

@@ -14,7 +14,7 @@
 //   view        whether its value can be its input's elements where they lie (`view_kind`):
 //               the executor then allocates nothing for it and the cost model counts no memory
 //
-// FLOP conventions (exact for the kernels in exec/kernels/): a multiply-add is 2 FLOPs; exp,
+// FLOP conventions (exact for the kernels in kernels/): a multiply-add is 2 FLOPs; exp,
 // log, tanh, erf and sqrt count 1 each; comparisons (max) count 1. Backward FLOPs count every
 // input gradient the op can produce, including those of inputs that need none (e.g. the data
 // of the first layer): the executor computes them, and the synthesizer must not under-count.

@@ -2,7 +2,7 @@
 // The ops of the IR, one line each: X(op, front end). This list is the registry's index: the
 // enum `graph::op`, the op names (the identifier, in JSON and tables) and the typed functions
 // of nn::functional come from it; every other fact of an op lives in its `op_traits`
-// specialization in graph/ops/<family>.hpp, and its kernels in exec/kernels/<family>.hpp.
+// specialization in graph/ops/<family>.hpp, and its kernels in kernels/<family>.hpp.
 //
 // The front end says which typed function nn/ops.hpp generates for the op:
 //   unary   f(x) -> a value with x's extents and the placement the rule table gives

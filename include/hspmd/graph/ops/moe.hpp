@@ -1,7 +1,7 @@
 #pragma once
 // Registry entries of top-2 mixture-of-experts routing: dispatch (tokens into per-expert
 // buffers) and combine (expert outputs back to tokens, weighted by the renormalized gates).
-// The routing itself (the same in both) is in exec/kernels/moe.hpp.
+// The routing itself (the same in both) is in kernels/moe.hpp.
 //
 //   op            forward FLOPs                      backward FLOPs
 //   moe_dispatch  T E (top-2 search; copies bytes)   0 (copies back)

@@ -14,7 +14,7 @@
 // the output (and the probabilities' gradient) is a partial sum over ranks.
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cstddef>
 

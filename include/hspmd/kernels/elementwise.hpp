@@ -7,7 +7,7 @@
 #include <hspmd/core/hash.hpp>
 #include <hspmd/core/hd.hpp>
 #include <hspmd/core/rng.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cmath>
 #include <cstddef>

@@ -5,7 +5,7 @@
 
 #include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <bit>
 #include <cmath>

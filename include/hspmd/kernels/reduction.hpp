@@ -3,7 +3,7 @@
 // divides by the whole tensor's element count, so the pieces' means add up to the mean.
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cstddef>
 

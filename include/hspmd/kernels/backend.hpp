@@ -1,6 +1,6 @@
 #pragma once
 // The seam between the executor and a device: a *backend* owns buffers, runs kernel functors
-// over an index range and multiplies matrices. The executor and the kernels (exec/kernels/)
+// over an index range and multiplies matrices. The executor and the kernels (kernels/)
 // reach hardware only through it, so a device plugs in by providing one more backend.
 //
 //     exec::host_backend host;                          // exec/backends/host.hpp: cblas + loops

@@ -2,7 +2,7 @@
 // Kernels of the graph's leaves (registry: graph/ops/io.hpp): inputs are fed and parameters
 // materialized by the executor, so neither computes anything.
 
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 namespace hspmd::exec {
 

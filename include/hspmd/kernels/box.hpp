@@ -3,8 +3,8 @@
 // of a whole tensor, rank-major blocks of a split version, all-to-all pieces) on the backend.
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/backend.hpp>
 #include <hspmd/graph/signature.hpp>
+#include <hspmd/kernels/backend.hpp>
 
 #include <cstddef>
 #include <vector>

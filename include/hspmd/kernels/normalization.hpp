@@ -5,8 +5,8 @@
 
 #include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
 #include <hspmd/graph/ops/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cmath>
 #include <cstddef>

@@ -4,7 +4,7 @@
 // plain loop; backward adds back along the same mapping (a bijection: no two indices collide).
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,7 @@
 #pragma once
 // What every kernel pair sees, and the index helpers kernels share.
 //
-// A kernel pair is `kernel<op::X>` (in exec/kernels/<family>.hpp) with
+// A kernel pair is `kernel<op::X>` (in kernels/<family>.hpp) with
 //     template <class T, class B> static void forward(kernel_context<T, B>& c);
 //     template <class T, class B> static void backward(kernel_context<T, B>& c);
 // `forward` writes the node's value from its inputs; `backward` *adds* the input gradients from
@@ -18,10 +18,10 @@
 #include <hspmd/core/extents.hpp>
 #include <hspmd/core/fastmath.hpp>
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/backend.hpp>
-#include <hspmd/exec/precision.hpp>
 #include <hspmd/graph/ir.hpp>
 #include <hspmd/graph/signature.hpp>
+#include <hspmd/kernels/backend.hpp>
+#include <hspmd/kernels/precision.hpp>
 #include <hspmd/program/layout.hpp>
 
 #include <cstddef>
@@ -34,7 +34,7 @@
 
 namespace hspmd::exec {
 
-/// The kernels of op O: a specialization per op in exec/kernels/<family>.hpp.
+/// The kernels of op O: a specialization per op in kernels/<family>.hpp.
 template <graph::op O>
 struct kernel;
 
@@ -71,7 +71,7 @@ public:
     std::uint64_t step = 0;
     bool training = true;
     const row_reduce_fn* row_reduce = nullptr;
-    /// What GEMM operands are rounded to (exec/precision.hpp); the executor rounds what kernels
+    /// What GEMM operands are rounded to (kernels/precision.hpp); the executor rounds what kernels
     /// store.
     exec::precision precision = exec::precision::f32;
   };
@@ -170,7 +170,7 @@ private:
   run_state state_;
 };
 
-/// A node's GEMM: on its backend, operands in the run's precision (exec/precision.hpp).
+/// A node's GEMM: on its backend, operands in the run's precision (kernels/precision.hpp).
 template <class T, class B>
 void gemm(const kernel_context<T, B>& c, transpose ta, transpose tb, std::size_t m, std::size_t n,
           std::size_t k, T alpha, const T* a, std::size_t lda, const T* bm, std::size_t ldb, T beta,

@@ -3,7 +3,7 @@
 // of a linear layer as functors.
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -5,7 +5,7 @@
 // backward; then one functor index per row of pairs.
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cmath>
 #include <cstddef>

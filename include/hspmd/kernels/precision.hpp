@@ -21,7 +21,7 @@
 
 #include <hspmd/core/half.hpp>
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/backend.hpp>
+#include <hspmd/kernels/backend.hpp>
 
 #include <cstddef>
 #include <cstdint>

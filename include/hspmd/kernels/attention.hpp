@@ -8,7 +8,7 @@
 // softmax does.
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cmath>
 #include <cstddef>

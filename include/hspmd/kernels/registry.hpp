@@ -1,26 +1,26 @@
 #pragma once
-// The kernel registry: every op's kernel pair (`kernel<O>` in exec/kernels/<family>.hpp, see
-// exec/kernels/common.hpp for what a pair is), checked for completeness at compile time and
+// The kernel registry: every op's kernel pair (`kernel<O>` in kernels/<family>.hpp, see
+// kernels/common.hpp for what a pair is), checked for completeness at compile time and
 // dispatched by op at run time.
 //
 //     exec::run_kernel(context, /*backward=*/false);   // the node's forward on its backend
 //
 // A missing pair stops the build with `missing_kernel<op_named<"the op">, ...>` in the error.
 
-#include <hspmd/exec/kernels/activation.hpp>
-#include <hspmd/exec/kernels/attention.hpp>
-#include <hspmd/exec/kernels/common.hpp>
-#include <hspmd/exec/kernels/elementwise.hpp>
-#include <hspmd/exec/kernels/io.hpp>
-#include <hspmd/exec/kernels/linalg.hpp>
-#include <hspmd/exec/kernels/moe.hpp>
-#include <hspmd/exec/kernels/normalization.hpp>
-#include <hspmd/exec/kernels/positional.hpp>
-#include <hspmd/exec/kernels/reduction.hpp>
-#include <hspmd/exec/kernels/shape.hpp>
-#include <hspmd/exec/kernels/vision.hpp>
-#include <hspmd/exec/kernels/vocabulary.hpp>
 #include <hspmd/graph/ops.hpp>
+#include <hspmd/kernels/activation.hpp>
+#include <hspmd/kernels/attention.hpp>
+#include <hspmd/kernels/common.hpp>
+#include <hspmd/kernels/elementwise.hpp>
+#include <hspmd/kernels/io.hpp>
+#include <hspmd/kernels/linalg.hpp>
+#include <hspmd/kernels/moe.hpp>
+#include <hspmd/kernels/normalization.hpp>
+#include <hspmd/kernels/positional.hpp>
+#include <hspmd/kernels/reduction.hpp>
+#include <hspmd/kernels/shape.hpp>
+#include <hspmd/kernels/vision.hpp>
+#include <hspmd/kernels/vocabulary.hpp>
 
 #include <cstdint>
 
@@ -38,7 +38,7 @@ struct missing_kernel {
   static_assert(sizeof(Op) == 0,
                 "hspmd: an op has no complete kernel pair: the instantiation names the op "
                 "(op_named<...>) and the missing part (kernel_part::...); add it to "
-                "kernel<graph::op::...> in exec/kernels/<family>.hpp");
+                "kernel<graph::op::...> in kernels/<family>.hpp");
   static constexpr bool value = false;
 };
 
@@ -73,7 +73,7 @@ static_assert(true HSPMD_GRAPH_OPS(HSPMD_EXEC_KERNEL_CHECK), "every op has a ker
 #undef HSPMD_EXEC_KERNEL_CHECK
 
 /// The inputs (a bit each) whose gradients op O's backward can store whole instead of adding
-/// (`kernel<O>::assigns`, see exec/kernels/common.hpp); 0 where the pair does not say.
+/// (`kernel<O>::assigns`, see kernels/common.hpp); 0 where the pair does not say.
 template <graph::op O>
 [[nodiscard]] constexpr std::uint32_t kernel_assigns() {
   if constexpr (requires { kernel<O>::assigns; })

@@ -8,8 +8,8 @@
 // column entries that read it), dbias += row sums of dy_b.
 
 #include <hspmd/core/hd.hpp>
-#include <hspmd/exec/kernels/common.hpp>
 #include <hspmd/graph/ops/vision.hpp>
+#include <hspmd/kernels/common.hpp>
 
 #include <cstddef>
 
