@@ -60,13 +60,13 @@ struct op_traits<op::permute> {
              "one entry per dimension");
     std::vector<bool> seen(x.rank(), false);
     hspmd::shape out;
-    out.dims.resize(x.rank());
+    out.dims.reserve(x.rank()); // (appended, not resized: GCC 12 -O3 warns of a null pointer)
     for (std::size_t i = 0; i < x.rank(); ++i) {
       const std::size_t from = perm[i];
       if (from >= x.rank() || seen[from])
         v.fail("invalid permutation", "each dimension exactly once");
       seen[from] = true;
-      out.dims[i] = x.dims[from];
+      out.dims.push_back(x.dims[from]);
       if (x.batch_dim == from)
         out.batch_dim = i;
     }
