@@ -14,6 +14,7 @@
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/backends/host.hpp>
+#include <hspmd/exec/batch_sink.hpp>
 #include <hspmd/exec/executor_memory.hpp>
 #include <hspmd/exec/gradient_memory.hpp>
 #include <hspmd/exec/op_profile.hpp>
@@ -269,15 +270,7 @@ private:
   }
 
   graph::node_id input(std::string_view name, bool integral) const {
-    const auto id = g_.find(name);
-    if (!id || g_[*id].kind != graph::op::input)
-      throw plan_error("executor", "no input named \"" + std::string(name) + "\"",
-                       "feed the inputs the model declared");
-    if ((g_[*id].type == dtype::i64) != integral)
-      throw plan_error("input \"" + std::string(name) + "\"",
-                       integral ? "is not an integer input" : "is an integer input",
-                       "feed ids as int64 and features as floating point");
-    return *id;
+    return input_node(g_, name, integral, "executor");
   }
 
   typename kernel_context<T, B>::row_reduce_fn row_reduce_;

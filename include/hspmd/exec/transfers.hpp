@@ -17,6 +17,7 @@
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/exec/batch_sink.hpp>
 #include <hspmd/exec/comm_span.hpp>
 #include <hspmd/kernels/backend.hpp>
 #include <hspmd/kernels/box.hpp>
@@ -399,19 +400,12 @@ struct transfer_buffers {
 /// throws naming the input and the fix when it is none, or the size or the type is not its.
 [[nodiscard]] inline graph::node_id checked_input(const graph::graph& g, std::string_view name,
                                                   std::size_t size, bool ids) {
-  const auto gid = g.find(name);
-  if (!gid || g[*gid].kind != graph::op::input)
-    throw plan_error("distributed executor", "no input named \"" + std::string(name) + "\"",
-                     "feed the inputs the model declared");
-  if (size != g[*gid].out.size())
+  const graph::node_id id = input_node(g, name, ids, "distributed executor");
+  if (size != g[id].out.size())
     throw shape_error("input \"" + std::string(name) + "\"",
-                      std::to_string(size) + " values for shape " + g[*gid].out.to_string(),
+                      std::to_string(size) + " values for shape " + g[id].out.to_string(),
                       "pass the whole batch on every rank; each keeps its piece");
-  if ((g[*gid].type == dtype::i64) != ids)
-    throw plan_error("input \"" + std::string(name) + "\"",
-                     ids ? "is not an integer input" : "is an integer input",
-                     "feed ids as int64 and features as floating point");
-  return *gid;
+  return id;
 }
 
 /// A traced transfer's arguments: its kind's tensor, bytes, placements, pass and algorithm.

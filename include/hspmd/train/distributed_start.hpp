@@ -283,8 +283,7 @@ distributed_run<T, Optimizer> start_distributed(const graph::graph& g, train_opt
     if (is_root && !o.save_graph.empty())
       write_file(o.save_graph, graph::to_json(g).dump(1));
     run.so = planning_options(o, sizeof(T));
-    run.element_bytes = sizeof(T);
-    run.bucket_mb = o.bucket_mb;
+    run.priced = priced_like(o, sizeof(T));
     // The device first: calibration measures rank 0's compute where the run will compute.
     const auto* device = distributed_device<T, Optimizer>(o.device, comm);
     if (device != nullptr && o.rebalance != 0.0)

@@ -46,8 +46,7 @@ struct planned_run {
   synth::plan plan;
   std::optional<profile_options> calibration;
   std::optional<sim::shard_times> shard_times;
-  std::size_t element_bytes = sizeof(float);
-  double bucket_mb = 0.0; ///< train_options::bucket_mb (0: the default)
+  sim::options priced; ///< how the simulator prices this run's step program (`priced_like`)
 
   [[nodiscard]] synth::cost_model cost_model(const graph::graph& g, const cluster& at) const {
     return synth::cost_model(g, at, synth::segment_map(g, plan.segments), so.profile, so.gemm_type);
@@ -58,19 +57,26 @@ struct planned_run {
     synth::evaluate(p, cost_model(g, at), p.ratios);
     return p;
   }
-  /// How the simulator prices this run's step program (sim/step.hpp).
+  /// `priced` with the plan's ops measured at every rank's pieces, where they were.
   [[nodiscard]] sim::options sim_options() const {
-    sim::options priced;
-    priced.element_bytes = element_bytes;
-    if (bucket_mb > 0.0)
-      priced.bucket_bytes = bucket_mb * 1024.0 * 1024.0;
-    priced.measured = shard_times ? &*shard_times : nullptr;
-    return priced;
+    sim::options o = priced;
+    o.measured = shard_times ? &*shard_times : nullptr;
+    return o;
   }
   [[nodiscard]] double simulated_step(const graph::graph& g) const {
     return sim::simulate(plan, cost_model(g, c), sim_options()).step_time;
   }
 };
+
+/// How the simulator prices a run of `o` in elements of `element_bytes` (sim/step.hpp): the
+/// run's gradient buckets.
+[[nodiscard]] inline sim::options priced_like(const train_options& o, std::size_t element_bytes) {
+  sim::options priced;
+  priced.element_bytes = element_bytes;
+  if (o.bucket_mb > 0.0)
+    priced.bucket_bytes = o.bucket_mb * 1024.0 * 1024.0;
+  return priced;
+}
 
 /// The synthesizer's options for a run of `o` in elements of `element_bytes`.
 [[nodiscard]] inline synth::synth_options planning_options(const train_options& o,
@@ -81,13 +87,8 @@ struct planned_run {
                                                        : dtype::f32;
   if (o.recompute) // planned with it: its replays priced, its memory counted
     so.search.recompute = synth::search_options::recomputation::always;
-  if (!o.rank_by_cost) {
-    sim::options judged;
-    judged.element_bytes = element_bytes;
-    if (o.bucket_mb > 0.0)
-      judged.bucket_bytes = o.bucket_mb * 1024.0 * 1024.0;
-    so.judge = sim::judge(judged);
-  }
+  if (!o.rank_by_cost) // candidates weighed by the simulated step, priced as the run
+    so.judge = sim::judge(priced_like(o, element_bytes));
   return so;
 }
 
