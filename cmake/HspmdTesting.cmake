@@ -2,10 +2,17 @@
 #
 #   hspmd_add_unit_test(NAME <exe> SOURCES <files...> [LIBS <targets...>])
 #       A Catch2 executable; every TEST_CASE becomes its own CTest test "<exe>: <case>".
-#   hspmd_add_mpi_test(NAME <exe> SOURCES <files...> RANKS <n...> [LIBS ...] [TIMEOUT <s>])
+#   hspmd_add_mpi_test(NAME <exe> SOURCES <files...> RANKS <n...> [LIBS ...] [TIMEOUT <s>]
+#                      [SUITE <suite>])
 #       One Catch2 executable run under ${MPIEXEC_EXECUTABLE} once per rank count, registered as
-#       <exe>.np<n>. Launcher flags (oversubscribe, run-as-root) come from MPIEXEC_PREFLAGS in
+#       <exe>.np<n>; with SUITE, the file joins that suite's executable instead and each run
+#       selects the file's own cases by their filename tag (hidden ones stay hidden). Launcher flags (oversubscribe, run-as-root) come from MPIEXEC_PREFLAGS in
 #       the preset or on the command line, never from here.
+#   hspmd_add_mpi_suite(NAME <exe> [LIBS ...])
+#       One Catch2 executable that test files join with hspmd_add_mpi_test(... SUITE <exe>),
+#       compiled four files to a translation unit: each file alone compiles the same executor,
+#       synthesizer and library code again (~35 s apiece at -O0 with the sanitizers; four
+#       together take ~45 s). Each registered run still runs only its own file's cases.
 #   hspmd_add_mpi_run(...)  one more run of an MPI executable (see below).
 #   hspmd_add_compile_fail_test(NAME <test> SOURCE <file>)
 #       <file> must compile as is and must fail to compile with -DHSPMD_EXPECT_COMPILE_ERROR,
@@ -27,7 +34,7 @@ add_custom_target(unit-tests)
 function(hspmd_add_unit_test)
   cmake_parse_arguments(arg "" "NAME" "SOURCES;LIBS" ${ARGN})
   add_executable(${arg_NAME} ${arg_SOURCES})
-  set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 6)
+  set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
   add_dependencies(unit-tests ${arg_NAME})
   target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_main hspmd::core hspmd_dev_flags ${arg_LIBS})
   target_compile_definitions(${arg_NAME} PRIVATE
@@ -80,14 +87,40 @@ function(hspmd_add_mpi_run)
     ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;UBSAN_OPTIONS=print_stacktrace=1;${arg_ENVIRONMENT}")
 endfunction()
 
-function(hspmd_add_mpi_test)
-  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;RANKS;LIBS" ${ARGN})
-  add_executable(${arg_NAME} ${arg_SOURCES})
-  target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_mpi_main hspmd::mpi hspmd_dev_flags ${arg_LIBS})
-  target_compile_definitions(${arg_NAME} PRIVATE
+function(hspmd_mpi_test_executable name)
+  target_link_libraries(${name} PRIVATE hspmd_catch_mpi_main hspmd::mpi hspmd_dev_flags ${ARGN})
+  target_compile_definitions(${name} PRIVATE
     HSPMD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HSPMD_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+endfunction()
+
+function(hspmd_add_mpi_suite)
+  cmake_parse_arguments(arg "" "NAME" "LIBS" ${ARGN})
+  add_executable(${arg_NAME})
+  set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 4)
+  hspmd_mpi_test_executable(${arg_NAME} ${arg_LIBS})
+endfunction()
+
+function(hspmd_add_mpi_test)
+  cmake_parse_arguments(arg "" "NAME;TIMEOUT;SUITE" "SOURCES;RANKS;LIBS" ${ARGN})
+  if(arg_SUITE)
+    target_sources(${arg_SUITE} PRIVATE ${arg_SOURCES})
+    set(target ${arg_SUITE})
+    set(select)
+    foreach(source IN LISTS arg_SOURCES)
+      cmake_path(GET source STEM LAST_ONLY stem)
+      list(APPEND select "[#${stem}]~[.]")
+    endforeach()
+    list(JOIN select "," select)
+    set(select ARGS --filenames-as-tags "${select}")
+  else()
+    add_executable(${arg_NAME} ${arg_SOURCES})
+    hspmd_mpi_test_executable(${arg_NAME} ${arg_LIBS})
+    set(target ${arg_NAME})
+    set(select)
+  endif()
   foreach(np IN LISTS arg_RANKS)
-    hspmd_add_mpi_run(NAME ${arg_NAME}.np${np} TARGET ${arg_NAME} NP ${np} TIMEOUT ${arg_TIMEOUT})
+    hspmd_add_mpi_run(NAME ${arg_NAME}.np${np} TARGET ${target} NP ${np} TIMEOUT ${arg_TIMEOUT}
+                      ${select})
   endforeach()
 endfunction()
 

@@ -29,6 +29,8 @@
 #include <hspmd/synth/cost.hpp>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -129,10 +131,45 @@ struct search_state {
   memory_vector memory{};
   std::uint64_t moe = 0; ///< per open MoE layer (its slot's bit): dispatch ran token parallel
   std::size_t parent = std::numeric_limits<std::size_t>::max();
-  std::size_t choice = 0; ///< index into the choices of the search
+  std::size_t choice = 0;      ///< index into the choices of the search
+  std::uint64_t signature = 0; ///< detail::signature of the facts
   bool closed = false;
   bool dead = false; ///< dominated by another state of the same step
 };
+
+/// Whether every tensor of `b` is available in `a` in at least `b`'s placements (the same
+/// tensors, in order). Plain loops over the arrays: the search's inner loop.
+[[nodiscard]] inline bool covers(const std::vector<fact>& a, const std::vector<fact>& b) {
+  const std::size_t n = a.size();
+  if (n != b.size())
+    return false;
+  const fact* const pa = a.data();
+  const fact* const pb = b.data();
+  for (std::size_t i = 0; i < n; ++i)
+    if (pa[i].tensor != pb[i].tensor || (pa[i].mask & pb[i].mask) != pb[i].mask)
+      return false;
+  return true;
+}
+
+/// The facts' placements folded into 64 bits, each tensor's mask rotated by its own amount:
+/// where covers(a, b) holds, signature(b) is a subset of signature(a), so a state whose bits
+/// are not is passed over without walking its facts.
+[[nodiscard]] inline std::uint64_t signature(const std::vector<fact>& f) {
+  std::uint64_t s = 0;
+  for (const fact& x : f)
+    s |= std::rotl(static_cast<std::uint64_t>(x.mask), static_cast<int>((x.tensor * 13U) % 64U));
+  return s;
+}
+
+/// `a` needs no more memory than `b` on any entry (relative slack 1e-12).
+[[nodiscard]] inline bool memory_le(const memory_vector& a, const memory_vector& b) {
+  const double* const pa = a.data();
+  const double* const pb = b.data();
+  for (std::size_t i = 0; i < std::tuple_size_v<memory_vector>; ++i)
+    if (pa[i] > pb[i] * (1.0 + 1e-12))
+      return false;
+  return true;
+}
 
 [[nodiscard]] inline std::uint64_t hash_facts(std::size_t step, const std::vector<fact>& f,
                                               std::uint64_t moe = 0) {
@@ -897,21 +934,15 @@ private:
     const double g = states_[id].g + ch.compute + ch.comm;
     const std::uint64_t h = detail::hash_facts(k + 1, facts, moe);
     auto& bucket = index_[h];
-    const auto mem_le = [](const detail::memory_vector& a, const detail::memory_vector& b) {
-      for (std::size_t i = 0; i < a.size(); ++i)
-        if (a[i] > b[i] * (1.0 + 1e-12))
-          return false;
-      return true;
-    };
     for (std::size_t other : bucket) {
       auto& o = states_[other];
       if (o.step != k + 1 || o.facts != facts || o.moe != moe)
         continue;
       // When memory is tight, a costlier state that needs less memory is kept too (Pareto).
       const bool cheaper = g < o.g - 1e-15 * std::max(1.0, g);
-      if (!cheaper && (!pareto_ || mem_le(o.memory, mem)))
+      if (!cheaper && (!pareto_ || detail::memory_le(o.memory, mem)))
         return; // dominated
-      if (cheaper && !o.dead && (!pareto_ || mem_le(mem, o.memory))) {
+      if (cheaper && !o.dead && (!pareto_ || detail::memory_le(mem, o.memory))) {
         o.closed = false; // reopened: A* with an inconsistent (but admissible) heuristic
         o.g = g;
         o.memory = mem;
@@ -925,33 +956,36 @@ private:
     // Dominance: a state at the same step whose every tensor is available in at least the
     // same placements, for no more cost (and, when memory is exact, no more memory), reaches
     // everything this one reaches at no more cost.
-    const auto covers = [](const std::vector<detail::fact>& a, const std::vector<detail::fact>& b) {
-      if (a.size() != b.size())
-        return false;
-      for (std::size_t i = 0; i < a.size(); ++i)
-        if (a[i].tensor != b[i].tensor || (a[i].mask & b[i].mask) != b[i].mask)
-          return false;
-      return true;
-    };
+    // These two scans are the search's inner loop (every state against every other of its
+    // step): written over plain arrays, so that an unoptimized (Debug) build plans quickly too.
     auto& same_step = by_step_[k + 1];
+    const std::uint64_t sig = detail::signature(facts);
     if (prune_) {
-      for (std::size_t other : same_step) {
-        const auto& o = states_[other];
-        if (o.g <= g && (!pareto_ || mem_le(o.memory, mem)) && o.moe == moe &&
-            covers(o.facts, facts))
+      detail::search_state* const st = states_.data();
+      const std::size_t* const ids = same_step.data();
+      const std::size_t count = same_step.size();
+      for (std::size_t i = 0; i < count; ++i) {
+        const detail::search_state& o = st[ids[i]];
+        if (o.g <= g && (sig & ~o.signature) == 0 && o.moe == moe &&
+            (!pareto_ || detail::memory_le(o.memory, mem)) && detail::covers(o.facts, facts))
           return;
       }
-      for (std::size_t other : same_step) {
-        auto& o = states_[other];
-        if (!o.dead && g <= o.g && (!pareto_ || mem_le(mem, o.memory)) && o.moe == moe &&
-            covers(facts, o.facts))
+      bool killed = false;
+      for (std::size_t i = 0; i < count; ++i) {
+        detail::search_state& o = st[ids[i]];
+        if (!o.dead && g <= o.g && (o.signature & ~sig) == 0 && o.moe == moe &&
+            (!pareto_ || detail::memory_le(mem, o.memory)) && detail::covers(facts, o.facts)) {
           o.dead = true; // dominated: never expanded (again)
+          killed = true;
+        }
       }
-      std::erase_if(same_step, [&](std::size_t other) { return states_[other].dead; });
+      if (killed)
+        std::erase_if(same_step, [&](std::size_t other) { return states_[other].dead; });
     }
     detail::search_state s;
     s.step = k + 1;
     s.facts = std::move(facts);
+    s.signature = sig;
     s.moe = moe;
     s.g = g;
     s.memory = mem;

@@ -29,23 +29,23 @@ namespace {
 constexpr std::size_t id_limit = 10;
 using dx_t = exec::distributed_executor<float, mpi_communicator, exec::host_backend>;
 
-graph::graph model() {
+graph::graph saved_model() {
   models::model_options o;
   o.layers = 2;
   o.hidden = 24;
   return models::trace_model<float>("mlp", o, 12);
 }
 
-struct layout {
+struct saved_layout {
   std::string name;
   synth::plan plan;
 };
 
 // Every layout of this rank count: DP-EV, DP-CP, TP and synth at even ratios; DP-EV and TP at
 // 3:1 (2 ranks) or 1:2:5 and with a zero-length shard (3 ranks).
-std::vector<layout> layouts(const graph::graph& g, std::size_t n) {
+std::vector<saved_layout> layouts(const graph::graph& g, std::size_t n) {
   const cluster c = test::make_cluster(n, 1e6);
-  std::vector<layout> out;
+  std::vector<saved_layout> out;
   const std::string np = "np" + std::to_string(n);
   out.push_back({np + "-synth", synth::synthesize(g, c, {}, "mlp")});
   for (auto b : {synth::baseline::dp_ev, synth::baseline::dp_cp, synth::baseline::tp})
@@ -60,7 +60,7 @@ std::vector<layout> layouts(const graph::graph& g, std::size_t n) {
     uneven = {{"1:2:5", {1.0 / 8, 2.0 / 8, 5.0 / 8}}, {"1:0:1", {0.5, 0.0, 0.5}}};
   for (const auto& [tag, r] : uneven)
     for (std::size_t k : {std::size_t{1}, std::size_t{3}}) { // DP-EV and TP
-      layout l = out[k];
+      saved_layout l = out[k];
       l.name += "-" + tag;
       for (auto& seg : l.plan.ratios)
         seg = r;
@@ -69,12 +69,12 @@ std::vector<layout> layouts(const graph::graph& g, std::size_t n) {
   return out;
 }
 
-struct run {
+struct saved_run {
   std::unique_ptr<dx_t> dx;
   exec::sgd opt{0.05, 0.9};
   std::size_t step = 0;
 
-  run(const graph::graph& g, const synth::plan& p, mpi_communicator& comm, std::uint64_t seed)
+  saved_run(const graph::graph& g, const synth::plan& p, mpi_communicator& comm, std::uint64_t seed)
       : dx(std::make_unique<dx_t>(g, p, comm, seed)) {}
 
   void train(const graph::graph& g, std::size_t steps) {
@@ -159,10 +159,10 @@ void check_close(const std::map<std::string, std::vector<float>>& got,
 
 // Loads checkpoint `dir` into a fresh run of layout `l` (its own initial values differ), checks
 // its gathered parameters bitwise against `saved`, trains 2 steps and compares with `after`.
-void load_and_continue(const graph::graph& g, const layout& l, mpi_communicator& comm,
+void load_and_continue(const graph::graph& g, const saved_layout& l, mpi_communicator& comm,
                        const fs::path& dir, const std::map<std::string, std::vector<float>>& saved,
                        const std::map<std::string, std::vector<float>>& after, bool same_layout) {
-  run r(g, l.plan, comm, 99);
+  saved_run r(g, l.plan, comm, 99);
   const auto targets = r.targets(g);
   const train::checkpoint_info info = train::load_checkpoint<float>(
       comm, dir, std::span<const train::checkpoint_target<float>>(targets));
@@ -205,14 +205,14 @@ TEST_CASE("a checkpoint saved under one layout loads into every other of the ran
           "[save]") {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  const graph::graph g = model();
+  const graph::graph g = saved_model();
   const auto all = layouts(g, n);
   const fs::path root = test_dir() / ("np" + std::to_string(n));
   if (comm.rank() == 0)
     fs::remove_all(root);
   comm.barrier();
-  for (const layout& a : all) {
-    run r(g, a.plan, comm, 7);
+  for (const saved_layout& a : all) {
+    saved_run r(g, a.plan, comm, 7);
     r.train(g, 2);
     const auto pieces = r.pieces(g);
     const fs::path dir = train::save_checkpoint<float>(
@@ -226,7 +226,7 @@ TEST_CASE("a checkpoint saved under one layout loads into every other of the ran
       write_whole(root / (a.name + ".saved.safetensors"), saved);
       write_whole(root / (a.name + ".after.safetensors"), after);
     }
-    for (const layout& b : all)
+    for (const saved_layout& b : all)
       load_and_continue(g, b, comm, root / a.name, saved, after, &a == &b);
   }
 }
@@ -235,20 +235,20 @@ TEST_CASE("checkpoints saved under other rank counts load into every layout of t
           "[.][load]") {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  const graph::graph g = model();
+  const graph::graph g = saved_model();
   const auto all = layouts(g, n);
   std::size_t loaded = 0;
   for (std::size_t m = 1; m <= 3; ++m) {
     if (m == n)
       continue;
     const fs::path root = test_dir() / ("np" + std::to_string(m));
-    for (const layout& a : layouts(g, m)) {
+    for (const saved_layout& a : layouts(g, m)) {
       const fs::path dir = root / a.name;
       INFO(dir.string() << " (left by the [save] run at np " << m << ")");
       REQUIRE(fs::exists(dir / "latest"));
       const auto saved = read_whole(root / (a.name + ".saved.safetensors"));
       const auto after = read_whole(root / (a.name + ".after.safetensors"));
-      for (const layout& b : all)
+      for (const saved_layout& b : all)
         load_and_continue(g, b, comm, dir, saved, after, false);
       ++loaded;
     }
@@ -260,13 +260,13 @@ TEST_CASE("an uncommitted save is never loaded; a damaged, truncated or missing 
           "[save]") {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  const graph::graph g = model();
-  const layout l = layouts(g, n).back();
+  const graph::graph g = saved_model();
+  const saved_layout l = layouts(g, n).back();
   const fs::path root = test_dir() / ("errors-np" + std::to_string(n));
   if (comm.rank() == 0)
     fs::remove_all(root);
   comm.barrier();
-  run r(g, l.plan, comm, 7);
+  saved_run r(g, l.plan, comm, 7);
   r.train(g, 2);
   const auto save = [&](std::size_t step, train::checkpoint_options o = {}) {
     const auto pieces = r.pieces(g);
@@ -283,7 +283,7 @@ TEST_CASE("an uncommitted save is never loaded; a damaged, truncated or missing 
   CHECK_FALSE(fs::exists(root / "step-00000002"));
   const auto at3 = r.gathered(g);
   const auto load = [&](const fs::path& from) {
-    run fresh(g, l.plan, comm, 99);
+    saved_run fresh(g, l.plan, comm, 99);
     const auto targets = fresh.targets(g);
     const auto info = train::load_checkpoint<float>(
         comm, from, std::span<const train::checkpoint_target<float>>(targets));
@@ -383,7 +383,7 @@ train::train_result train_bert(const graph::graph& g, std::size_t steps, const s
   return r;
 }
 
-graph::graph small_bert() {
+graph::graph saved_bert() {
   models::model_options o;
   o.layers = 2;
   o.hidden = 16;
@@ -417,7 +417,7 @@ TEST_CASE("the trainer saves at step 5 of 10 and a resumed run equals the one th
           "[save]") {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  const graph::graph g = small_bert();
+  const graph::graph g = saved_bert();
   const fs::path root = test_dir() / ("trainer-np" + std::to_string(n));
   if (comm.rank() == 0)
     fs::remove_all(root);
@@ -499,7 +499,7 @@ TEST_CASE("the trainer saves at step 5 of 10 and a resumed run equals the one th
 TEST_CASE("the trainer resumes a checkpoint saved at another rank count", "[.][load]") {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());
-  const graph::graph g = small_bert();
+  const graph::graph g = saved_bert();
   std::size_t resumed = 0;
   for (std::size_t m = 1; m <= 3; ++m) {
     if (m == n)

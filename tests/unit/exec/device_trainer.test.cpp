@@ -58,7 +58,7 @@ void model(nn::tracer& t) {
   t.set_loss(nn::cross_entropy(nn::linear<float, 16, 4>{"fc2"}(t, h), y));
 }
 
-exec::feed_fn<float> samples(std::size_t batch) {
+exec::feed_fn<float> device_samples(std::size_t batch) {
   return [batch](exec::batch_sink<float>& b, std::size_t index) {
     std::vector<float> x;
     std::vector<std::int64_t> y;
@@ -94,8 +94,8 @@ TEST_CASE("the trainer on a device engine trains as on the host: losses, evaluat
   train::trainer<float> dev(model, options("guarded"));
   CHECK(host.device() == "host");
   CHECK(dev.device() == "guarded host memory");
-  const auto a = host.fit(samples(8), samples(8));
-  const auto b = dev.fit(samples(8), samples(8));
+  const auto a = host.fit(device_samples(8), device_samples(8));
+  const auto b = dev.fit(device_samples(8), device_samples(8));
   REQUIRE(a.losses.size() == 6);
   REQUIRE(b.losses.size() == 6);
   // Equal to rounding: the gradient norm's reduction runs in chunks on a device.
