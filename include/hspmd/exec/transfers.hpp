@@ -60,6 +60,97 @@ namespace detail {
 
 } // namespace detail
 
+/// How a transfer of kind K runs on a rank: `forward(runner, t, in, out)` and
+/// `backward(runner, t, gin, gout, add)` over a transfer_runner's moves (see `forward` and
+/// `backward` there). One specialization per kind, a new kind's run (its facts are
+/// synth::transfer_traits, its price cost_model::comm_of_kind).
+template <synth::transfer_kind K>
+struct transfer_run;
+
+template <>
+struct transfer_run<synth::transfer_kind::load> { // read where it lies; its gradient: buckets
+  template <class R, class E>
+  static void forward(R& /*r*/, const program::lowered_transfer& /*t*/, std::span<E> /*in*/,
+                      std::span<E> /*out*/) {}
+  template <class R, class E>
+  static void backward(R& /*r*/, const program::lowered_transfer& /*t*/, std::span<E> /*gin*/,
+                       std::span<E> /*gout*/, bool /*add*/) {}
+};
+template <>
+struct transfer_run<synth::transfer_kind::slice> {
+  template <class R, class E>
+  static void forward(R& r, const program::lowered_transfer& t, std::span<E> in, std::span<E> out) {
+    r.piece_of(in.data(), t.target, out.data(), false);
+  }
+  // The piece's gradient, zero-padded: a partial sum of the whole's.
+  template <class R, class E>
+  static void backward(R& r, const program::lowered_transfer& t, std::span<E> gin,
+                       std::span<E> gout, bool /*add*/) {
+    r.piece_of(gin.data(), t.target, gout.data(), true, gin.data());
+  }
+};
+template <>
+struct transfer_run<synth::transfer_kind::all_gather> {
+  template <class R, class E>
+  static void forward(R& r, const program::lowered_transfer& t, std::span<E> in, std::span<E> out) {
+    r.gather_into(*t.source, std::span<const E>(in), out.data(), false, t.what.algorithm);
+  }
+  template <class R, class E>
+  static void backward(R& r, const program::lowered_transfer& t, std::span<E> gin,
+                       std::span<E> gout, bool add) {
+    r.scatter_into(*t.source, std::span<const E>(gout), gin.data(), add, t.what.algorithm);
+  }
+};
+template <>
+struct transfer_run<synth::transfer_kind::reduce_scatter> {
+  template <class R, class E>
+  static void forward(R& r, const program::lowered_transfer& t, std::span<E> in, std::span<E> out) {
+    r.scatter_into(t.target, std::span<const E>(in), out.data(), false, t.what.algorithm);
+  }
+  template <class R, class E>
+  static void backward(R& r, const program::lowered_transfer& t, std::span<E> gin,
+                       std::span<E> gout, bool add) {
+    r.gather_into(t.target, std::span<const E>(gout), gin.data(), add, t.what.algorithm);
+  }
+};
+template <>
+struct transfer_run<synth::transfer_kind::all_reduce> {
+  template <class R, class E>
+  static void forward(R& r, const program::lowered_transfer& /*t*/, std::span<E> in,
+                      std::span<E> out) {
+    r.all_reduce_into(std::span<const E>(in), out);
+  }
+  template <class R, class E>
+  static void backward(R& r, const program::lowered_transfer& /*t*/, std::span<E> gin,
+                       std::span<E> gout, bool /*add*/) {
+    r.all_reduce_add(std::span<const E>(gout), gin);
+  }
+};
+template <>
+struct transfer_run<synth::transfer_kind::all_to_all> {
+  template <class R, class E>
+  static void forward(R& r, const program::lowered_transfer& t, std::span<E> in, std::span<E> out) {
+    r.exchange(*t.source, std::span<const E>(in), t.target, out.data(), false);
+  }
+  template <class R, class E>
+  static void backward(R& r, const program::lowered_transfer& t, std::span<E> gin,
+                       std::span<E> gout, bool add) {
+    r.exchange(t.target, std::span<const E>(gout), *t.source, gin.data(), add);
+  }
+};
+template <>
+struct transfer_run<synth::transfer_kind::to_partial> {
+  template <class R, class E>
+  static void forward(R& r, const program::lowered_transfer& t, std::span<E> in, std::span<E> out) {
+    r.to_partial_forward(*t.source, in, out);
+  }
+  template <class R, class E>
+  static void backward(R& r, const program::lowered_transfer& t, std::span<E> gin,
+                       std::span<E> gout, bool /*add*/) {
+    r.to_partial_backward(*t.source, gin, gout);
+  }
+};
+
 /// Runs the transfers of one rank's lowered program (see the file comment). Collective: every
 /// rank runs the same transfer at the same time.
 template <class T, class Comm, backend B>
@@ -276,82 +367,49 @@ public:
     }
   }
 
-  /// Transfer t forward: from the source version's data `in` to the target's `out`.
+  /// Transfer t forward: from the source version's data `in` to the target's `out`
+  /// (transfer_run<K>::forward of its kind).
   template <class E>
   void forward(const program::lowered_transfer& t, std::span<E> in, std::span<E> out) {
-    using k = synth::transfer_kind;
-    const graph::node_id src = *t.source;
-    const std::span<const E> cin(in.data(), in.size());
-    switch (t.what.kind) {
-    case k::load:
-      return;
-    case k::slice:
-      piece_of(in.data(), t.target, out.data(), false);
-      return;
-    case k::all_gather:
-      gather_into(src, cin, out.data(), false, t.what.algorithm);
-      return;
-    case k::reduce_scatter:
-      scatter_into(t.target, cin, out.data(), false, t.what.algorithm);
-      return;
-    case k::all_reduce: {
-      comm_span<const E, Comm, B> ci(*backend_, cin, true);
-      comm_span<E, Comm, B> co(*backend_, out, false);
-      comm_->all_reduce(ci.get(), co.get(), reduce_op::sum);
-      co.written();
-      return;
-    }
-    case k::all_to_all:
-      exchange(src, cin, t.target, out.data(), false);
-      return;
-    case k::to_partial:
-      fill(*backend_, out.data(), out.size(), E{});
-      if (prog_->where[src].is_split())
-        piece_of(out.data(), src, in.data(), true, out.data());
-      else if (comm_->rank() == 0)
-        for_each_index(*backend_, in.size(), copy_elements<E>{in.data(), out.data(), false});
-      return;
-    }
+    synth::visit_kind(t.what.kind, [&]<synth::transfer_kind K>() {
+      transfer_run<K>::forward(*this, t, in, out);
+    });
   }
 
   /// The dual of transfer t: the target's gradient `gout` flows into the source's `gin` (added;
   /// stored where `add` is false, for the kinds `dual_can_store`: an all-gather's dual then
-  /// writes the piece and a reduce-scatter's the whole directly, without a staging buffer).
+  /// writes the piece and a reduce-scatter's the whole directly, without a staging buffer)
+  /// (transfer_run<K>::backward of its kind).
   void backward(const program::lowered_transfer& t, std::span<T> gin, std::span<T> gout,
                 bool add = true) {
-    using k = synth::transfer_kind;
-    const graph::node_id src = *t.source;
-    const std::span<const T> cg(gout.data(), gout.size());
-    switch (t.what.kind) {
-    case k::load:
-      return;
-    case k::slice: // the piece's gradient, zero-padded: a partial sum of the whole's
-      piece_of(gin.data(), t.target, gout.data(), true, gin.data());
-      return;
-    case k::all_gather:
-      scatter_into(src, cg, gin.data(), add, t.what.algorithm);
-      return;
-    case k::reduce_scatter:
-      gather_into(t.target, cg, gin.data(), add, t.what.algorithm);
-      return;
-    case k::all_reduce: {
-      auto sum = temporary_of<T>(0, gout.size());
-      {
-        comm_span<const T, Comm, B> ci(*backend_, cg, true);
-        comm_span<T, Comm, B> co(*backend_, std::span<T>(sum.data(), gout.size()), false);
-        comm_->all_reduce(ci.get(), co.get(), reduce_op::sum);
-        co.written();
-      }
-      for_each_index(*backend_, gout.size(), copy_elements<T>{sum.data(), gin.data(), true});
-      return;
-    }
-    case k::all_to_all:
-      exchange(t.target, cg, src, gin.data(), add);
-      return;
-    case k::to_partial:
-      to_partial_backward(src, gin, gout);
-      return;
-    }
+    synth::visit_kind(t.what.kind, [&]<synth::transfer_kind K>() {
+      transfer_run<K>::backward(*this, t, gin, gout, add);
+    });
+  }
+
+  /// `out` = the sum over ranks of `in` (an all-reduce on the backend's buffers).
+  template <class E>
+  void all_reduce_into(std::span<const E> in, std::span<E> out) {
+    comm_span<const E, Comm, B> ci(*backend_, in, true);
+    comm_span<E, Comm, B> co(*backend_, out, false);
+    comm_->all_reduce(ci.get(), co.get(), reduce_op::sum);
+    co.written();
+  }
+  /// `out` += the sum over ranks of `in`.
+  void all_reduce_add(std::span<const T> in, std::span<T> out) {
+    auto sum = temporary_of<T>(0, in.size());
+    all_reduce_into(in, std::span<T>(sum.data(), in.size()));
+    for_each_index(*backend_, in.size(), copy_elements<T>{sum.data(), out.data(), true});
+  }
+  /// A replicated or split value as a partial sum: rank 0 keeps a replicated value, each rank its
+  /// piece of a split one (zero elsewhere).
+  template <class E>
+  void to_partial_forward(graph::node_id src, std::span<E> in, std::span<E> out) {
+    fill(*backend_, out.data(), out.size(), E{});
+    if (prog_->where[src].is_split())
+      piece_of(out.data(), src, in.data(), true, out.data());
+    else if (comm_->rank() == 0)
+      for_each_index(*backend_, in.size(), copy_elements<E>{in.data(), out.data(), false});
   }
   void to_partial_backward(graph::node_id src, std::span<T> gin, std::span<T> gout) {
     if (prog_->where[src].is_split()) {

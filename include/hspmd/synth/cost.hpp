@@ -60,6 +60,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hspmd::synth {
@@ -466,67 +467,42 @@ public:
     return comm_of(t, share_range(ratios));
   }
   [[nodiscard]] std::optional<linear_cost> comm_of(const transfer& t,
-                                                   const share_range& range) const {
+                                                   const share_range& range) const;
+  /// The communication of a transfer of kind K (comm_of dispatches on the kind): one
+  /// specialization per kind after the class, a new kind's price.
+  template <transfer_kind K>
+  [[nodiscard]] std::optional<linear_cost> comm_of_kind(const transfer& t,
+                                                        const share_range& range) const;
+
+  /// An all-gather's or reduce-scatter's communication (forward, dual, and for an FSDP-gathered
+  /// parameter the second gather of the backward) under its uneven algorithm; `split`: the
+  /// placement of the split side.
+  [[nodiscard]] linear_cost uneven_gather_or_scatter(const transfer& t, placement split,
+                                                     const share_range& range) const {
     const double b = bytes(t.tensor);
-    const std::size_t n = devices();
-    const double nd = static_cast<double>(n);
-    switch (t.kind) {
-    case transfer_kind::slice:
-    case transfer_kind::to_partial:
-      return std::nullopt;
-    case transfer_kind::load: {
-      if (!is_parameter(t.tensor) || !t.to.is_replicated() || n == 1)
-        return std::nullopt;
-      if (!t.sfb) {
-        const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
-        return linear_cost{p.alpha * std::min(1.0, b / gradient_bucket_bytes) + p.beta * b, {}};
+    const double nd = static_cast<double>(devices());
+    const std::size_t seg = segments_.of(t.tensor, split.dim());
+    const collective fwd = *facts(t.kind).forward;
+    const collective bwd = *facts(t.kind).backward;
+    linear_cost c;
+    // An FSDP-gathered parameter is gathered again for the backward (its copy is not kept).
+    const std::array<collective, 3> ops = {fwd, bwd, fwd};
+    const std::size_t count = is_gathered_parameter(t) ? 3 : 2;
+    for (std::size_t o = 0; o < count; ++o) {
+      const collective op = ops[o];
+      const uneven_algorithm a = t.algorithm;
+      if (a == uneven_algorithm::padded) {
+        const double x = (nd - 1.0) * b * range.hi.at(seg);
+        const alpha_beta p = params(op, a, x);
+        add(c, p.alpha, seg, p.beta * (nd - 1.0) * b);
+      } else {
+        const double x = b * (1.0 - range.lo.at(seg));
+        const alpha_beta p = params(op, a, x);
+        const double latency = a == uneven_algorithm::grouped ? nd : 1.0;
+        add(c, latency * p.alpha + p.beta * b, seg, -p.beta * b);
       }
-      // SFB: all-gather the layer's input rows and output-gradient rows (native algorithm).
-      const auto [x, dy, seg] = sfb_factors(t.tensor);
-      const double fb = x + dy;
-      const double share = 1.0 - range.lo.at(seg);
-      const alpha_beta p = params(collective::all_gather_v, uneven_algorithm::native, fb * share);
-      return linear_cost{p.alpha + p.beta * fb, {{seg, -p.beta * fb}}};
     }
-    case transfer_kind::all_reduce: {
-      const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
-      return linear_cost{2.0 * (p.alpha + p.beta * b), {}}; // forward and its dual
-    }
-    case transfer_kind::all_gather:
-    case transfer_kind::reduce_scatter: {
-      const placement split = t.kind == transfer_kind::all_gather ? t.from : t.to;
-      const std::size_t seg = segments_.of(t.tensor, split.dim());
-      const collective fwd = *facts(t.kind).forward;
-      const collective bwd = *facts(t.kind).backward;
-      linear_cost c;
-      // An FSDP-gathered parameter is gathered again for the backward (its copy is not kept).
-      const std::array<collective, 3> ops = {fwd, bwd, fwd};
-      const std::size_t count = is_gathered_parameter(t) ? 3 : 2;
-      for (std::size_t o = 0; o < count; ++o) {
-        const collective op = ops[o];
-        const uneven_algorithm a = t.algorithm;
-        if (a == uneven_algorithm::padded) {
-          const double x = (nd - 1.0) * b * range.hi.at(seg);
-          const alpha_beta p = params(op, a, x);
-          add(c, p.alpha, seg, p.beta * (nd - 1.0) * b);
-        } else {
-          const double x = b * (1.0 - range.lo.at(seg));
-          const alpha_beta p = params(op, a, x);
-          const double latency = a == uneven_algorithm::grouped ? nd : 1.0;
-          add(c, latency * p.alpha + p.beta * b, seg, -p.beta * b);
-        }
-      }
-      return c;
-    }
-    case transfer_kind::all_to_all: {
-      const std::size_t seg = segments_.of(t.tensor, t.from.dim());
-      const double per = b * (nd - 1.0) / nd * static_cast<double>(link_sharing_);
-      const alpha_beta& p =
-          params(collective::all_to_all_v, uneven_algorithm::native, per * range.hi.at(seg));
-      return linear_cost{2.0 * p.alpha, {{seg, 2.0 * p.beta * per}}};
-    }
-    }
-    return std::nullopt;
+    return c;
   }
 
   /// Compute a transfer adds: the optimizer's update of a loaded parameter, and with SFB the
@@ -790,5 +766,97 @@ private:
   bool use_rates_ = false;                               // ops at the devices' class rates
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
 };
+
+// ---- each transfer kind's price (cost_model::comm_of_kind) -------------------------------------
+
+template <transfer_kind K>
+std::optional<linear_cost> cost_model::comm_of_kind(const transfer& /*t*/,
+                                                    const share_range& /*range*/) const {
+  static_assert(static_cast<std::size_t>(K) >= transfer_kind_count,
+                "every transfer kind prices itself: specialize cost_model::comm_of_kind");
+  return std::nullopt;
+}
+
+// Local: no communication.
+template <>
+inline std::optional<linear_cost>
+cost_model::comm_of_kind<transfer_kind::slice>(const transfer& /*t*/,
+                                               const share_range& /*range*/) const {
+  return std::nullopt;
+}
+template <>
+inline std::optional<linear_cost>
+cost_model::comm_of_kind<transfer_kind::to_partial>(const transfer& /*t*/,
+                                                    const share_range& /*range*/) const {
+  return std::nullopt;
+}
+
+// A replicated parameter's gradient: all-reduced in buckets, or by SFB all-gathering the layer's
+// input rows and output-gradient rows (native algorithm).
+template <>
+inline std::optional<linear_cost>
+cost_model::comm_of_kind<transfer_kind::load>(const transfer& t, const share_range& range) const {
+  if (!is_parameter(t.tensor) || !t.to.is_replicated() || devices() == 1)
+    return std::nullopt;
+  const double b = bytes(t.tensor);
+  if (!t.sfb) {
+    const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
+    return linear_cost{p.alpha * std::min(1.0, b / gradient_bucket_bytes) + p.beta * b, {}};
+  }
+  const auto [x, dy, seg] = sfb_factors(t.tensor);
+  const double fb = x + dy;
+  const double share = 1.0 - range.lo.at(seg);
+  const alpha_beta p = params(collective::all_gather_v, uneven_algorithm::native, fb * share);
+  return linear_cost{p.alpha + p.beta * fb, {{seg, -p.beta * fb}}};
+}
+
+// Forward and its dual (an all-reduce too).
+template <>
+inline std::optional<linear_cost>
+cost_model::comm_of_kind<transfer_kind::all_reduce>(const transfer& t,
+                                                    const share_range& /*range*/) const {
+  const double b = bytes(t.tensor);
+  const alpha_beta p = params(collective::all_reduce, uneven_algorithm::native, b);
+  return linear_cost{2.0 * (p.alpha + p.beta * b), {}};
+}
+
+template <>
+inline std::optional<linear_cost>
+cost_model::comm_of_kind<transfer_kind::all_gather>(const transfer& t,
+                                                    const share_range& range) const {
+  return uneven_gather_or_scatter(t, t.from, range);
+}
+template <>
+inline std::optional<linear_cost>
+cost_model::comm_of_kind<transfer_kind::reduce_scatter>(const transfer& t,
+                                                        const share_range& range) const {
+  return uneven_gather_or_scatter(t, t.to, range);
+}
+
+// Forward and back, each device sending its share of the source split to every other.
+template <>
+inline std::optional<linear_cost>
+cost_model::comm_of_kind<transfer_kind::all_to_all>(const transfer& t,
+                                                    const share_range& range) const {
+  const double b = bytes(t.tensor);
+  const double nd = static_cast<double>(devices());
+  const std::size_t seg = segments_.of(t.tensor, t.from.dim());
+  const double per = b * (nd - 1.0) / nd * static_cast<double>(link_sharing_);
+  const alpha_beta& p =
+      params(collective::all_to_all_v, uneven_algorithm::native, per * range.hi.at(seg));
+  return linear_cost{2.0 * p.alpha, {{seg, 2.0 * p.beta * per}}};
+}
+
+inline std::optional<linear_cost> cost_model::comm_of(const transfer& t,
+                                                      const share_range& range) const {
+  using price_fn =
+      std::optional<linear_cost> (cost_model::*)(const transfer&, const share_range&) const;
+  static constexpr auto table = []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<price_fn, transfer_kind_count>{
+        &cost_model::comm_of_kind<static_cast<transfer_kind>(I)>...};
+  }
+  (std::make_index_sequence<transfer_kind_count>{});
+  return (this->*table[static_cast<std::size_t>(t.kind)])(t, range);
+}
 
 } // namespace hspmd::synth

@@ -688,7 +688,7 @@ namespace detail {
   else
     s += " " + short_text(t.from) + "->" + short_text(t.to);
   s += " " + g[t.tensor].name;
-  if (t.kind != transfer_kind::slice && t.kind != transfer_kind::to_partial)
+  if (is_collective(t.kind) || t.kind == transfer_kind::load) // what moves (a load: its gradient)
     s += " " + bytes_text(m.bytes(t.tensor));
   return s;
 }

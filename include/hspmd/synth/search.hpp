@@ -55,8 +55,8 @@ struct search_options {
   std::function<bool(graph::node_id, const graph::rule&)> allow_rule;
   /// Placements an input or parameter may be loaded in; all but partial when empty.
   std::function<bool(graph::node_id, placement)> allow_load;
-  bool allow_sfb = true; ///< SFB as an alternative to a weight-gradient all-reduce
-  bool allow_all_to_all = true;
+  bool allow_sfb = true;        ///< SFB as an alternative to a weight-gradient all-reduce
+  bool allow_all_to_all = true; ///< propose the opt-in kinds (transfer_traits::opt_in)
   std::vector<uneven_algorithm> algorithms = {uneven_algorithm::padded, uneven_algorithm::grouped,
                                               uneven_algorithm::native};
   /// FSDP-style parameters: each parameter a rule uses unsplit is kept split along its largest
@@ -776,7 +776,8 @@ private:
     return c;
   }
 
-  // Conversions of tensor t from any placement in `mask` to `p`.
+  // Conversions of tensor t from any placement in `mask` to `p`: per source placement, the kind
+  // that converts it (transfer_traits::converts), once per uneven algorithm where one applies.
   [[nodiscard]] std::vector<transfer> conversions(graph::node_id t, detail::mask_t mask,
                                                   placement p) const {
     std::vector<transfer> out;
@@ -784,23 +785,16 @@ private:
       if (((static_cast<unsigned>(mask) >> c) & 1U) == 0)
         continue;
       const placement q = placement_of_code(c);
-      if (p.is_partial()) {
-        if (!q.is_partial())
-          out.push_back({transfer_kind::to_partial, t, q, p});
-      } else if (p.is_replicated()) {
-        if (q.is_partial())
-          out.push_back({transfer_kind::all_reduce, t, q, p});
-        else if (q.is_split())
+      for (std::size_t k = 0; k < transfer_kind_count; ++k) {
+        const auto kind = static_cast<transfer_kind>(k);
+        const transfer_facts f = facts(kind);
+        if (!f.converts(q, p) || (f.opt_in && !opt_.allow_all_to_all))
+          continue;
+        if (f.algorithm)
           for (uneven_algorithm a : opt_.algorithms)
-            out.push_back({transfer_kind::all_gather, t, q, p, a});
-      } else { // split
-        if (q.is_replicated())
-          out.push_back({transfer_kind::slice, t, q, p});
-        else if (q.is_partial())
-          for (uneven_algorithm a : opt_.algorithms)
-            out.push_back({transfer_kind::reduce_scatter, t, q, p, a});
-        else if (opt_.allow_all_to_all)
-          out.push_back({transfer_kind::all_to_all, t, q, p});
+            out.push_back({kind, t, q, p, a});
+        else
+          out.push_back({kind, t, q, p});
       }
     }
     return out;

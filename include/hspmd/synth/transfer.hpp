@@ -50,6 +50,13 @@ inline constexpr std::size_t transfer_kind_count = 7;
 ///   forward, backward   the communicator collective of its forward and of its dual (none: local)
 ///   algorithm   an uneven algorithm (padded, grouped, native) chooses how it runs
 ///   dual_stores its dual can store the source's whole gradient instead of adding into it
+///   converts(from, to)  whether the search proposes it to take a tensor from placement `from`
+///               to `to` (never for a load: a first use is read where the op needs it); for
+///               every pair of distinct placements exactly one kind does (checked below)
+///   opt_in      the search proposes it only where search_options::allow_all_to_all allows
+/// A kind's price is its specialization of cost_model::comm_of_kind (synth/cost.hpp) and its
+/// run its specialization of exec::transfer_run (exec/transfers.hpp): a new kind is its enum
+/// value and name here and those three specializations, each checked complete at compile time.
 template <transfer_kind K>
 struct transfer_traits;
 
@@ -60,6 +67,8 @@ struct transfer_traits<transfer_kind::load> {
   static constexpr std::optional<hspmd::collective> forward{}, backward{};
   static constexpr bool algorithm = false;
   static constexpr bool dual_stores = false;
+  static constexpr bool converts(placement, placement) noexcept { return false; }
+  static constexpr bool opt_in = false;
 };
 template <>
 struct transfer_traits<transfer_kind::slice> {
@@ -68,6 +77,10 @@ struct transfer_traits<transfer_kind::slice> {
   static constexpr std::optional<hspmd::collective> forward{}, backward{};
   static constexpr bool algorithm = false;
   static constexpr bool dual_stores = false;
+  static constexpr bool converts(placement from, placement to) noexcept {
+    return from.is_replicated() && to.is_split();
+  }
+  static constexpr bool opt_in = false;
 };
 template <>
 struct transfer_traits<transfer_kind::all_gather> {
@@ -77,6 +90,10 @@ struct transfer_traits<transfer_kind::all_gather> {
   static constexpr std::optional<hspmd::collective> backward = hspmd::collective::reduce_scatter_v;
   static constexpr bool algorithm = true;
   static constexpr bool dual_stores = true;
+  static constexpr bool converts(placement from, placement to) noexcept {
+    return from.is_split() && to.is_replicated();
+  }
+  static constexpr bool opt_in = false;
 };
 template <>
 struct transfer_traits<transfer_kind::reduce_scatter> {
@@ -86,6 +103,10 @@ struct transfer_traits<transfer_kind::reduce_scatter> {
   static constexpr std::optional<hspmd::collective> backward = hspmd::collective::all_gather_v;
   static constexpr bool algorithm = true;
   static constexpr bool dual_stores = true;
+  static constexpr bool converts(placement from, placement to) noexcept {
+    return from.is_partial() && to.is_split();
+  }
+  static constexpr bool opt_in = false;
 };
 template <>
 struct transfer_traits<transfer_kind::all_reduce> {
@@ -95,6 +116,10 @@ struct transfer_traits<transfer_kind::all_reduce> {
   static constexpr std::optional<hspmd::collective> backward = hspmd::collective::all_reduce;
   static constexpr bool algorithm = false;
   static constexpr bool dual_stores = false; // each rank's whole partial sum is added
+  static constexpr bool converts(placement from, placement to) noexcept {
+    return from.is_partial() && to.is_replicated();
+  }
+  static constexpr bool opt_in = false;
 };
 template <>
 struct transfer_traits<transfer_kind::all_to_all> {
@@ -104,6 +129,10 @@ struct transfer_traits<transfer_kind::all_to_all> {
   static constexpr std::optional<hspmd::collective> backward = hspmd::collective::all_to_all_v;
   static constexpr bool algorithm = false;
   static constexpr bool dual_stores = true;
+  static constexpr bool converts(placement from, placement to) noexcept {
+    return from.is_split() && to.is_split() && from.dim() != to.dim();
+  }
+  static constexpr bool opt_in = true;
 };
 template <>
 struct transfer_traits<transfer_kind::to_partial> {
@@ -112,6 +141,10 @@ struct transfer_traits<transfer_kind::to_partial> {
   static constexpr std::optional<hspmd::collective> forward{}, backward{};
   static constexpr bool algorithm = false;
   static constexpr bool dual_stores = false;
+  static constexpr bool converts(placement from, placement to) noexcept {
+    return !from.is_partial() && to.is_partial();
+  }
+  static constexpr bool opt_in = false;
 };
 
 /// A kind's facts as a value (see `transfer_traits`).
@@ -121,6 +154,8 @@ struct transfer_facts {
   std::optional<hspmd::collective> forward, backward;
   bool algorithm = false;
   bool dual_stores = false;
+  bool (*converts)(placement, placement) noexcept = nullptr;
+  bool opt_in = false;
 };
 
 namespace detail {
@@ -132,6 +167,8 @@ concept complete_transfer_traits = requires {
   { transfer_traits<K>::backward } -> std::convertible_to<std::optional<hspmd::collective>>;
   { transfer_traits<K>::algorithm } -> std::convertible_to<bool>;
   { transfer_traits<K>::dual_stores } -> std::convertible_to<bool>;
+  { transfer_traits<K>::converts(placement{}, placement{}) } -> std::same_as<bool>;
+  { transfer_traits<K>::opt_in } -> std::convertible_to<bool>;
 };
 template <std::size_t... I>
 constexpr bool transfer_facts_complete(std::index_sequence<I...>) {
@@ -145,7 +182,9 @@ transfer_fact_table(std::index_sequence<I...>) {
                          transfer_traits<static_cast<transfer_kind>(I)>::forward,
                          transfer_traits<static_cast<transfer_kind>(I)>::backward,
                          transfer_traits<static_cast<transfer_kind>(I)>::algorithm,
-                         transfer_traits<static_cast<transfer_kind>(I)>::dual_stores}...};
+                         transfer_traits<static_cast<transfer_kind>(I)>::dual_stores,
+                         &transfer_traits<static_cast<transfer_kind>(I)>::converts,
+                         transfer_traits<static_cast<transfer_kind>(I)>::opt_in}...};
 }
 } // namespace detail
 
@@ -175,6 +214,44 @@ static_assert(detail::transfer_facts_complete(std::make_index_sequence<transfer_
 [[nodiscard]] constexpr bool dual_can_store(transfer_kind k) noexcept {
   return facts(k).dual_stores;
 }
+
+/// Calls `f.template operator()<K>()` with K the compile-time kind of `k` (a generic lambda
+/// `[&]<transfer_kind K>() {...}`): how a layer runs the specialization of a kind's own.
+template <class F>
+constexpr void visit_kind(transfer_kind k, F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (void)((k == static_cast<transfer_kind>(I)
+                ? (f.template operator()<static_cast<transfer_kind>(I)>(), true)
+                : false) ||
+           ...);
+  }
+  (std::make_index_sequence<transfer_kind_count>{});
+}
+
+/// The kinds that take a tensor from placement `from` to `to` (see `transfer_traits`).
+[[nodiscard]] constexpr std::size_t converting_kinds(placement from, placement to) noexcept {
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < transfer_kind_count; ++k)
+    n += facts(static_cast<transfer_kind>(k)).converts(from, to) ? 1U : 0U;
+  return n;
+}
+
+namespace detail {
+// Every pair of distinct placements (splits along dimensions 0-3) has exactly one kind that
+// converts it, and no placement converts to itself.
+constexpr bool conversions_unique() noexcept {
+  std::array<placement, 6> all = {placement{replicated{}},   placement{partial{}},
+                                  placement::split_along(0), placement::split_along(1),
+                                  placement::split_along(2), placement::split_along(3)};
+  for (const placement& a : all)
+    for (const placement& b : all)
+      if (converting_kinds(a, b) != (a == b ? 0U : 1U))
+        return false;
+  return true;
+}
+} // namespace detail
+static_assert(detail::conversions_unique(),
+              "exactly one transfer kind converts each pair of distinct placements");
 
 static_assert(dual(transfer_kind::all_gather) == transfer_kind::reduce_scatter &&
               dual(dual(transfer_kind::all_gather)) == transfer_kind::all_gather &&

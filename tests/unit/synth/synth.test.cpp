@@ -174,6 +174,45 @@ TEST_CASE("cost model: bytes, algorithms per uneven split, duals, bucketed gradi
   CHECK(max_at(m.compute(h, rules.items[0]), skew).first == Approx(flops / 1e9));
 }
 
+TEST_CASE("transfer kinds: one kind converts each placement pair, duals pair up, each prices "
+          "itself") {
+  const auto g = tiny_mlp(1000, 16, 32, 4);
+  const cluster c = make_cluster({3e9, 2e9, 1e9}, 1e8, 1e12, 1e-6);
+  const cost_model m(g, c, segment_map(g, segment_policy::one));
+  const auto h = *g.find("fc1.linear4"); // rank 2
+  const ratio_table skew{{0.8, 0.1, 0.1}};
+  const std::vector<placement> all = {R, P, S(0), S(1)};
+  std::size_t pairs = 0;
+  for (const placement& from : all)
+    for (const placement& to : all) {
+      std::vector<transfer_kind> kinds;
+      for (std::size_t k = 0; k < transfer_kind_count; ++k)
+        if (facts(static_cast<transfer_kind>(k)).converts(from, to))
+          kinds.push_back(static_cast<transfer_kind>(k));
+      INFO(from.to_string() << " -> " << to.to_string());
+      REQUIRE(kinds.size() == (from == to ? 0U : 1U));
+      if (kinds.empty())
+        continue;
+      ++pairs;
+      const transfer t{kinds[0], h, from, to, uneven_algorithm::native};
+      const double seconds = max_at(m.comm(t, skew), skew).first;
+      // Local kinds move nothing; every collective costs at least one latency each way.
+      if (is_collective(t.kind))
+        CHECK(seconds >= 2e-6);
+      else
+        CHECK(seconds == 0.0);
+    }
+  CHECK(pairs == 12);
+  for (std::size_t k = 0; k < transfer_kind_count; ++k) {
+    const auto kind = static_cast<transfer_kind>(k);
+    INFO(name(kind));
+    CHECK(dual(dual(kind)) == kind);
+    CHECK(parse_transfer_kind(name(kind)) == kind);
+    CHECK(facts(kind).forward == facts(dual(kind)).backward);
+    CHECK(is_collective(kind) == facts(kind).forward.has_value());
+  }
+}
+
 TEST_CASE("cost model: a measured compute profile prices nodes and the optimizer by their time") {
   const auto g = tiny_mlp(1000, 16, 32, 4);
   const cluster c = make_cluster({3e9, 2e9, 1e9});
