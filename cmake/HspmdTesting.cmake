@@ -1,7 +1,8 @@
 # Test helpers for hspmd's suite. Include after find_package(Catch2) and, for MPI tests, MPI.
 #
-#   hspmd_add_unit_test(NAME <exe> SOURCES <files...> [LIBS <targets...>])
-#       A Catch2 executable; every TEST_CASE becomes its own CTest test "<exe>: <case>".
+#   hspmd_add_unit_test(NAME <exe> SOURCES <files...> [LIBS <targets...>] [SUITE <suite>])
+#       A Catch2 executable; every TEST_CASE becomes its own CTest test "<exe>: <case>". With
+#       SUITE the files join hspmd_add_unit_suite's executable instead, the names unchanged.
 #   hspmd_add_mpi_test(NAME <exe> SOURCES <files...> RANKS <n...> [LIBS ...] [TIMEOUT <s>]
 #                      [SUITE <suite>])
 #       One Catch2 executable run under ${MPIEXEC_EXECUTABLE} once per rank count, registered as
@@ -25,29 +26,81 @@ include(Catch)
 set(HSPMD_TEST_TIMEOUT 360 CACHE STRING "Timeout in seconds of each hspmd test")
 set(hspmd_testing_dir ${CMAKE_CURRENT_LIST_DIR})
 
+# Catch2's implementation once (~15 s of compiling at -O0 with the sanitizers), for both mains.
+add_library(hspmd_catch_impl STATIC ${PROJECT_SOURCE_DIR}/tests/support/catch_impl.cpp)
+target_link_libraries(hspmd_catch_impl PUBLIC Catch2::Catch2 hspmd_dev_flags)
 add_library(hspmd_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_main.cpp)
-target_link_libraries(hspmd_catch_main PUBLIC Catch2::Catch2 hspmd_dev_flags)
+target_link_libraries(hspmd_catch_main PUBLIC hspmd_catch_impl)
 
 # `unit-tests` builds every unit test (make check: the quick developer loop).
 add_custom_target(unit-tests)
 
 function(hspmd_add_unit_test)
-  cmake_parse_arguments(arg "" "NAME" "SOURCES;LIBS" ${ARGN})
-  add_executable(${arg_NAME} ${arg_SOURCES})
-  set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
-  add_dependencies(unit-tests ${arg_NAME})
-  target_link_libraries(${arg_NAME} PRIVATE hspmd_catch_main hspmd::core hspmd_dev_flags ${arg_LIBS})
-  target_compile_definitions(${arg_NAME} PRIVATE
-    HSPMD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HSPMD_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
-  catch_discover_tests(${arg_NAME}
+  cmake_parse_arguments(arg "" "NAME;SUITE" "SOURCES;LIBS" ${ARGN})
+  if(arg_SUITE)
+    # One executable for several layers (see hspmd_add_unit_suite); this layer's tests keep
+    # their names, found by the files' filename tags.
+    hspmd_suite_add_stems(${arg_SUITE} "${arg_SOURCES}")
+    target_sources(${arg_SUITE} PRIVATE ${arg_SOURCES})
+    target_link_libraries(${arg_SUITE} PRIVATE ${arg_LIBS})
+    set(target ${arg_SUITE})
+    set(select)
+    foreach(source IN LISTS arg_SOURCES)
+      cmake_path(GET source STEM LAST_ONLY stem)
+      list(APPEND select "[#${stem}]")
+    endforeach()
+    list(JOIN select "," select)
+    set(select TEST_SPEC --filenames-as-tags "${select}")
+  else()
+    add_executable(${arg_NAME} ${arg_SOURCES})
+    hspmd_unit_test_executable(${arg_NAME} ${arg_LIBS})
+    set(target ${arg_NAME})
+    set(select)
+  endif()
+  catch_discover_tests(${target} ${select}
     TEST_PREFIX "${arg_NAME}: "
     PROPERTIES LABELS unit TIMEOUT ${HSPMD_TEST_TIMEOUT}
                ENVIRONMENT "UBSAN_OPTIONS=print_stacktrace=1")
 endfunction()
 
+function(hspmd_unit_test_executable name)
+  set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 10)
+  add_dependencies(unit-tests ${name})
+  target_link_libraries(${name} PRIVATE hspmd_catch_main hspmd::core hspmd_dev_flags ${ARGN})
+  target_compile_definitions(${name} PRIVATE
+    HSPMD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HSPMD_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+endfunction()
+
+# A file joining a suite is found by its name without folder (Catch's filename tag): two files
+# of one suite must not share it.
+function(hspmd_suite_add_stems suite sources)
+  get_target_property(taken ${suite} HSPMD_SUITE_STEMS)
+  if(NOT taken)
+    set(taken)
+  endif()
+  foreach(source IN LISTS sources)
+    cmake_path(GET source STEM LAST_ONLY stem)
+    if(stem IN_LIST taken)
+      message(FATAL_ERROR "${source}: the suite ${suite} has another file named ${stem}.cpp; "
+                          "rename one (its tests are selected by file name)")
+    endif()
+    list(APPEND taken ${stem})
+  endforeach()
+  set_target_properties(${suite} PROPERTIES HSPMD_SUITE_STEMS "${taken}")
+endfunction()
+
+# hspmd_add_unit_suite(NAME <exe> [LIBS ...]): one executable that the unit tests of several
+# layers join (hspmd_add_unit_test(... SUITE <exe>)): each layer's executable compiled the
+# library code its tests use again, which costs more at -O0 with the sanitizers than the tests.
+function(hspmd_add_unit_suite)
+  cmake_parse_arguments(arg "" "NAME" "LIBS" ${ARGN})
+  add_executable(${arg_NAME})
+  hspmd_unit_test_executable(${arg_NAME} ${arg_LIBS})
+endfunction()
+
 if(TARGET MPI::MPI_CXX)
   add_library(hspmd_catch_mpi_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/mpi_main.cpp)
-  target_link_libraries(hspmd_catch_mpi_main PUBLIC Catch2::Catch2 hspmd::mpi hspmd_dev_flags)
+  target_link_libraries(hspmd_catch_mpi_main PUBLIC hspmd_catch_impl hspmd::mpi)
 endif()
 
 # hspmd_add_mpi_run(NAME <test> TARGET <exe> NP <n> [ARGS ...] [ENVIRONMENT ...]
@@ -103,6 +156,7 @@ endfunction()
 function(hspmd_add_mpi_test)
   cmake_parse_arguments(arg "" "NAME;TIMEOUT;SUITE" "SOURCES;RANKS;LIBS" ${ARGN})
   if(arg_SUITE)
+    hspmd_suite_add_stems(${arg_SUITE} "${arg_SOURCES}")
     target_sources(${arg_SUITE} PRIVATE ${arg_SOURCES})
     set(target ${arg_SUITE})
     set(select)

@@ -1,3 +1,6 @@
-// The main() of hspmd's Catch2 unit-test executables.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The main() of hspmd's Catch2 unit-test executables (Catch2 itself: catch_impl.cpp).
+#include "run_catch.hpp"
+
+int main(int argc, char** argv) {
+  return hspmd::test::run_catch(argc, argv);
+}

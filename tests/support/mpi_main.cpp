@@ -2,8 +2,8 @@
 // test cases, and the collectives in them, run in the same order everywhere). Rank 0 reports to
 // the terminal; other ranks write to a file that is shown only when that rank failed. The exit
 // code is the worst over all ranks, so a failure on any rank fails the test on every rank.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// (Catch2 itself: catch_impl.cpp.)
+#include "run_catch.hpp"
 
 #include <hspmd/comm/mpi/environment.hpp>
 
@@ -37,10 +37,7 @@ int main(int argc, char** argv) {
   for (const auto& a : args)
     cargs.push_back(a.c_str());
 
-  Catch::Session session;
-  int rc = session.applyCommandLine(static_cast<int>(cargs.size()), cargs.data());
-  if (rc == 0)
-    rc = session.run();
+  int rc = hspmd::test::run_catch(static_cast<int>(cargs.size()), cargs.data());
 
   if (rank != 0) {
     if (rc != 0) {

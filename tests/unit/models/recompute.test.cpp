@@ -60,7 +60,7 @@ std::size_t internal_bytes(const graph::graph& g) {
 
 // Three BERT blocks with dropout, two Llama blocks with fused attention: small enough for the
 // sanitizers.
-models::bert_config small_bert() {
+models::bert_config recompute_bert() {
   models::bert_config c;
   c.layers = 3;
   c.hidden = 32;
@@ -86,7 +86,7 @@ models::llama_config small_llama() {
 } // namespace
 
 TEST_CASE("recomputing BERT's blocks (dropout on) gives the same loss and gradients, bit for bit") {
-  const models::bert_config c = small_bert();
+  const models::bert_config c = recompute_bert();
   const graph::graph g = models::trace_bert_lm<float>(c, 2);
   const auto segments = exec::scope_segments(g);
   REQUIRE(segments.size() == 3);
@@ -142,7 +142,7 @@ TEST_CASE("recomputation segments are checked") {
 }
 
 TEST_CASE("the planner prices what the executor recomputes: the same values, one block's buffer") {
-  const models::bert_config b = small_bert();
+  const models::bert_config b = recompute_bert();
   const models::llama_config l = small_llama();
   for (const graph::graph& g :
        {models::trace_bert_lm<float>(b, 2), models::trace_llama_lm<float>(l, 2)}) {
