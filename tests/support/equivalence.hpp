@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -243,6 +244,22 @@ inline const std::vector<std::string> default_must = {
     "bias-once",  "vocab-parallel", "load+sfb",
     "fsdp"};
 
+// A plan made on rank 0 and sent to the others as its JSON (what the trainer does with a cached
+// plan): one search per model instead of one per rank, which on 2 cores at 3 ranks ran three
+// searches on two cores. That every rank would find the same plan is unit.synth's ("synthesis
+// is ... deterministic") and lowering's agreement check's to show.
+template <class Comm, class Make>
+synth::plan from_rank0(Comm& comm, const graph::graph& g, Make&& make) {
+  std::string text;
+  if (comm.rank() == 0)
+    text = synth::to_json(make()).dump();
+  auto size = static_cast<std::uint64_t>(text.size());
+  comm.broadcast(std::span<std::uint64_t>(&size, 1), 0);
+  text.resize(static_cast<std::size_t>(size));
+  comm.broadcast(std::span<char>(text), 0);
+  return synth::plan_from_json(nlohmann::json::parse(text), g, "the plan from rank 0");
+}
+
 template <class T, class B = exec::host_backend, class Comm = mpi_communicator>
 void equivalence(const std::string& model, const graph::graph& g, std::size_t id_limit, double tol,
                  double bandwidth, const std::vector<std::string>& must_use = default_must,
@@ -252,11 +269,12 @@ void equivalence(const std::string& model, const graph::graph& g, std::size_t id
   const auto want = single<T>(g, id_limit, steps);
   const cluster c = make_cluster(n, bandwidth);
   std::vector<synth::plan> plans;
-  plans.push_back(synth::synthesize(g, c, {}, model));
+  plans.push_back(from_rank0(comm, g, [&] { return synth::synthesize(g, c, {}, model); }));
   // On a fast link the synthesizer prefers data parallelism (and SFB where it pays).
-  plans.push_back(synth::synthesize(g, make_cluster(n, 1e12), {}, model));
+  plans.push_back(
+      from_rank0(comm, g, [&] { return synth::synthesize(g, make_cluster(n, 1e12), {}, model); }));
   for (auto b : {synth::baseline::dp_ev, synth::baseline::dp_cp, synth::baseline::tp})
-    plans.push_back(synth::make_baseline(g, c, b, {}, model));
+    plans.push_back(from_rank0(comm, g, [&] { return synth::make_baseline(g, c, b, {}, model); }));
   // DP-CP with every eligible weight gradient by SFB instead of all-reduce.
   plans.push_back(sfb_of(g, plans[3]));
   // DP-CP with every replicated parameter kept split and gathered for use (FSDP): the

@@ -140,7 +140,7 @@ TEST_CASE("MoE-small: distributed training equals the single process (f32)") {
       return r.kind == graph::rule::family::expert;
     return g[id].kind != graph::op::moe_dispatch || !r.in[1].is_split(); // global routing
   };
-  synth::plan ep = synth::synthesize(g, cl, so, "moe");
+  synth::plan ep = from_rank0(comm, g, [&] { return synth::synthesize(g, cl, so, "moe"); });
   std::vector<std::vector<double>> ratios = {ep.ratios[0]};
   if (n == 3)
     ratios.push_back({0.5, 0.0, 0.5}); // rank 1 holds no expert
