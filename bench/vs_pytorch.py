@@ -17,6 +17,10 @@ Comparisons (each a name for --only):
   emulated      2 ranks, rank 1 emulated 2x slower (every op's compute stretched, as hspmd's
                 cluster file says): hspmd synth (calibrated) and DP-EV vs DDP at the best
                 hand-set batch split
+  gpu-bert-base one process on GPU 0 (--device cuda), BERT-base (12 layers, hidden 768, FFN
+                3072, 12 heads, seq 128, vocab 30522, batch 32), in --precision f32 (PyTorch:
+                float32, TF32 off, its default) or bf16 (PyTorch: autocast to bfloat16); hspmd's
+                --device cuda --precision P. Run by the GPU bundle (scripts/gpu-bundle.sh).
 
 Global batch 16, Adam (lr 1e-3), clip 1.0, dropout 0.1 (BERT), mean cross-entropy. A round runs
 each side once for --steps steps; a side's time is the median step after the first two. Ratios
@@ -41,7 +45,11 @@ ROOT = os.path.dirname(HERE)
 
 BERT = dict(layers=2, hidden=256, ffn=3072, heads=4, seq=64, vocab=2000, dropout=0.1)
 LLAMA = dict(layers=2, hidden=256, ffn=688, heads=4, seq=64, vocab=2000)
+BERT_BASE = dict(layers=12, hidden=768, ffn=3072, heads=12, seq=128, vocab=30522, dropout=0.1)
 BATCH = 16
+BASE_BATCH = 32
+CONFIGS = {"bert": BERT, "llama": LLAMA, "bert-base": BERT_BASE}
+EXECUTABLE = {"bert": "bert", "llama": "llama", "bert-base": "bert"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -79,15 +87,15 @@ def blas_line(args):
 
 
 def model_flags(model):
-    cfg = BERT if model == "bert" else LLAMA
+    cfg = CONFIGS[model]
     flags = []
     for k, v in cfg.items():
         flags += ["--" + k.replace("_", "-"), str(v)]
     return flags
 
 
-def run_hspmd(args, model, steps, ranks=1, cluster=None, plan=None, batch=BATCH):
-    exe = os.path.join(args.build, "examples", model)
+def run_hspmd(args, model, steps, ranks=1, cluster=None, plan=None, batch=BATCH, device=None):
+    exe = os.path.join(args.build, "examples", EXECUTABLE[model])
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
         cmd = [exe, "--quiet", "--steps", str(steps), "--batch", str(batch), "--clip", "1.0",
@@ -99,6 +107,8 @@ def run_hspmd(args, model, steps, ranks=1, cluster=None, plan=None, batch=BATCH)
                 # before the first step, not counted), as PyTorch's side gets its best split
                 # from a timed sweep
                 cmd += ["--calibrate"]
+        if device:
+            cmd += ["--device", device, "--precision", args.precision]
         if ranks > 1:
             cmd = mpirun_prefix(ranks, args) + cmd
         r = subprocess.run(cmd, capture_output=True, text=True, env=hspmd_env(args))
@@ -139,6 +149,14 @@ spec = json.loads(sys.argv[1])
 rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 model_kind, cfg, steps = spec["model"], spec["cfg"], spec["steps"]
 split = spec.get("split") or [spec["batch"] // world] * world
+device = spec.get("device", "cpu")
+if device == "cuda":
+    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, said aloud
+    torch.backends.cudnn.allow_tf32 = False
+half = device == "cuda" and spec.get("precision") == "bf16"
+def sync():
+    if device == "cuda":
+        torch.cuda.synchronize()
 slowdown = spec.get("slowdowns", [1.0] * world)[rank]
 local_batch = split[rank]
 global_batch = sum(split)
@@ -169,7 +187,8 @@ class CoreAttention(nn.Module):  # scores, causal softmax, dropout, context: one
     def forward(self, q, k, v):
         s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1),
+                          float("-inf"))
         p = F.dropout(torch.softmax(s, -1), self.dropout, self.training)
         return p @ v
 
@@ -250,7 +269,7 @@ class LM(nn.Module):
         return self.head(self.norm(h))
 
 torch.manual_seed(1)
-model = LM(model_kind, cfg)
+model = LM(model_kind, cfg).to(device)
 add_stretch(model)
 if world > 1:
     import torch.distributed as dist
@@ -262,16 +281,21 @@ times = []
 for step in range(steps):
     tokens = torch.randint(0, cfg["vocab"], (local_batch, cfg["seq"]), generator=g)
     targets = torch.randint(0, cfg["vocab"], (local_batch * cfg["seq"],), generator=g)
+    tokens, targets = tokens.to(device), targets.to(device)
     if world > 1:
         dist.barrier()
+    sync()
     t0 = time.perf_counter()
-    logits = model(tokens).view(-1, cfg["vocab"])
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=half):
+        logits = model(tokens).view(-1, cfg["vocab"])
     # the mean over the global batch (DDP averages gradients over ranks: scale by world)
-    loss = F.cross_entropy(logits, targets, reduction="sum") * (world / (global_batch * cfg["seq"]))
+    loss = F.cross_entropy(logits.float(), targets, reduction="sum") * (world / (global_batch * cfg["seq"]))
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    loss.item()  # hspmd reads the loss back every step too
+    sync()
     took = time.perf_counter() - t0
     if world > 1:  # the step ends when the slowest rank is done
         t = torch.tensor([took])
@@ -292,9 +316,14 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def run_torch(args, model, steps, world=1, split=None, slowdowns=None, attempt=0):
-    cfg = BERT if model == "bert" else LLAMA
-    spec = {"model": model, "cfg": cfg, "steps": steps, "batch": BATCH}
+def run_torch(args, model, steps, world=1, split=None, slowdowns=None, attempt=0, batch=BATCH,
+              device=None):
+    cfg = CONFIGS[model]
+    spec = {"model": "bert" if model == "bert-base" else model, "cfg": cfg, "steps": steps,
+            "batch": batch}
+    if device:
+        spec["device"] = device
+        spec["precision"] = args.precision
     if split:
         spec["split"] = split
     if slowdowns:
@@ -317,7 +346,8 @@ def run_torch(args, model, steps, world=1, split=None, slowdowns=None, attempt=0
             if attempt < 2:  # gloo's rendezvous can fail on a busy machine: retry, say so
                 print("  (PyTorch run failed, retrying: %s)" % failed[0].strip().splitlines()[-1],
                       flush=True)
-                return run_torch(args, model, steps, world, split, slowdowns, attempt + 1)
+                return run_torch(args, model, steps, world, split, slowdowns, attempt + 1,
+                                 batch, device)
             sys.exit("PyTorch run failed:\n" + failed[0])
         return json.loads(outs[0][0].strip().splitlines()[-1])["median"]
 
@@ -353,7 +383,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--only", action="append",
-                    choices=["single-bert", "single-llama", "ddp", "emulated"])
+                    choices=["single-bert", "single-llama", "ddp", "emulated", "gpu-bert-base"])
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="gpu-bert-base's precision (both sides)")
     ap.add_argument("--clean-env", action="store_true",
                     help="run hspmd with no BLAS variable in its environment (as a new user)")
     args = ap.parse_args()
@@ -366,15 +398,25 @@ def main():
         if not os.path.exists(os.path.join(args.build, "examples", exe)):
             sys.exit("vs_pytorch.py: %s has no examples/%s; build it first (cmake --build "
                      "--preset release)" % (args.build, exe))
-    if shutil.which("mpirun") is None:
+    want = set(args.only or ["single-bert", "single-llama", "ddp", "emulated"])
+    if want & {"ddp", "emulated"} and shutil.which("mpirun") is None:
         sys.exit("vs_pytorch.py: no mpirun on PATH (apt-get install openmpi-bin)")
     import torch
     print("hspmd vs PyTorch %s, %d rounds of %d steps, global batch %d%s" %
           (torch.__version__, args.rounds, args.steps, BATCH,
            ", hspmd with no BLAS variable set" if args.clean_env else ""), flush=True)
     print("hspmd's " + blas_line(args) + "\n", flush=True)
-    want = set(args.only or ["single-bert", "single-llama", "ddp", "emulated"])
     s = args.steps
+    if "gpu-bert-base" in want:
+        if not torch.cuda.is_available():
+            print("gpu-bert-base: PyTorch sees no GPU; nothing compared")
+            return 77
+        print("GPU: %s, precision %s, batch %d" % (torch.cuda.get_device_name(0), args.precision,
+                                                    BASE_BATCH), flush=True)
+        got = alternate(args.rounds, {
+            "hspmd": lambda: run_hspmd(args, "bert-base", s, batch=BASE_BATCH, device="cuda"),
+            "pytorch": lambda: run_torch(args, "bert-base", s, batch=BASE_BATCH, device="cuda")})
+        report("one GPU, BERT-base %s" % args.precision, got, [("hspmd", "pytorch")])
     if "single-bert" in want:
         got = alternate(args.rounds, {"hspmd": lambda: run_hspmd(args, "bert", s),
                                       "pytorch": lambda: run_torch(args, "bert", s)})
