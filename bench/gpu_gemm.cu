@@ -39,7 +39,9 @@ void check(cublasStatus_t s, const char* what) {
   }
 }
 
-cublasOperation_t op(transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasOperation_t op(transpose t) {
+  return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -138,8 +140,8 @@ int main(int argc, char** argv) {
                                           1.0f, a.data(), lda, sa, b.data(), ldb, sb, 0.0f,
                                           c.data(), ldc, sc, s.batch);
         else
-          backend.gemm_strided_batched(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, sa,
-                                       b.data(), ldb, sb, 0.0f, c.data(), ldc, sc, s.batch);
+          backend.gemm_strided_batched(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, sa, b.data(),
+                                       ldb, sb, 0.0f, c.data(), ldc, sc, s.batch);
       };
       // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
       const auto direct = [&] {
@@ -151,9 +153,9 @@ int main(int argc, char** argv) {
                   handle, op(s.tb), op(s.ta), static_cast<int>(s.n), static_cast<int>(s.m),
                   static_cast<int>(s.k), &one, first, in, static_cast<int>(ldb),
                   static_cast<long long>(sb), second, in, static_cast<int>(lda),
-                  static_cast<long long>(sa), &zero, c.data(), CUDA_R_32F,
-                  static_cast<int>(ldc), static_cast<long long>(sc),
-                  static_cast<int>(s.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  static_cast<long long>(sa), &zero, c.data(), CUDA_R_32F, static_cast<int>(ldc),
+                  static_cast<long long>(sc), static_cast<int>(s.batch), CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT),
               "cublasGemmStridedBatchedEx");
       };
       for (int w = 0; w < 3; ++w) { // warm-up: handles, heuristics, the allocator's cache

@@ -205,17 +205,20 @@ import json, sys
 ev = json.load(open(sys.argv[1]))
 ev = ev["traceEvents"] if isinstance(ev, dict) else ev
 spans = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "compute"
-         and not e["name"].startswith(("wait", "idle"))]
+         and e["name"].startswith(("forward", "backward"))]
 timed = [e for e in spans if "device_ms" in e.get("args", {})]
 dev = sum(e["args"]["device_ms"] for e in timed)
 host = sum(e["dur"] for e in timed) / 1e3
-print(f"{len(timed)} of {len(spans)} compute spans carry device_ms; device {dev:.1f} ms, host {host:.1f} ms")
+other = sorted({e["name"] for e in ev if e.get("ph") == "X" and e.get("cat") == "compute"
+                and e not in spans and "device_ms" not in e.get("args", {})})
+print(f"{len(timed)} of {len(spans)} node spans carry device_ms; device {dev:.1f} ms, host "
+      f"{host:.1f} ms; spans without: {', '.join(other) or 'none'}")
 sys.exit(0 if spans and len(timed) == len(spans) else 1)
 PY
 }
 export -f trace_spans
 export small_model
-trace_detail() { grep -E 'compute spans' "$1" | tail -1; }
+trace_detail() { grep -E 'node spans' "$1" | tail -1; }
 check bert-small.cuda.np1.trace 60 trace_detail -- trace_spans
 
 gemm_detail() { awk '$NF ~ /^[0-9.]+$/ && NF > 4 { n++; r = $NF; if (min == "" || r < min) min = r; s += r }
@@ -258,6 +261,33 @@ else
   row "bert-base.vs_pytorch" "skipped" "-" "no python3 with torch here"
 fi
 
+# where BERT-base's device time goes: a traced np 1 run, its nodes by device time
+base_trace() {
+  mpirun --oversubscribe --bind-to none -np 1 "$B/build/examples/bert" ${base/--steps 12/--steps 3} \
+    --device cuda --cluster "$logs/one-gpu.json" --trace "$logs/bert-base.trace.json" &&
+    python3 - "$logs/bert-base.trace.json" <<'PY'
+import collections, json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+by_op = collections.defaultdict(lambda: [0, 0.0])
+total = 0.0
+for e in ev:
+    a = e.get("args", {})
+    if e.get("ph") == "X" and "device_ms" in a and "op" in a:
+        k = by_op[(a.get("pass", "?"), a["op"])]
+        k[0] += 1
+        k[1] += a["device_ms"]
+        total += a["device_ms"]
+print(f"device time of the node spans over 3 steps: {total:.1f} ms")
+for (p, op), (n, ms) in sorted(by_op.items(), key=lambda kv: -kv[1][1])[:15]:
+    print(f"  {p:8s} {op:24s} {n:5d} spans {ms:9.1f} ms {100 * ms / total:5.1f}%")
+PY
+}
+export -f base_trace
+export base
+base_trace_detail() { grep -E 'device time of the node spans' "$1"; }
+check bert-base.cuda.np1.trace 90 base_trace_detail -- base_trace
+
 # ---- the table --------------------------------------------------------------------------------
 {
   echo "# GPU bundle run: ${gpu_name:-no GPU}"
@@ -271,7 +301,7 @@ fi
   echo "total $(elapsed) s of a ${budget} s budget"
   echo
   for f in "$logs"/gemm.backend_vs_cublas.log "$logs"/hspmd-collectives.nccl.np1.log \
-           "$logs"/bert-base.vs_pytorch.*.log; do
+           "$logs"/bert-base.vs_pytorch.*.log "$logs"/bert-base.cuda.np1.trace.log; do
     [ -f "$f" ] || continue
     echo "## $(basename "$f" .log)"
     echo '```'

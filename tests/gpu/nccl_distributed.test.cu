@@ -1,8 +1,12 @@
 // The distributed executor on GPUs: one process per GPU, tensors in cuda_backend buffers, every
 // transfer, bucket and reduction over the NCCL communicator on device buffers. Under mpirun with
 // a GPU per rank (gradient buckets overlapping the backward on NCCL's stream), an MLP and a BERT
-// trained 4 Adam steps with clipping under every plan kind
-// equal the same plan on the host backend over MPI (losses and parameters, f32 1e-5 relative).
+// trained 4 steps with clipping under every plan kind equal the same plan on the host backend
+// over MPI: with Adam the losses, with SGD the losses and every parameter (f32, 1e-5 relative).
+// Parameters are compared after SGD, not Adam: Adam divides a gradient by its own magnitude, so
+// where the gradient is zero but for rounding -- BERT's key bias, which softmax cancels -- it
+// turns the backends' different rounding into whole steps of the learning rate (seen on the
+// first H200 run: wk.bias 3.5e-5 apart at scale 1e-3 while every loss agreed).
 // Built wherever nvcc, NCCL and MPI are found; without a CUDA device it exits 77 (skipped).
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/comm/mpi/environment.hpp>
@@ -58,9 +62,8 @@ void feed(DX& dx, const graph::graph& g, std::size_t s, std::int64_t limit) {
   }
 }
 
-template <class DX>
-run_result train(DX& dx, const graph::graph& g, std::int64_t limit) {
-  exec::adam opt(1e-3);
+template <class DX, class Opt>
+run_result train(DX& dx, const graph::graph& g, std::int64_t limit, Opt opt) {
   run_result r;
   for (std::size_t s = 0; s < 4; ++s) {
     feed(dx, g, s, limit);
@@ -74,7 +77,8 @@ run_result train(DX& dx, const graph::graph& g, std::int64_t limit) {
   return r;
 }
 
-int compare(const run_result& gpu, const run_result& host, const std::string& what, int rank) {
+int compare(const run_result& gpu, const run_result& host, const std::string& what, int rank,
+            bool params) {
   int bad = 0;
   for (std::size_t s = 0; s < host.losses.size(); ++s)
     if (!(std::abs(gpu.losses[s] - host.losses[s]) <= 1e-5 * std::abs(host.losses[s]))) {
@@ -83,6 +87,8 @@ int compare(const run_result& gpu, const run_result& host, const std::string& wh
       ++bad;
     }
   for (const auto& [name, w] : host.params) {
+    if (!params)
+      break;
     const auto& v = gpu.params.at(name);
     double scale = 1e-3;
     double worst = 0.0;
@@ -148,9 +154,17 @@ int main(int argc, char** argv) {
         exec::distributed_executor<float, mpi_communicator> host(g, p, comm, 7);
         exec::distributed_executor<float, nccl_communicator, exec::cuda_backend> gpu(
             g, p, nccl, 7, exec::cuda_backend{device});
-        const auto want = train(host, g, limit);
-        const auto got = train(gpu, g, limit);
-        bad += compare(got, want, name + " " + p.strategy, comm.rank());
+        {
+          exec::distributed_executor<float, mpi_communicator> host(g, p, comm, 7);
+          exec::distributed_executor<float, nccl_communicator, exec::cuda_backend> gpu(
+              g, p, nccl, 7, exec::cuda_backend{device});
+          const auto want = train(host, g, limit, exec::adam(1e-3));
+          const auto got = train(gpu, g, limit, exec::adam(1e-3));
+          bad += compare(got, want, name + " " + p.strategy + " adam", comm.rank(), false);
+        }
+        const auto want = train(host, g, limit, exec::sgd(0.05));
+        const auto got = train(gpu, g, limit, exec::sgd(0.05));
+        bad += compare(got, want, name + " " + p.strategy + " sgd", comm.rank(), true);
       }
     }
   } catch (const std::exception& ex) {

@@ -212,13 +212,111 @@ HSPMD_HD HSPMD_INLINE void contribute(T& d, T v, bool assign) {
 }
 
 /// Columns per functor index of the kernels that reduce over rows (bias and normalization
-/// gradients, embedding scatters): each index owns a block of columns and walks the rows, so
-/// it reads contiguous pieces of every row.
+/// gradients, embedding scatters) on a backend whose buffers are host memory: each index owns a
+/// block of columns and walks the rows, so it reads contiguous pieces of every row and the loop
+/// over the block vectorizes.
 inline constexpr std::size_t column_block = 64;
-/// The number of column blocks of `n` columns.
-[[nodiscard]] constexpr std::size_t column_blocks(std::size_t n) {
-  return (n + column_block - 1) / column_block;
+/// The columns per index on backend B: `column_block` on the host; one on a device, where
+/// adjacent threads then read adjacent columns (coalesced) and there are as many threads as
+/// columns, not 1/64 of them (BERT-base's bias gradients ran on 12 threads of an H200). The
+/// width changes which index computes a column, never the order of a column's sum.
+template <class B>
+inline constexpr std::size_t column_width_v = host_memory_v<B> ? column_block : 1;
+/// The number of blocks of `width` columns in `n` columns.
+[[nodiscard]] constexpr std::size_t column_blocks(std::size_t n, std::size_t width = column_block) {
+  return (n + width - 1) / width;
 }
+
+/// Rows per chunk of a column reduction (`column_sums`): every backend sums a column's rows in
+/// chunks of this many, in order, and then the chunks' sums, in order from zero -- so a device
+/// sums the chunks in parallel and every backend gets the same bits.
+inline constexpr std::size_t column_chunk = 64;
+
+/// K sums of one column (what a column reduction's term gives for one element).
+template <class T, std::size_t K>
+struct column_terms {
+  T v[K];
+};
+
+/// Pass 1 of `column_sums`: index c * blocks + b sums rows [c * column_chunk, ...) of the W
+/// columns of block b into partial[(k * chunks + c) * n + j].
+template <class T, std::size_t W, std::size_t K, class Term>
+struct column_chunk_sums {
+  Term term;
+  T* partial;
+  std::size_t rows, n, blocks, chunks;
+  HSPMD_HD void operator()(std::size_t index) const {
+    const std::size_t c = index / blocks;
+    const std::size_t j0 = (index % blocks) * W;
+    const std::size_t w = n - j0 < W ? n - j0 : W;
+    const std::size_t i0 = c * column_chunk;
+    const std::size_t i1 = rows - i0 < column_chunk ? rows : i0 + column_chunk;
+    T s[K][W] = {};
+    for (std::size_t i = i0; i < i1; ++i)
+      for (std::size_t j = 0; j < w; ++j) {
+        const column_terms<T, K> t = term(i, j0 + j);
+        for (std::size_t k = 0; k < K; ++k)
+          s[k][j] += t.v[k];
+      }
+    for (std::size_t k = 0; k < K; ++k)
+      for (std::size_t j = 0; j < w; ++j)
+        partial[(k * chunks + c) * n + j0 + j] = s[k][j];
+  }
+};
+
+/// Pass 2 of `column_sums`: column j's chunk sums added in order, handed to finish(j, sums).
+template <class T, std::size_t K, class Finish>
+struct column_chunk_totals {
+  const T* partial;
+  std::size_t n, chunks;
+  Finish finish;
+  HSPMD_HD void operator()(std::size_t j) const {
+    column_terms<T, K> s{};
+    for (std::size_t c = 0; c < chunks; ++c)
+      for (std::size_t k = 0; k < K; ++k)
+        s.v[k] += partial[(k * chunks + c) * n + j];
+    finish(j, s);
+  }
+};
+
+/// Column sums of a rows x n matrix given by term(i, j) (a `column_terms<T, K>`: K sums at
+/// once), each handed to finish(j, sums): the rows in chunks of `column_chunk` on every backend
+/// (see there), the chunks in parallel, `column_width_v<B>` columns per index. Term and Finish
+/// are HSPMD_HD functors.
+template <class T, std::size_t K, class B, class Term, class Finish>
+void column_sums(B& backend, std::size_t rows, std::size_t n, const Term& term,
+                 const Finish& finish) {
+  if (n == 0)
+    return;
+  constexpr std::size_t width = column_width_v<B>;
+  const std::size_t blocks = column_blocks(n, width);
+  const std::size_t chunks = (rows + column_chunk - 1) / column_chunk;
+  auto partial = backend.template allocate<T>(K * chunks * n);
+  for_each_index(
+      backend, chunks * blocks,
+      column_chunk_sums<T, width, K, Term>{term, partial.data(), rows, n, blocks, chunks});
+  for_each_index(backend, n, column_chunk_totals<T, K, Finish>{partial.data(), n, chunks, finish});
+}
+
+/// The column-sum term of a row-major matrix: m[i, j].
+template <class T>
+struct matrix_column {
+  const T* m;
+  std::size_t n;
+  HSPMD_HD column_terms<T, 1> operator()(std::size_t i, std::size_t j) const {
+    return {{m[i * n + j]}};
+  }
+};
+/// The column-sum finish that contributes sign * the sum to d[j] (a bias's gradient).
+template <class T>
+struct contribute_column {
+  T* d;
+  T sign;
+  bool assign = false;
+  HSPMD_HD void operator()(std::size_t j, const column_terms<T, 1>& s) const {
+    contribute(d[j], sign * s.v[0], assign);
+  }
+};
 
 /// Independent accumulators of the row reductions (sums, maxima): a row is reduced in this many
 /// lanes, combined pairwise in a fixed order at the end, so the compiler vectorizes the loop

@@ -64,28 +64,6 @@ struct binary_rows_forward {
   }
 };
 
-/// A trailing-block operand's gradient of add/sub for the columns of block b: d[j] += sign *
-/// sum over rows of dy[row, j] (a column reduction, as a bias gradient).
-template <class T>
-struct binary_rows_backward {
-  const T* dy;
-  T* d;
-  T sign;
-  std::size_t rows;
-  std::size_t len;
-  bool assign = false;
-  HSPMD_HD void operator()(std::size_t b) const {
-    const std::size_t j0 = b * column_block;
-    const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
-    T s[column_block] = {};
-    for (std::size_t i = 0; i < rows; ++i)
-      for (std::size_t j = 0; j < w; ++j)
-        s[j] += dy[i * len + j0 + j];
-    for (std::size_t j = 0; j < w; ++j)
-      contribute(d[j0 + j], sign * s[j], assign);
-  }
-};
-
 /// d(operand)[j] += sign * sum over the result elements o reading j of dy[o] (* other[io(o)]
 /// for mul).
 template <class T, bool Product>
@@ -164,9 +142,10 @@ struct binary_kernel {
       }
       const broadcast_index own(c.in_shape(k), out);
       if (!product && own.modulo != 0) {
-        for_each_index(c.backend(), column_blocks(own.modulo),
-                       binary_rows_backward<T>{c.dout(), c.din(k), sign, out.size() / own.modulo,
-                                               own.modulo, c.assign(k)});
+        // a trailing-block operand (a bias): d[j] += sign * the column sums of dy
+        column_sums<T, 1>(c.backend(), out.size() / own.modulo, own.modulo,
+                          matrix_column<T>{c.dout(), own.modulo},
+                          contribute_column<T>{c.din(k), sign, c.assign(k)});
         continue;
       }
       for_each_index(c.backend(), c.in_shape(k).size(),

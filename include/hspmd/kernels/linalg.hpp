@@ -22,25 +22,6 @@ struct fill_row_bias {
       row[j] = b[j];
   }
 };
-/// db[j] += sum over rows of dy[., j], for the columns of block b (stored with `assign`).
-template <class T>
-struct bias_gradient {
-  const T* dy;
-  T* db;
-  std::size_t rows;
-  std::size_t n;
-  bool assign = false;
-  HSPMD_HD void operator()(std::size_t b) const {
-    const std::size_t j0 = b * column_block;
-    const std::size_t w = n - j0 < column_block ? n - j0 : column_block;
-    T s[column_block] = {};
-    for (std::size_t i = 0; i < rows; ++i)
-      for (std::size_t j = 0; j < w; ++j)
-        s[j] += dy[i * n + j0 + j];
-    for (std::size_t j = 0; j < w; ++j)
-      contribute(db[j0 + j], s[j], assign);
-  }
-};
 
 /// matmul and linear: x (m, k) . w (k, n) [+ b (n)], leading dimensions of x flattened into m.
 struct matmul_kernel {
@@ -78,8 +59,8 @@ struct matmul_kernel {
     gemm(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, beta(c, 1),
          c.din(1), n);
     if (c.arity() == 3 && !c.skip_bias())
-      for_each_index(c.backend(), column_blocks(n),
-                     bias_gradient<T>{c.dout(), c.din(2), m, n, c.assign(2)});
+      column_sums<T, 1>(c.backend(), m, n, matrix_column<T>{c.dout(), n},
+                        contribute_column<T>{c.din(2), T{1}, c.assign(2)});
     else if (c.arity() == 3 && c.assign(2)) // another rank's bias: its gradient here is 0
       fill(c.backend(), c.din(2), n, T{});
   }

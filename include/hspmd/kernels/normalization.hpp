@@ -162,37 +162,30 @@ struct layer_norm_row_backward {
   }
 };
 
-/// Layer norm's gamma and beta gradients for the columns of block k: sums over the rows.
+/// Layer norm's gamma and beta gradient terms of element (r, j): dy xhat and dy.
 template <class T>
-struct layer_norm_column_backward {
+struct layer_norm_column_terms {
   const T* x;
   const T* dy;
   const T* saved;
+  std::size_t len;
+  HSPMD_HD column_terms<T, 2> operator()(std::size_t r, std::size_t j) const {
+    const T mu = saved[2 * r];
+    const T rstd = saved[2 * r + 1];
+    const T d = dy[r * len + j];
+    return {{d * ((x[r * len + j] - mu) * rstd), d}};
+  }
+};
+/// Stores or adds the two column sums into dgamma and dbeta.
+template <class T>
+struct layer_norm_column_finish {
   T* dgamma;
   T* dbeta;
-  std::size_t len;
-  std::size_t rows;
   bool assign_gamma = false;
   bool assign_beta = false;
-  HSPMD_HD void operator()(std::size_t k) const {
-    const std::size_t j0 = k * column_block;
-    const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
-    T g[column_block] = {};
-    T b[column_block] = {};
-    for (std::size_t r = 0; r < rows; ++r) {
-      const T mu = saved[2 * r];
-      const T rstd = saved[2 * r + 1];
-      const T* xr = x + r * len + j0;
-      const T* dr = dy + r * len + j0;
-      for (std::size_t j = 0; j < w; ++j) {
-        g[j] += dr[j] * ((xr[j] - mu) * rstd);
-        b[j] += dr[j];
-      }
-    }
-    for (std::size_t j = 0; j < w; ++j) {
-      contribute(dgamma[j0 + j], g[j], assign_gamma);
-      contribute(dbeta[j0 + j], b[j], assign_beta);
-    }
+  HSPMD_HD void operator()(std::size_t j, const column_terms<T, 2>& s) const {
+    contribute(dgamma[j], s.v[0], assign_gamma);
+    contribute(dbeta[j], s.v[1], assign_beta);
   }
 };
 
@@ -214,9 +207,9 @@ struct kernel<graph::op::layer_norm> {
     for_each_row(c.backend(), rows,
                  layer_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len,
                                             c.assign(0)});
-    for_each_index(c.backend(), column_blocks(len),
-                   layer_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), c.din(2),
-                                                 len, rows, c.assign(1), c.assign(2)});
+    column_sums<T, 2>(c.backend(), rows, len,
+                      layer_norm_column_terms<T>{c.in(0), c.dout(), c.saved(), len},
+                      layer_norm_column_finish<T>{c.din(1), c.din(2), c.assign(1), c.assign(2)});
   }
 };
 
@@ -270,28 +263,15 @@ struct rms_norm_row_backward {
   }
 };
 
-/// RMS norm's weight gradient for the columns of block k: sums of dy xhat over the rows.
+/// RMS norm's weight gradient term of element (r, j): dy xhat.
 template <class T>
-struct rms_norm_column_backward {
+struct rms_norm_column_term {
   const T* x;
   const T* dy;
   const T* saved;
-  T* dw;
   std::size_t len;
-  std::size_t rows;
-  bool assign = false;
-  HSPMD_HD void operator()(std::size_t k) const {
-    const std::size_t j0 = k * column_block;
-    const std::size_t w = len - j0 < column_block ? len - j0 : column_block;
-    T g[column_block] = {};
-    for (std::size_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * len + j0;
-      const T* dr = dy + r * len + j0;
-      for (std::size_t j = 0; j < w; ++j)
-        g[j] += dr[j] * (xr[j] * saved[r]);
-    }
-    for (std::size_t j = 0; j < w; ++j)
-      contribute(dw[j0 + j], g[j], assign);
+  HSPMD_HD column_terms<T, 1> operator()(std::size_t r, std::size_t j) const {
+    return {{dy[r * len + j] * (x[r * len + j] * saved[r])}};
   }
 };
 
@@ -313,9 +293,9 @@ struct kernel<graph::op::rms_norm> {
     for_each_row(c.backend(), rows,
                  rms_norm_row_backward<T>{c.in(0), c.in(1), c.dout(), c.saved(), c.din(0), len,
                                           c.assign(0)});
-    for_each_index(c.backend(), column_blocks(len),
-                   rms_norm_column_backward<T>{c.in(0), c.dout(), c.saved(), c.din(1), len, rows,
-                                               c.assign(1)});
+    column_sums<T, 1>(c.backend(), rows, len,
+                      rms_norm_column_term<T>{c.in(0), c.dout(), c.saved(), len},
+                      contribute_column<T>{c.din(1), T{1}, c.assign(1)});
   }
 };
 

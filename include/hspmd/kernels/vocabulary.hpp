@@ -105,7 +105,9 @@ struct embedding_lookup {
     }
   }
 };
-template <class T>
+/// The table's gradient rows for the W columns of block k, the tokens in order (a row two
+/// tokens share is added to in token order on every backend).
+template <class T, std::size_t W>
 struct embedding_scatter {
   const std::int64_t* ids;
   const T* dy;
@@ -114,8 +116,8 @@ struct embedding_scatter {
   std::size_t h;
   vocab_span v;
   HSPMD_HD void operator()(std::size_t k) const {
-    const std::size_t j0 = k * column_block;
-    const std::size_t w = h - j0 < column_block ? h - j0 : column_block;
+    const std::size_t j0 = k * W;
+    const std::size_t w = h - j0 < W ? h - j0 : W;
     for (std::size_t t = 0; t < tokens; ++t) {
       const auto row = static_cast<std::size_t>(ids[t]);
       if (row < v.first || row >= v.first + v.count)
@@ -142,9 +144,10 @@ struct kernel<graph::op::embedding> {
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const auto ids = c.ids(1);
-    for_each_index(c.backend(), column_blocks(c.in_shape(0).dims[1]),
-                   embedding_scatter<T>{ids.data(), c.dout(), c.din(0), ids.size(),
-                                        c.in_shape(0).dims[1], vocab_range(c, 0)});
+    constexpr std::size_t width = column_width_v<B>;
+    for_each_index(c.backend(), column_blocks(c.in_shape(0).dims[1], width),
+                   embedding_scatter<T, width>{ids.data(), c.dout(), c.din(0), ids.size(),
+                                               c.in_shape(0).dims[1], vocab_range(c, 0)});
   }
 };
 

@@ -10,6 +10,14 @@
 // Buffers are spans over device memory of the current CUDA device. Collectives are collective
 // over the ranks of the bootstrap MPI communicator, in the same order on every rank.
 //
+// The communication stream is a blocking stream: it waits for work on CUDA's legacy default
+// stream, so a buffer a caller filled by cudaMemcpy, cudaMemset or a kernel on stream 0 is
+// complete before a collective reads it. (A cudaMemcpy from pageable host memory returns before
+// its DMA has landed; on a non-blocking stream the first H200 run read half-copied inputs:
+// 785k wrong elements at 1-4 MiB in hspmd-collectives --backend nccl.) Work on another
+// non-blocking stream -- a backend's -- is ordered by an event (`start_all_reduce`) or by the
+// caller's synchronizing first.
+//
 // Uneven algorithms on NCCL (NCCL has no v-collectives):
 //   padded  : pad to the largest shard in a scratch buffer, ncclAllGather / ncclReduceScatter,
 //             trim with device copies
@@ -121,7 +129,7 @@ public:
       check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     bootstrap.broadcast(std::span<char>(reinterpret_cast<char*>(&id), sizeof id),
                         0); // NOLINT: raw bytes
-    HSPMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank_);
+    HSPMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), rank_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
@@ -613,10 +621,12 @@ private:
     uneven_primitives<T> prims{*this};
     switch (alg) {
     case uneven_algorithm::padded:
-      detail::padded_all_gather(prims, own, out, counts, std::span<const std::size_t>(offsets), me());
+      detail::padded_all_gather(prims, own, out, counts, std::span<const std::size_t>(offsets),
+                                me());
       break;
     case uneven_algorithm::grouped:
-      detail::grouped_all_gather(prims, own, out, counts, std::span<const std::size_t>(offsets), me());
+      detail::grouped_all_gather(prims, own, out, counts, std::span<const std::size_t>(offsets),
+                                 me());
       break;
     case uneven_algorithm::native:
     case uneven_algorithm::automatic:
