@@ -47,7 +47,8 @@ std::size_t mismatches(const std::vector<T>& got, const std::vector<T>& want) {
     return std::max(got.size(), want.size());
   std::size_t bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
-    bad += got[i] == want[i] ? 0 : 1;
+    if (!(got[i] == want[i]))
+      ++bad;
   return bad;
 }
 
