@@ -149,7 +149,7 @@ fi
 
 # ---- correctness ------------------------------------------------------------------------------
 coll_detail() { grep -Eo '# Avg bus bandwidth.*|# total #wrong: [0-9]+' "$1" | tr '\n' ' '; }
-catch_detail() { grep -Eo 'All tests passed.*|test cases:.*' "$1" | tail -1; }
+catch_detail() { grep -Eo 'All tests passed.*|test cases:.*|op-by-op .*|passed \(.*' "$1" | tr '\n' ' '; }
 check gpu.kernels_compile 60 - -- "$B/build/tests/gpu.kernels_compile"
 check gpu.cuda_backend 180 catch_detail -- "$B/build/tests/gpu.cuda_backend"
 
