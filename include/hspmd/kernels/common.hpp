@@ -227,6 +227,31 @@ inline constexpr std::size_t column_width_v = host_memory_v<B> ? column_block : 
   return (n + width - 1) / width;
 }
 
+/// Runs f(r, j0, w) -- columns [j0, j0 + w) of row r -- over every W-column slice of `rows`
+/// rows of `len` columns: the element-wise writers of rows (a bias written into a linear's
+/// output, a trailing block added to every row, an embedding's rows), one index per slice.
+template <std::size_t W, class F>
+struct row_slices {
+  F f;
+  std::size_t len, blocks;
+  HSPMD_HD void operator()(std::size_t index) const {
+    const std::size_t r = index / blocks;
+    const std::size_t j0 = (index % blocks) * W;
+    f(r, j0, len - j0 < W ? len - j0 : W);
+  }
+};
+/// f(r, j0, w) over the `column_width_v<B>`-column slices of a rows x len matrix: 64 columns an
+/// index on the host (a vectorized loop), one on a device (a thread per element, coalesced; one
+/// thread per row wrote BERT-base's head bias on an H200 in 8 ms of a 12.5 ms layer).
+template <class B, class F>
+void for_each_row_slice(B& backend, std::size_t rows, std::size_t len, const F& f) {
+  if (len == 0)
+    return;
+  constexpr std::size_t width = column_width_v<B>;
+  const std::size_t blocks = column_blocks(len, width);
+  for_each_index(backend, rows * blocks, row_slices<width, F>{f, len, blocks});
+}
+
 /// Rows per chunk of a column reduction (`column_sums`): every backend sums a column's rows in
 /// chunks of this many, in order, and then the chunks' sums, in order from zero -- so a device
 /// sums the chunks in parallel and every backend gets the same bits.

@@ -52,15 +52,16 @@ struct binary_rows_forward {
     else
       return x * y;
   }
-  HSPMD_HD void operator()(std::size_t r) const {
-    const T* f = full + r * len;
-    T* o = out + r * len;
+  HSPMD_HD void operator()(std::size_t r, std::size_t j0, std::size_t w) const {
+    const T* f = full + r * len + j0;
+    const T* b = block + j0;
+    T* o = out + r * len + j0;
     if (block_first)
-      for (std::size_t j = 0; j < len; ++j)
-        o[j] = apply(block[j], f[j]);
+      for (std::size_t j = 0; j < w; ++j)
+        o[j] = apply(b[j], f[j]);
     else
-      for (std::size_t j = 0; j < len; ++j)
-        o[j] = apply(f[j], block[j]);
+      for (std::size_t j = 0; j < w; ++j)
+        o[j] = apply(f[j], b[j]);
   }
 };
 
@@ -116,10 +117,10 @@ struct binary_kernel {
     if ((ia.identity && ib.modulo != 0) || (ib.identity && ia.modulo != 0)) {
       const bool block_first = ia.modulo != 0;
       const std::size_t len = block_first ? ia.modulo : ib.modulo;
-      for_each_index(c.backend(), c.out_size() / len,
-                     binary_rows_forward<T, O>{block_first ? c.in(1) : c.in(0),
-                                               block_first ? c.in(0) : c.in(1), c.out(), len,
-                                               block_first});
+      for_each_row_slice(c.backend(), c.out_size() / len, len,
+                         binary_rows_forward<T, O>{block_first ? c.in(1) : c.in(0),
+                                                   block_first ? c.in(0) : c.in(1), c.out(), len,
+                                                   block_first});
       return;
     }
     for_each_index(c.backend(), c.out_size(),

@@ -10,16 +10,17 @@
 
 namespace hspmd::exec {
 
-/// Row i of an (m, n) result: out[i, j] = b[j] (the GEMM then accumulates onto it).
+/// Columns [j0, j0 + w) of row i of an (m, n) result: out[i, j] = b[j] (the GEMM then
+/// accumulates onto it).
 template <class T>
 struct fill_row_bias {
   const T* b;
   T* out;
   std::size_t n;
-  HSPMD_HD void operator()(std::size_t i) const {
-    T* row = out + i * n;
-    for (std::size_t j = 0; j < n; ++j)
-      row[j] = b[j];
+  HSPMD_HD void operator()(std::size_t i, std::size_t j0, std::size_t w) const {
+    T* row = out + i * n + j0;
+    for (std::size_t j = 0; j < w; ++j)
+      row[j] = b[j0 + j];
   }
 };
 
@@ -45,7 +46,7 @@ struct matmul_kernel {
       if constexpr (requires { c.backend().fill_rows(c.in(2), c.out(), m, n); })
         c.backend().fill_rows(c.in(2), c.out(), m, n);
       else
-        for_each_index(c.backend(), m, fill_row_bias<T>{c.in(2), c.out(), n});
+        for_each_row_slice(c.backend(), m, n, fill_row_bias<T>{c.in(2), c.out(), n});
     }
     gemm(c, transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, bias ? T{1} : T{0},
          c.out(), n);

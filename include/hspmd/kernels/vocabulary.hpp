@@ -92,15 +92,16 @@ struct embedding_lookup {
   T* out;
   std::size_t h;
   vocab_span v;
-  HSPMD_HD void operator()(std::size_t t) const { // one token's row
+  // columns [j0, j0 + w) of token t's row
+  HSPMD_HD void operator()(std::size_t t, std::size_t j0, std::size_t w) const {
     const auto row = static_cast<std::size_t>(ids[t]);
-    T* o = out + t * h;
+    T* o = out + t * h + j0;
     if (row >= v.first && row < v.first + v.count) {
-      const T* src = table + (row - v.first) * h;
-      for (std::size_t j = 0; j < h; ++j)
+      const T* src = table + (row - v.first) * h + j0;
+      for (std::size_t j = 0; j < w; ++j)
         o[j] = src[j];
     } else {
-      for (std::size_t j = 0; j < h; ++j)
+      for (std::size_t j = 0; j < w; ++j)
         o[j] = T{0};
     }
   }
@@ -138,8 +139,8 @@ struct kernel<graph::op::embedding> {
     const auto ids = c.ids(1);
     check_ids(c, ids, v.total, "token id");
     const std::size_t h = c.in_shape(0).dims[1];
-    for_each_index(c.backend(), h == 0 ? 0 : c.out_size() / h,
-                   embedding_lookup<T>{c.in(0), ids.data(), c.out(), h, v});
+    for_each_row_slice(c.backend(), h == 0 ? 0 : c.out_size() / h, h,
+                       embedding_lookup<T>{c.in(0), ids.data(), c.out(), h, v});
   }
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
