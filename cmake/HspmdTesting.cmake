@@ -88,13 +88,19 @@ function(hspmd_suite_join suite sources out)
   set(${out} "${select}" PARENT_SCOPE)
 endfunction()
 
-# hspmd_add_unit_suite(NAME <exe> [LIBS ...]): one executable that the unit tests of several
+# hspmd_add_unit_suite(NAME <exe> [LIBS ...] [FIRST <header>]): one executable that the unit tests of several
 # layers join (hspmd_add_unit_test(... SUITE <exe>)): each layer's executable compiled the
 # library code its tests use again, which costs more at -O0 with the sanitizers than the tests.
+# FIRST <header>: included ahead of every file of a unity batch (a header whose declarations a
+# test file's `using namespace hspmd;` would otherwise make ambiguous when it comes later).
 function(hspmd_add_unit_suite)
-  cmake_parse_arguments(arg "" "NAME" "LIBS" ${ARGN})
+  cmake_parse_arguments(arg "" "NAME;FIRST" "LIBS" ${ARGN})
   add_executable(${arg_NAME})
   hspmd_unit_test_executable(${arg_NAME} ${arg_LIBS})
+  if(arg_FIRST)
+    set_target_properties(${arg_NAME} PROPERTIES
+      UNITY_BUILD_CODE_BEFORE_INCLUDE "#include <${arg_FIRST}>")
+  endif()
 endfunction()
 
 if(TARGET MPI::MPI_CXX)
