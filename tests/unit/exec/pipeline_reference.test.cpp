@@ -11,6 +11,8 @@
 #include <hspmd/models/bert.hpp>
 #include <hspmd/program/pipeline.hpp>
 
+#include "../../support/tiny_bert.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -27,18 +29,6 @@
 using namespace hspmd;
 
 namespace {
-
-models::bert_config reference_bert() {
-  models::bert_config c;
-  c.layers = 3;
-  c.hidden = 16;
-  c.ffn = 32;
-  c.heads = 2;
-  c.seq = 4;
-  c.vocab = 24;
-  c.dropout = 0.0;
-  return c;
-}
 
 // Micro-batch k's rows of a whole batch's ids (`per` sequences of `seq` each).
 std::vector<std::int64_t> micro_rows(const std::vector<std::int64_t>& all, std::size_t k,
@@ -134,7 +124,7 @@ pipeline_result run_pipeline(const models::bert_config& c, std::size_t batch,
 
 TEST_CASE("pipeline reference: every schedule's order over the stages gives the whole batch's "
           "loss and gradients") {
-  const auto c = reference_bert();
+  const auto c = test::tiny_bert(3);
   constexpr std::size_t batch = 4;
   std::vector<std::int64_t> tokens(batch * c.seq), targets(batch * c.seq);
   for (std::size_t i = 0; i < tokens.size(); ++i) {

@@ -8,6 +8,8 @@
 #include <hspmd/graph/stages.hpp>
 #include <hspmd/models/bert.hpp>
 
+#include "../../support/tiny_bert.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -22,18 +24,6 @@ using namespace hspmd;
 
 namespace {
 
-models::bert_config stage_bert() {
-  models::bert_config c;
-  c.layers = 4;
-  c.hidden = 16;
-  c.ffn = 32;
-  c.heads = 2;
-  c.seq = 4;
-  c.vocab = 24;
-  c.dropout = 0.0;
-  return c;
-}
-
 double stage_flops(const graph::graph& g, graph::node_range r) {
   double f = 0;
   for (graph::node_id i = r.first; i <= r.second; ++i) {
@@ -46,7 +36,7 @@ double stage_flops(const graph::graph& g, graph::node_range r) {
 } // namespace
 
 TEST_CASE("pipeline stages: a cut at blocks covers every node once, balanced by speed") {
-  const graph::graph g = models::trace_bert_lm<double>(stage_bert(), 2);
+  const graph::graph g = models::trace_bert_lm<double>(test::tiny_bert(4), 2);
   const std::vector<double> even{1.0, 1.0};
   const auto two = graph::balanced_stages(g, even);
   REQUIRE(two.size() == 2);
@@ -75,7 +65,7 @@ TEST_CASE("pipeline stages: a cut at blocks covers every node once, balanced by 
 }
 
 TEST_CASE("pipeline stages: the stages' graphs compose to the whole model (loss and gradients)") {
-  const graph::graph g = models::trace_bert_lm<double>(stage_bert(), 2);
+  const graph::graph g = models::trace_bert_lm<double>(test::tiny_bert(4), 2);
   const std::vector<std::size_t> at{0, 2};
   const auto cuts = graph::stages_at_blocks(g, at);
   const graph::stage_graph first = graph::extract_stage(g, cuts, 0);
