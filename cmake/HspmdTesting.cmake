@@ -9,7 +9,7 @@
 #       <exe>.np<n>; with SUITE, the file joins that suite's executable instead and each run
 #       selects the file's own cases by their filename tag (hidden ones stay hidden). Launcher flags (oversubscribe, run-as-root) come from MPIEXEC_PREFLAGS in
 #       the preset or on the command line, never from here.
-#   hspmd_add_mpi_suite(NAME <exe> [LIBS ...])
+#   hspmd_add_mpi_suite(NAME <exe> [LIBS ...] [FIRST <header>])
 #       One Catch2 executable that test files join with hspmd_add_mpi_test(... SUITE <exe>),
 #       compiled four files to a translation unit: each file alone compiles the same executor,
 #       synthesizer and library code again (~35 s apiece at -O0 with the sanitizers; four
@@ -97,9 +97,14 @@ function(hspmd_add_unit_suite)
   cmake_parse_arguments(arg "" "NAME;FIRST" "LIBS" ${ARGN})
   add_executable(${arg_NAME})
   hspmd_unit_test_executable(${arg_NAME} ${arg_LIBS})
-  if(arg_FIRST)
-    set_target_properties(${arg_NAME} PROPERTIES
-      UNITY_BUILD_CODE_BEFORE_INCLUDE "#include <${arg_FIRST}>")
+  hspmd_unity_first(${arg_NAME} "${arg_FIRST}")
+endfunction()
+
+# A suite's FIRST header, ahead of every file of each unity batch.
+function(hspmd_unity_first target header)
+  if(header)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD_CODE_BEFORE_INCLUDE
+                                               "#include <${header}>")
   endif()
 endfunction()
 
@@ -152,10 +157,11 @@ function(hspmd_mpi_test_executable name)
 endfunction()
 
 function(hspmd_add_mpi_suite)
-  cmake_parse_arguments(arg "" "NAME" "LIBS" ${ARGN})
+  cmake_parse_arguments(arg "" "NAME;FIRST" "LIBS" ${ARGN})
   add_executable(${arg_NAME})
   set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 4)
   hspmd_mpi_test_executable(${arg_NAME} ${arg_LIBS})
+  hspmd_unity_first(${arg_NAME} "${arg_FIRST}")
 endfunction()
 
 function(hspmd_add_mpi_test)
