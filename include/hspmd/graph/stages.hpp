@@ -170,16 +170,19 @@ struct stage_graph {
                            "each stage updates its own parameters: untie the shared weight, "
                            "or cut the model elsewhere");
   const auto [first, last] = stages[s];
+  // each node's first and last reader (none: nobody reads it)
+  constexpr node_id none = std::numeric_limits<node_id>::max();
+  std::vector<node_id> first_reader(g.size(), none), last_reader(g.size(), none);
+  for (node_id j = 0; j < g.size(); ++j)
+    for (node_id in : g[j].inputs) {
+      first_reader[in] = std::min(first_reader[in], j);
+      last_reader[in] = last_reader[in] == none ? j : std::max(last_reader[in], j);
+    }
   stage_graph out;
   std::vector<std::optional<node_id>> local(g.size());
   for (node_id i = first; i <= last; ++i) {
-    if (g[i].kind == op::input) { // data: kept where read (a later stage makes its own)
-      bool read = false;
-      for (node_id j = i + 1; j <= last && !read; ++j)
-        read = std::find(g[j].inputs.begin(), g[j].inputs.end(), i) != g[j].inputs.end();
-      if (!read)
-        continue;
-    }
+    if (g[i].kind == op::input && first_reader[i] > last)
+      continue; // data: kept where read (a later stage makes its own)
     node n = g[i];
     for (node_id& in : n.inputs) {
       if (!local[in]) { // an input from before the stage: data, or an earlier stage's value
@@ -198,13 +201,9 @@ struct stage_graph {
     local[i] = out.g.add(std::move(n));
     out.global.push_back(i);
   }
-  for (node_id i = first; i <= last; ++i) {
-    bool later = false;
-    for (node_id j = last + 1; j < g.size() && !later; ++j)
-      later = std::find(g[j].inputs.begin(), g[j].inputs.end(), i) != g[j].inputs.end();
-    if (later && g[i].kind != op::input)
+  for (node_id i = first; i <= last; ++i)
+    if (g[i].kind != op::input && last_reader[i] != none && last_reader[i] > last)
       out.sent.push_back(*local[i]);
-  }
   if (const auto l = g.loss(); l && *l >= first && *l <= last) {
     out.g.set_loss(*local[*l]);
     return out;
