@@ -163,11 +163,13 @@ public:
   }
   /// Zeroes every gradient and seeds d loss / d loss = 1 (shared gradient buffers are zeroed
   /// when they come into use, see `reuse_gradient_buffers`).
-  /// A gradient whose first writer stores it whole (`plan_first_writes`) is not zeroed.
+  /// A gradient whose first writer stores it whole (`plan_first_writes`) is not zeroed, nor a
+  /// parameter's while gradients accumulate (`set_accumulate_parameter_gradients`).
   void begin_backward() {
     materialize();
+    const bool accumulate = this->accumulates_parameter_gradients();
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      if (!pooled_[i] && !first_written_[i])
+      if (!pooled_[i] && !first_written_[i] && !(accumulate && g_[i].kind == graph::op::parameter))
         fill(backend_, s_.grads[i].data(), s_.grads[i].size(), T{});
     fill(backend_, s_.grads[*g_.loss()].data(), 1, static_cast<T>(loss_scale_));
   }

@@ -293,6 +293,70 @@ public:
     return *id;
   }
 
+  /// Activation slots, for a pipeline stage that holds several micro-batches at once
+  /// (exec/pipeline.hpp): `n` sets of the storage a forward fills and its backward reads -- the
+  /// values the executor places when it first runs (inputs included), the integer inputs and
+  /// what kernels save for their backward -- of which one is in use at a time
+  /// (`use_activation_slot`). Parameters, gradients (each backward makes its own), working
+  /// copies placed by `share_value_buffers` and recomputed values (made again before use) are
+  /// one set. Call before the executor first runs; the peak holds `n` sets.
+  void set_activation_slots(std::size_t n) {
+    if (n == 0)
+      throw config_error("executor", "0 activation slots", "give at least 1");
+    if (materialized_)
+      throw plan_error("executor", "activation slots set after the executor ran",
+                       "call set_activation_slots before the first forward");
+    slots_.resize(n);
+    for (std::size_t k = 1; k < n; ++k) {
+      slots_[k].ids.resize(g_.size());
+      for (graph::node_id i = 0; i < g_.size(); ++i)
+        if (g_[i].type == dtype::i64)
+          slots_[k].ids[i] = allocate_for<std::int64_t>(i, g_[i].out.size(), "ids");
+    }
+  }
+  [[nodiscard]] std::size_t activation_slots() const noexcept {
+    return slots_.empty() ? 1 : slots_.size();
+  }
+  /// Makes slot `k` the one forwards fill and backwards read (its values stay as the last
+  /// forward in it left them).
+  void use_activation_slot(std::size_t k) {
+    if (k >= activation_slots())
+      throw config_error("executor",
+                         "activation slot " + std::to_string(k) + " of " +
+                             std::to_string(activation_slots()),
+                         "give set_activation_slots enough slots");
+    materialize();
+    if (k == slot_)
+      return;
+    swap_slot(slots_[slot_]); // the active set goes to its slot ...
+    swap_slot(slots_[k]);     // ... and slot k's becomes the active one
+    slot_ = k;
+    for (graph::node_id i = 0; i < g_.size(); ++i)
+      if (slotted_[i])
+        s_.value_views[i] =
+            arena_offset_[i] != not_in_arena
+                ? std::span<T>(value_arena_.data() + arena_offset_[i], value_size(i))
+                : std::span<T>(s_.values[i].data(), s_.values[i].size());
+    point_views();
+  }
+  [[nodiscard]] std::size_t activation_slot() const noexcept { return slot_; }
+
+  /// Gradient accumulation over micro-batches: parameters' gradients are not zeroed by a
+  /// backward but added to, until `zero_parameter_gradients`. Call before the executor first runs
+  /// (a parameter's first writer then adds instead of storing).
+  void set_accumulate_parameter_gradients(bool on) {
+    if (materialized_)
+      throw plan_error("executor", "gradient accumulation set after the executor ran",
+                       "call set_accumulate_parameter_gradients before the first forward");
+    accumulate_ = on;
+  }
+  [[nodiscard]] bool accumulates_parameter_gradients() const noexcept { return accumulate_; }
+  /// Zeroes every parameter's gradient (the start of an accumulated step).
+  void zero_parameter_gradients() {
+    for (graph::node_id i : g_.parameters())
+      fill(backend_, s_.grads[i].data(), s_.grads[i].size(), T{});
+  }
+
 protected:
   // See executor's constructor.
   executor_memory(const graph::graph& g, std::uint64_t seed,
@@ -363,6 +427,8 @@ protected:
     if (materialized_)
       return;
     materialized_ = true;
+    slotted_.assign(g_.size(), false);
+    arena_offset_.assign(g_.size(), not_in_arena);
     if constexpr (std::is_same_v<B, host_backend>) {
       // On the host the values share one arena (one block, so it is in huge pages: most of a
       // transformer's activations are below 2 MiB, and on 4 KiB pages the step ran ~2 % slower),
@@ -380,7 +446,11 @@ protected:
         if (g_[i].type != dtype::i64 && !placed_[i] && !is_view(i)) {
           s_.value_views[i] = std::span<T>(value_arena_.data() + offset[i], value_size(i));
           placed_[i] = true;
+          slotted_[i] = true;
+          arena_offset_[i] = offset[i];
         }
+      for (std::size_t k = 1; k < slots_.size(); ++k)
+        slots_[k].arena = allocate_for<T>(0, total, "values");
     }
     for (graph::node_id i = 0; i < g_.size(); ++i) {
       if (g_[i].type == dtype::i64)
@@ -388,6 +458,11 @@ protected:
       if (!placed_[i] && !is_view(i)) {
         s_.value_views[i] = s_.values[i] = allocate_for<T>(i, value_size(i), "value");
         placed_[i] = true;
+        slotted_[i] = true;
+        for (std::size_t k = 1; k < slots_.size(); ++k) {
+          slots_[k].values.resize(g_.size());
+          slots_[k].values[i] = allocate_for<T>(i, value_size(i), "value");
+        }
       }
       if (!pooled_[i] && s_.grads[i].size() != gradient_size(i)) {
         own_grad_[i] = allocate_for<T>(i, gradient_size(i), "gradient");
@@ -402,9 +477,18 @@ protected:
   void plan_first_writes() {
     first_writes f = first_writes_of(g_, extra_users_, stored_by_dual_,
                                      [](graph::op k) { return kernel_assigns(k); });
+    if (accumulate_) // a parameter's gradient is added to, never stored whole
+      for (graph::node_id i = 0; i < g_.size(); ++i) {
+        if (g_[i].kind == graph::op::parameter)
+          f.stored_whole[i] = false;
+        for (std::size_t k = 0; k < g_[i].inputs.size() && k < 32; ++k)
+          if (g_[g_[i].inputs[k]].kind == graph::op::parameter)
+            f.assign[i] &= ~(1U << k);
+      }
     s_.assign = std::move(f.assign);
     first_written_ = std::move(f.stored_whole);
   }
+
   // A view reads its input's buffer, once that has one.
   void point_views() {
     for (graph::node_id i = 0; i < g_.size(); ++i)
@@ -464,6 +548,32 @@ protected:
   template <class E>
   using buffer = typename B::template buffer<E>;
 
+  // What one activation slot holds while another is in use (see `set_activation_slots`).
+  struct slot_storage {
+    buffer<T> arena;                       // the host's arena
+    std::vector<buffer<T>> values;         // values with buffers of their own
+    std::vector<buffer<std::int64_t>> ids; // integer nodes
+    std::vector<buffer<T>> saved;          // what kernels keep for their backward
+    std::vector<buffer<std::size_t>> saved_index;
+  };
+  // Exchanges the active storage of everything a slot holds with `o`'s.
+  void swap_slot(slot_storage& o) {
+    using std::swap;
+    const std::size_t n = g_.size();
+    swap(value_arena_, o.arena);
+    o.values.resize(n);
+    o.ids.resize(n);
+    o.saved.resize(n);
+    o.saved_index.resize(n);
+    for (graph::node_id i = 0; i < n; ++i) {
+      if (slotted_[i] && arena_offset_[i] == not_in_arena)
+        swap(s_.values[i], o.values[i]);
+      if (g_[i].type == dtype::i64)
+        swap(s_.ids[i], o.ids[i]);
+      swap(s_.saved[i], o.saved[i]);
+      swap(s_.saved_index[i], o.saved_index[i]);
+    }
+  }
   const graph::graph& g_;
   B backend_;
   node_storage<T, B> s_;
@@ -485,6 +595,14 @@ protected:
   std::vector<bool> first_written_; // stored whole by its first writer: never zeroed
   std::vector<std::pair<graph::node_id, graph::node_id>> extra_users_; // (see reuse_...)
   std::vector<graph::node_id> stored_by_dual_;                         // (see reuse_...)
+  bool accumulate_ = false; // parameters' gradients accumulate over backwards
+  // activation slots (set_activation_slots): the inactive ones, the active one's index, which
+  // nodes' values a slot holds and where in the arena (not_in_arena: a buffer of its own)
+  std::vector<slot_storage> slots_;
+  std::size_t slot_ = 0;
+  static constexpr std::size_t not_in_arena = static_cast<std::size_t>(-1);
+  std::vector<bool> slotted_;
+  std::vector<std::size_t> arena_offset_;
 };
 
 } // namespace hspmd::exec

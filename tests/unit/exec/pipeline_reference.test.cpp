@@ -167,3 +167,62 @@ TEST_CASE("pipeline reference: every schedule's order over the stages gives the 
         }
       }
 }
+
+TEST_CASE("an executor with activation slots holds several micro-batches and accumulates their "
+          "gradients") {
+  const auto c = test::tiny_bert(2);
+  constexpr std::size_t batch = 6, m = 3, per = batch / m;
+  std::vector<std::int64_t> tokens(batch * c.seq), targets(batch * c.seq);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int64_t>((i * 11 + 2) % c.vocab);
+    targets[i] = static_cast<std::int64_t>((i * 3 + 5) % c.vocab);
+  }
+  const graph::graph whole_graph = models::trace_bert_lm<double>(c, batch);
+  exec::executor<double> whole(whole_graph, 5);
+  whole.set_input("tokens", tokens);
+  whole.set_input("targets", targets);
+  const double want = whole.forward();
+  whole.backward();
+
+  for (const bool recompute : {false, true}) {
+    CAPTURE(recompute);
+    const graph::graph g = models::trace_bert_lm<double>(c, per);
+    exec::executor<double> e(g, 5);
+    e.set_activation_slots(m);
+    e.set_accumulate_parameter_gradients(true);
+    e.reuse_gradient_buffers();
+    if (recompute)
+      e.recompute(exec::scope_segments(g));
+    CHECK_THROWS_AS(e.use_activation_slot(m), config_error);
+    // every forward first, each in its slot, then the backwards in another order
+    double loss = 0;
+    for (std::size_t j = 0; j < m; ++j) {
+      e.use_activation_slot(j);
+      e.set_input("tokens", micro_rows(tokens, j, per, c.seq));
+      e.set_input("targets", micro_rows(targets, j, per, c.seq));
+      loss += e.forward() / static_cast<double>(m);
+    }
+    CHECK_THROWS_AS(e.set_activation_slots(2), plan_error);
+    e.zero_parameter_gradients();
+    for (const std::size_t j : {1UL, 2UL, 0UL}) {
+      e.use_activation_slot(j);
+      e.backward();
+    }
+    CHECK(loss == Approx(want).epsilon(1e-12));
+    double largest = 0; // (the key bias's gradient is rounding only: see above)
+    for (graph::node_id p : whole_graph.parameters())
+      for (double v : whole.grad_to_host(p))
+        largest = std::max(largest, std::abs(v));
+    for (graph::node_id p : g.parameters()) {
+      const auto gw = whole.grad_to_host(whole.parameter(g[p].name));
+      const auto gp = e.grad_to_host(p);
+      double worst = 0, scale = 1e-4 * largest;
+      for (std::size_t q = 0; q < gw.size(); ++q) {
+        worst = std::max(worst, std::abs(gp[q] / static_cast<double>(m) - gw[q]));
+        scale = std::max(scale, std::abs(gw[q]));
+      }
+      CAPTURE(g[p].name, worst, scale, largest);
+      CHECK(worst <= 1e-12 * scale);
+    }
+  }
+}

@@ -272,8 +272,8 @@ public:
     const auto w = watch(
         precheck<T>(collective::reduce_scatter_v, l.total, counts, -1, static_cast<int>(op), alg));
     scatter(std::span<const T>(data),
-            data.subspan(static_cast<std::size_t>(l.displs[me()]), counts[me()]), counts, l, op, alg,
-            true);
+            data.subspan(static_cast<std::size_t>(l.displs[me()]), counts[me()]), counts, l, op,
+            alg, true);
   }
 
   /// Collective: sends send_counts[r] consecutive elements of `in` to rank r and receives
@@ -365,6 +365,19 @@ public:
     HSPMD_MPI_CHECK(MPI_Send(data.data(), count_of(data.size(), "MPI_Send"), mpi_datatype<T>(),
                              dest, tag, comm_),
                     rank_);
+  }
+  /// Point to point, non-blocking: starts sending `data` to rank `dest` with `tag`; `data` must
+  /// stay as it is until `wait` (or `test`) says the request completed. What a pipeline's stages
+  /// send forward and back (exec/pipeline.hpp): a blocking send there can wait for a receive
+  /// that the peer posts only after its own send completes.
+  template <mpi_element T>
+  [[nodiscard]] request start_send(std::span<const T> data, int dest, int tag) {
+    request r;
+    r.call_ = {{}, "send to", dest, tag};
+    HSPMD_MPI_CHECK(MPI_Isend(data.data(), count_of(data.size(), "MPI_Isend"), mpi_datatype<T>(),
+                              dest, tag, comm_, &r.r_),
+                    rank_);
+    return r;
   }
   /// Point to point: receives exactly `data.size()` elements from rank `src` with `tag`;
   /// throws `comm_error` when the message has another size.
@@ -552,9 +565,8 @@ private:
     void reduce(const T* in, T* out, std::size_t n, reduce_op op, std::size_t root) {
       requests.emplace_back();
       const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in);
-      HSPMD_MPI_CHECK(MPI_Ireduce(send, out, c.count_of(n, "MPI_Ireduce"), type,
-                                  detail::mpi_op(op), static_cast<int>(root), c.comm_,
-                                  &requests.back()),
+      HSPMD_MPI_CHECK(MPI_Ireduce(send, out, c.count_of(n, "MPI_Ireduce"), type, detail::mpi_op(op),
+                                  static_cast<int>(root), c.comm_, &requests.back()),
                       c.rank_);
     }
   };
