@@ -158,6 +158,24 @@ public:
     }
     return bytes;
   }
+  /// Gives node `id`'s gradient a buffer of its own, so that it survives the backward (a
+  /// pipeline stage's input, whose gradient goes back to the previous stage afterwards, see
+  /// exec/pipeline.hpp). After `reuse_gradient_buffers`, before the executor first runs.
+  void keep_gradient(graph::node_id id) {
+    if (materialized_)
+      throw plan_error("executor", "keep_gradient after the executor ran",
+                       "keep the gradient before the first forward");
+    if (!pooled_.at(id))
+      return;
+    own_grad_[id] = allocate_for<T>(id, gradient_size(id), "gradient");
+    const std::span<T> own(own_grad_[id].data(), own_grad_[id].size());
+    for (graph::node_id v = 0; v < g_.size(); ++v) // a view whose gradient it continues
+      if (v != id && gradient_in_place_[v] && !g_[v].inputs.empty() && g_[v].inputs[0] == id &&
+          s_.grads[v].data() == s_.grads[id].data())
+        s_.grads[v] = own;
+    s_.grads[id] = own;
+    pooled_[id] = false;
+  }
   /// Node `id`'s value. The const overload reads what is allocated: parameters, inputs, and
   /// every other node once the executor has run (before that it throws naming the node).
   /// (A node whose elements lie with dimensions 1 and 2 exchanged, `swapped`, is refused:

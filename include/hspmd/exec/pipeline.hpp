@@ -1,37 +1,43 @@
 #pragma once
-// Pipeline execution: a model cut into stages (graph/stages.hpp), each stage on a device of the
-// communicator, a step of m micro-batches run in a schedule's order (program/pipeline.hpp).
-// Device d of the schedule is rank d; it holds the stages of its chunks (stage(d, c) = c p + d:
-// one stage, or v for the interleaved schedule), each in an executor of its own whose
-// activation slots (exec/executor_memory.hpp) keep the micro-batches in flight -- as many as
-// the schedule has at once on that stage, so 1F1B's stage 0 holds p where GPipe's holds m.
+// Pipeline execution of a pipeline plan (program/pipeline_plan.hpp): the model cut into stages,
+// each pipeline device a group of ranks with a communicator of its own, each stage run by a
+// distributed_executor of its graph and SPMD plan on its group (uneven ratios included), a step
+// of m micro-batches in the schedule's order (program/pipeline.hpp). A group holds the stages
+// of its chunks (stage(d, c) = c p + d: one stage, or v for the interleaved schedule), each
+// executor's activation slots (exec/executor_memory.hpp) keeping the micro-batches in flight --
+// as many as the schedule has at once on that stage, so 1F1B's stage 0 holds p where GPipe's
+// holds m.
 //
-// A forward receives the boundary values from the previous stage's rank, runs, and sends its
-// own to the next stage's; a backward receives their gradients from the next stage (the
-// seeded loss of graph/stages.hpp turns them into the stage's backward) and sends the
-// gradients of what it received back. Sends are non-blocking (a blocking one can wait on a
-// receive that its peer posts after its own send), receives block where the value is needed:
-// any order `program::check` accepts completes. Parameters' gradients accumulate over the
-// micro-batches, scaled by 1/m at the last stage's seed, so after `forward_backward` each rank
-// holds its stages' gradients of the whole batch's mean loss; the optimizer steps each stage's
-// executor.
+// A forward receives its boundary values from the producing stages, runs, and sends its own
+// on; a backward receives their gradients from the stages that read them (the seeded loss of
+// graph/stages.hpp turns them into the stage's backward) and sends the gradients of what it
+// received back. A boundary value moves whole: the producing group gathers it (its plan may
+// split it), its first rank sends it to every rank of the reading group, and each keeps its
+// piece; a gradient likewise (pieces gathered, replicas' partial sums added). Sends are
+// non-blocking (a blocking one can wait on a receive that its peer posts after its own send),
+// receives block where the value is needed: any order `program::check` accepts completes.
+// Parameters' gradients accumulate over the micro-batches, scaled by 1/m at the last stage's
+// seed, and are synchronized inside the group once a step, during the stage's last backward.
 //
-//     exec::pipeline_executor<float, mpi_communicator> px(g, cuts, schedule, comm, seed);
+//     exec::pipeline_executor<float, mpi_communicator> px(micro_graph, plan, world, seed);
 //     px.set_input("tokens", whole_batch);   // every rank passes the whole batch
 //     const float loss = px.forward_backward();
-//     px.update(optimizers);                 // one optimizer per chunk of this rank
+//     px.update(std::span(optimizers));      // one optimizer per chunk of this rank
 //
-// ZB-H1's weight-gradient pass runs with its input-gradient pass here (the backward is one
-// pass): the order is the schedule's, the bubble that splitting buys is not yet.
+// Not yet: ZB-H1's weight-gradient pass runs with its input-gradient pass (the backward is one
+// pass: the order is the schedule's, the bubble that splitting buys is not); boundary values
+// move whole through the groups' first ranks rather than piece to piece; plans with SFB are
+// refused (their weight gradients come from one backward's factors).
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
-#include <hspmd/exec/emulation.hpp>
+#include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/graph/stages.hpp>
 #include <hspmd/program/pipeline.hpp>
+#include <hspmd/program/pipeline_plan.hpp>
 #include <hspmd/synth/cost.hpp>
 
 #include <algorithm>
@@ -76,29 +82,37 @@ in_flight_per_chunk(const program::pipeline_schedule& s, std::size_t d) {
 
 /// One rank's stages of a pipeline (see the file comment).
 template <std::floating_point T, class Comm>
-requires communicator<Comm, T> && communicator<Comm, double> && async_sender<Comm, T>
+requires communicator<Comm, T> && communicator<Comm, double> && async_sender<Comm, T> &&
+    requires(const Comm& c) {
+  { c.split(0, 0) } -> std::same_as<Comm>;
+}
 class pipeline_executor {
 public:
-  /// Rank d of `comm` runs device d of `s` (`comm.size()` must be `s.devices`); `cuts` are the
-  /// stages of `g` (s.devices * s.chunks of them, graph::stages_at_blocks or balanced_stages).
-  /// Parameters are materialized from `seed` as the single process's are.
-  pipeline_executor(const graph::graph& g, std::span<const graph::node_range> cuts,
-                    program::pipeline_schedule s, Comm& comm, std::uint64_t seed = 0)
-      : g_(g), cuts_(cuts.begin(), cuts.end()), s_(std::move(s)), comm_(&comm) {
-    program::check(s_);
+  using stage_executor = distributed_executor<T, Comm>;
+
+  /// Runs `plan` on the ranks of `world` (as many as its groups hold): this rank's group of
+  /// pipeline device d gets a communicator of its own, and each of d's stages a
+  /// distributed_executor of the stage's graph and plan on it (collective over `world`).
+  /// `g` is the model traced for one micro-batch; parameters are materialized from `seed` as
+  /// the single process's are.
+  pipeline_executor(const graph::graph& g, const program::pipeline_plan& plan, Comm& world,
+                    std::uint64_t seed = 0)
+      : g_(g), plan_(plan), s_(plan.make()), world_(&world) {
     const std::string where = "pipeline";
-    if (static_cast<std::size_t>(comm.size()) != s_.devices)
+    if (plan_.ranks() != static_cast<std::size_t>(world.size()))
       throw config_error(where,
-                         "the schedule has " + std::to_string(s_.devices) + " devices and the " +
-                             "communicator " + std::to_string(comm.size()) + " ranks",
-                         "run one rank per pipeline device");
-    if (cuts_.size() != s_.devices * s_.chunks)
+                         "the plan's groups hold " + std::to_string(plan_.ranks()) +
+                             " devices and the job runs " + std::to_string(world.size()) + " ranks",
+                         "run one rank per device of the plan");
+    if (plan_.stages.size() != s_.stages())
       throw config_error(where,
-                         std::to_string(cuts_.size()) + " stages for a schedule of " +
-                             std::to_string(s_.devices) + " devices x " +
-                             std::to_string(s_.chunks) + " chunks",
-                         "cut the model into devices x chunks stages");
-    d_ = static_cast<std::size_t>(comm.rank());
+                         std::to_string(plan_.stages.size()) + " stage plans for " +
+                             std::to_string(s_.stages()) + " stages",
+                         "give one plan per stage");
+    cuts_ = plan_.cuts(g_);
+    d_ = plan_.group_of(static_cast<std::size_t>(world.rank()));
+    leader_ = static_cast<int>(plan_.first_rank(d_)) == world.rank();
+    group_.emplace(world.split(static_cast<int>(d_), world.rank()));
     find_boundaries();
     const std::vector<std::size_t> slots = in_flight_per_chunk(s_, d_);
     // Random masks (dropout) are drawn by element index in the whole batch's tensor: a value
@@ -110,28 +124,38 @@ public:
       auto st = std::make_unique<stage>();
       st->index = s_.stage(d_, c);
       st->sg = graph::extract_stage(g_, cuts_, st->index);
-      std::vector<program::node_layout> layouts(st->sg.g.size());
-      for (graph::node_id i = 0; i < st->sg.g.size(); ++i) {
-        const graph::node& v = st->sg.g[i];
-        layouts[i].global = v.out.dims;
-        if (!v.out.dims.empty() && v.type != dtype::i64 && seg.is_batch(st->sg.global[i], 0))
-          st->batch_nodes.emplace_back(i, v.out.size());
+      st->dx = std::make_unique<stage_executor>(st->sg.g, plan_.stages[st->index], *group_, seed);
+      stage_executor& dx = *st->dx;
+      executor<T>& e = dx.local();
+      const program::local_program& lp = dx.program();
+      for (graph::node_id i = 0; i < lp.local.size(); ++i) {
+        const graph::node& v = lp.local[i];
+        const graph::node_id micro_node = st->sg.global[lp.global[i]];
+        if (!v.out.dims.empty() && v.type != dtype::i64 && e.layout(i) != nullptr &&
+            seg.is_batch(micro_node, 0))
+          st->batch_nodes.emplace_back(i, e.layout(i)->global_size());
       }
-      st->ex = std::make_unique<executor<T>>(st->sg.g, seed, std::move(layouts));
-      executor<T>& e = *st->ex;
       e.set_activation_slots(std::max<std::size_t>(slots[c], 1));
       e.set_accumulate_parameter_gradients(true);
-      e.keep_element_order(st->sg.sent);
-      std::vector<graph::node_id> keep;
-      for (const auto& r : st->sg.received)
-        keep.push_back(r.first);
-      e.reuse_gradient_buffers(keep);
+      std::vector<graph::node_id> whole_read; // sent values: read whole by the gather
+      for (graph::node_id x : st->sg.sent)
+        for (graph::node_id i = 0; i < lp.local.size(); ++i)
+          if (lp.global[i] == x)
+            whole_read.push_back(i);
+      e.keep_element_order(whole_read);
+      for (const auto& r : st->sg.received) // their gradients go back after the backward
+        for (graph::node_id v : dx.loaded_versions(st->sg.g[r.first].name))
+          e.keep_gradient(v);
       if (st->index + 1 == stages()) // the mean over micro-batches, seeded once
         e.set_loss_scale(1.0 / static_cast<double>(s_.micro));
       st->slot_of.assign(s_.micro, none);
       st->free_slots.resize(e.activation_slots());
       for (std::size_t k = 0; k < st->free_slots.size(); ++k)
         st->free_slots[k] = st->free_slots.size() - 1 - k;
+      for (std::size_t k = 0; k < s_.order[d_].size(); ++k) // its last backward synchronizes
+        if (s_.order[d_][k].chunk == c && s_.order[d_][k].what != program::pass::forward &&
+            s_.order[d_][k].what != program::pass::backward_weight)
+          st->last_backward = k;
       stages_.push_back(std::move(st));
     }
     // tags: (producer, consumer, direction, value)
@@ -144,78 +168,97 @@ public:
   pipeline_executor& operator=(const pipeline_executor&) = delete;
 
   [[nodiscard]] std::size_t stages() const noexcept { return cuts_.size(); }
+  [[nodiscard]] const program::pipeline_plan& plan() const noexcept { return plan_; }
   [[nodiscard]] const program::pipeline_schedule& schedule() const noexcept { return s_; }
-  /// This rank's chunks: the executor of chunk c (stage `stage_of_chunk(c)`).
+  /// This rank's pipeline device (its group) and whether it leads the group (sends the
+  /// group's boundary values).
+  [[nodiscard]] std::size_t device() const noexcept { return d_; }
+  [[nodiscard]] bool leader() const noexcept { return leader_; }
+  /// This rank's chunks: chunk c's executor (stage `stage_of_chunk(c)`).
   [[nodiscard]] std::size_t chunks() const noexcept { return stages_.size(); }
-  [[nodiscard]] executor<T>& local(std::size_t c) { return *stages_.at(c)->ex; }
+  [[nodiscard]] stage_executor& local(std::size_t c) { return *stages_.at(c)->dx; }
   [[nodiscard]] const graph::stage_graph& stage_graph(std::size_t c) const {
     return stages_.at(c)->sg;
   }
   [[nodiscard]] std::size_t stage_of_chunk(std::size_t c) const { return stages_.at(c)->index; }
   /// The micro-batches chunk c holds at once (its executor's activation slots).
   [[nodiscard]] std::size_t slots(std::size_t c) const {
-    return stages_.at(c)->ex->activation_slots();
+    return stages_.at(c)->dx->local().activation_slots();
   }
 
   /// Emulation of a slower device: every local compute takes `s` times as long.
-  void set_slowdown(double s) noexcept { device_.set_slowdown(s); }
+  void set_slowdown(double s) {
+    for (auto& st : stages_)
+      st->dx->set_slowdown(s);
+  }
   void set_step(std::uint64_t step) {
     for (auto& st : stages_)
-      st->ex->set_step(step);
+      st->dx->set_step(step);
   }
   void set_training(bool on) {
     for (auto& st : stages_)
-      st->ex->set_training(on);
+      st->dx->set_training(on);
   }
 
   /// The whole batch of data input `name` (every rank passes the same); micro-batch j is its
   /// j-th of m equal parts along the first dimension.
+  /// Checked here, on every rank alike (a rank that found it wrong later, inside the step,
+  /// would leave the others waiting for its values).
   void set_input(std::string_view name, std::span<const T> whole) {
+    check_batch(name, whole.size(), false);
     values_[std::string(name)].assign(whole.begin(), whole.end());
   }
   void set_input(std::string_view name, std::span<const std::int64_t> whole) {
+    check_batch(name, whole.size(), true);
     ids_[std::string(name)].assign(whole.begin(), whole.end());
   }
 
   /// Every micro-batch's forward and backward in the schedule's order; returns the batch's loss
   /// (the mean of the micro-batches') on every rank (collective). Afterwards each rank holds its
-  /// stages' parameters' gradients of that loss.
+  /// stages' parameters' gradients of that loss, synchronized inside each group (during the
+  /// last micro-batch's backward, as a plain step's).
   T forward_backward() {
     const auto begin = trace_recorder::clock::now();
-    busy_seconds_ = 0.0;
-    for (auto& st : stages_)
-      st->ex->zero_parameter_gradients();
+    for (auto& st : stages_) {
+      st->dx->local().zero_parameter_gradients();
+      (void)st->dx->take_compute_seconds();
+    }
     double loss = 0.0;
-    for (const program::pipeline_op& op : s_.order[d_]) {
+    for (std::size_t k = 0; k < s_.order[d_].size(); ++k) {
+      const program::pipeline_op& op = s_.order[d_][k];
       stage& st = *stages_[op.chunk];
       if (op.what == program::pass::forward)
         loss += run_forward(st, op.micro);
       else if (op.what != program::pass::backward_weight)
-        run_backward(st, op.micro);
+        run_backward(st, op.micro, k == st.last_backward);
       progress();
     }
     for (pending& p : sends_)
-      comm_->wait(p.request);
+      world_->wait(p.request);
     sends_.clear();
+    busy_seconds_ = 0.0;
+    for (auto& st : stages_)
+      busy_seconds_ += st->dx->take_compute_seconds();
     std::array<double, 1> l{loss / static_cast<double>(s_.micro)};
-    comm_->broadcast(std::span<double>(l), static_cast<int>((stages() - 1) % s_.devices));
+    world_->broadcast(std::span<double>(l), leader_of(stages() - 1));
     step_seconds_ = std::chrono::duration<double>(trace_recorder::clock::now() - begin).count();
     return static_cast<T>(l[0]);
   }
 
   /// Seconds the last `forward_backward` took on this rank, and the part of them it computed
-  /// (the rest: waiting for boundary values, the bubble).
+  /// (the rest: waiting for boundary values -- the bubble -- and communicating).
   [[nodiscard]] double step_seconds() const noexcept { return step_seconds_; }
   [[nodiscard]] double busy_seconds() const noexcept { return busy_seconds_; }
 
-  /// Squared L2 norm of the whole gradient (collective: each parameter lives on one rank).
+  /// Squared L2 norm of the whole gradient (collective over the world).
   [[nodiscard]] double grad_norm_squared() {
     double s = 0.0;
-    for (auto& st : stages_)
-      for (graph::node_id p : st->sg.g.parameters())
-        s += sum_of_squares(std::span<const T>(st->ex->grad(p)));
+    for (auto& st : stages_) {
+      const double group_total = st->dx->grad_norm_squared(); // (collective in the group)
+      s += leader_ ? group_total : 0.0;
+    }
     std::array<double, 1> v{s};
-    comm_->all_reduce(std::span<double>(v), reduce_op::sum);
+    world_->all_reduce(std::span<double>(v), reduce_op::sum);
     return v[0];
   }
   /// Steps chunk c's parameters with `opts[c]` (one optimizer per chunk: its state follows the
@@ -225,16 +268,16 @@ public:
     if (opts.size() != stages_.size())
       throw config_error("pipeline update",
                          std::to_string(opts.size()) + " optimizers for " +
-                             std::to_string(stages_.size()) + " chunks on rank " +
+                             std::to_string(stages_.size()) + " chunks on group " +
                              std::to_string(d_),
                          "give one optimizer per chunk");
     for (std::size_t c = 0; c < stages_.size(); ++c)
-      compute([&] { step_scaled(opts[c], *stages_[c]->ex, grad_scale); });
+      stages_[c]->dx->update(opts[c], grad_scale);
   }
 
-  /// The whole value (or gradient) of the model's parameter `name` on every rank (collective):
-  /// its stage's rank sends it.
-  [[nodiscard]] std::vector<T> gather_parameter(std::string_view name, bool gradient = false) {
+  /// The whole value of the model's parameter `name` on every rank (collective over the
+  /// world): its stage's group gathers it, the group's first rank sends it.
+  [[nodiscard]] std::vector<T> gather_parameter(std::string_view name) {
     const auto id = g_.find(name);
     if (!id || g_[*id].kind != graph::op::parameter)
       throw plan_error("pipeline", "no parameter named \"" + std::string(name) + "\"",
@@ -243,38 +286,49 @@ public:
     while (*id > cuts_[k].second)
       ++k;
     std::vector<T> v(g_[*id].out.size());
-    const std::size_t owner = k % s_.devices;
-    if (owner == d_) {
-      executor<T>& e = *stages_[k / s_.devices]->ex;
-      v = gradient ? e.grad_to_host(e.parameter(name)) : e.value_to_host(e.parameter(name));
-    }
-    comm_->broadcast(std::span<T>(v), static_cast<int>(owner));
+    if (k % s_.devices == d_)
+      v = stages_[k / s_.devices]->dx->gather(name);
+    world_->broadcast(std::span<T>(v), leader_of(k));
     return v;
   }
 
-  /// The rank's recorder: forward and backward spans per stage and micro-batch, and the waits
-  /// for boundary values.
+  /// The rank's recorder: forward and backward spans per stage and micro-batch (args: stage,
+  /// micro, pass), and the waits for boundary values.
   [[nodiscard]] trace_recorder& trace() noexcept { return trace_; }
+  /// Starts recording on every rank (collective over the world: the clocks start together
+  /// after a barrier).
+  void start_trace() {
+    world_->barrier();
+    trace_.start();
+  }
+  /// Collective: every rank's events; rank 0 returns the whole trace (exec/trace.hpp), the
+  /// others an empty object.
+  [[nodiscard]] nlohmann::json collect_trace(const std::vector<std::string>& devices = {}) {
+    return gather_trace(*world_, trace_, devices);
+  }
+  /// The model's graph (one micro-batch's).
+  [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
 
 private:
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
   struct stage {
     std::size_t index = 0; // in the pipeline
     graph::stage_graph sg;
-    std::unique_ptr<executor<T>> ex;
+    std::unique_ptr<stage_executor> dx;
     std::vector<std::size_t> slot_of; // per micro-batch: its activation slot, or none
     std::vector<std::size_t> free_slots;
-    std::vector<std::pair<graph::node_id, std::size_t>> batch_nodes; // (node, its elements)
+    std::vector<std::pair<graph::node_id, std::size_t>> batch_nodes; // (local node, elements)
+    std::size_t last_backward = 0; // index in the order of the step's last backward
   };
-  // Micro-batch j's values start at its first row of the whole batch (see the constructor).
-  static void at_micro(stage& st, std::size_t j) {
-    for (const auto& [i, n] : st.batch_nodes)
-      st.ex->set_element_base(i, j * n);
-  }
   struct pending {
     typename Comm::request request;
     std::vector<T> data;
   };
+  // Micro-batch j's values start at its first row of the whole batch (see the constructor).
+  static void at_micro(stage& st, std::size_t j) {
+    for (const auto& [i, n] : st.batch_nodes)
+      st.dx->local().set_element_base(i, j * n);
+  }
 
   // Every stage's boundary values, on every rank alike (as graph::extract_stage finds them):
   // per stage, the values it sends (whole-graph nodes in node order) and per value the later
@@ -305,7 +359,17 @@ private:
       return std::pair{k, static_cast<std::size_t>(at)};
     };
   }
-  [[nodiscard]] int rank_of(std::size_t k) const { return static_cast<int>(k % s_.devices); }
+  // The ranks of stage k's group, and the first of them.
+  [[nodiscard]] std::vector<int> ranks_of(std::size_t k) const {
+    const std::size_t d = k % s_.devices, first = plan_.first_rank(d);
+    std::vector<int> r;
+    for (std::size_t x = first; x < first + plan_.group_sizes[d]; ++x)
+      r.push_back(static_cast<int>(x));
+    return r;
+  }
+  [[nodiscard]] int leader_of(std::size_t k) const {
+    return static_cast<int>(plan_.first_rank(k % s_.devices));
+  }
   // Value q of stage `producer` read by stage `consumer`, forward or its gradient back.
   [[nodiscard]] int tag(std::size_t producer, std::size_t consumer, bool backward,
                         std::size_t q) const {
@@ -313,25 +377,41 @@ private:
         ((producer * stages() + consumer) * 2 + (backward ? 1 : 0)) * values_per_boundary_ + q);
   }
 
-  template <class F>
-  void compute(F&& f) {
-    const auto begin = trace_recorder::clock::now();
-    device_.compute(std::forward<F>(f), [this] { progress(); });
-    busy_seconds_ += std::chrono::duration<double>(trace_recorder::clock::now() - begin).count();
-  }
   // Drives the sends in flight; forgets the finished ones.
   void progress() {
-    while (!sends_.empty() && comm_->test(sends_.front().request))
+    while (!sends_.empty() && world_->test(sends_.front().request))
       sends_.pop_front();
   }
-  void send(std::span<const T> v, std::size_t to_stage, int tag_) {
-    sends_.push_back({{}, std::vector<T>(v.begin(), v.end())});
-    pending& p = sends_.back();
-    p.request = comm_->start_send(std::span<const T>(p.data), rank_of(to_stage), tag_);
+  // The group's first rank sends `v` to every rank of stage `to`'s group.
+  void send(std::vector<T> v, std::size_t to, int tag_) {
+    if (!leader_)
+      return;
+    const std::vector<int> ranks = ranks_of(to);
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      sends_.push_back({{}, r + 1 == ranks.size() ? std::move(v) : v});
+      pending& p = sends_.back();
+      p.request = world_->start_send(std::span<const T>(p.data), ranks[r], tag_);
+    }
   }
   void receive(std::span<T> into, std::size_t from_stage, int tag_, std::string_view what) {
-    trace_.span(what, trace_kind::communication, {{"from", rank_of(from_stage)}},
-                [&] { comm_->recv(into, rank_of(from_stage), tag_); });
+    trace_.span(what, trace_kind::communication, {{"from", leader_of(from_stage)}},
+                [&] { world_->recv(into, leader_of(from_stage), tag_); });
+  }
+
+  void check_batch(std::string_view name, std::size_t size, bool ids) const {
+    const auto id = g_.find(name);
+    if (!id || g_[*id].kind != graph::op::input || (g_[*id].type == dtype::i64) != ids)
+      throw config_error("pipeline input \"" + std::string(name) + "\"",
+                         std::string("the model has no ") + (ids ? "integer" : "floating-point") +
+                             " input of that name",
+                         "feed the inputs the model declares");
+    const std::size_t part = g_[*id].out.size();
+    if (size != part * s_.micro)
+      throw shape_error("pipeline input \"" + std::string(name) + "\"",
+                        std::to_string(size) + " elements for " + std::to_string(s_.micro) +
+                            " micro-batches of " + g_[*id].out.to_string(),
+                        "pass the whole batch: m micro-batches of the graph's batch, or trace "
+                        "the model for the batch / m");
   }
   // Micro-batch j's part of the whole batch `whole` of input node `n`'s name.
   template <class E>
@@ -345,108 +425,116 @@ private:
                         "pass the whole batch: micro-batches x the stage graph's input");
     return std::span<const E>(whole).subspan(j * part, part);
   }
+  template <class E>
+  const std::vector<E>& data(const std::map<std::string, std::vector<E>>& m,
+                             const std::string& name) const {
+    const auto it = m.find(name);
+    if (it == m.end())
+      throw config_error("pipeline input \"" + name + "\"", "not set",
+                         "call set_input for every input of the model");
+    return it->second;
+  }
   void feed(stage& st, std::size_t j) {
     for (graph::node_id i : st.sg.g.inputs()) {
       const graph::node& n = st.sg.g[i];
       if (n.name.starts_with("recv:") || n.name.starts_with("grad:"))
         continue;
-      if (n.type == dtype::i64) {
-        const auto it = ids_.find(n.name);
-        if (it == ids_.end())
-          throw config_error("pipeline input \"" + n.name + "\"", "not set",
-                             "call set_input for every input of the model");
-        st.ex->set_input(n.name, micro_part(it->second, j, n));
-      } else {
-        const auto it = values_.find(n.name);
-        if (it == values_.end())
-          throw config_error("pipeline input \"" + n.name + "\"", "not set",
-                             "call set_input for every input of the model");
-        st.ex->set_input(n.name, micro_part(it->second, j, n));
-      }
+      if (n.type == dtype::i64)
+        st.dx->set_input(n.name, micro_part(data(ids_, n.name), j, n));
+      else
+        st.dx->set_input(n.name, micro_part(data(values_, n.name), j, n));
     }
   }
 
   double run_forward(stage& st, std::size_t j) {
-    executor<T>& e = *st.ex;
+    stage_executor& dx = *st.dx;
     if (st.free_slots.empty())
       throw plan_error("pipeline", "stage " + std::to_string(st.index) + " has no free slot",
                        "report this: the slots were counted from the schedule");
     st.slot_of[j] = st.free_slots.back();
     st.free_slots.pop_back();
-    e.use_activation_slot(st.slot_of[j]);
+    dx.local().use_activation_slot(st.slot_of[j]);
     at_micro(st, j);
     feed(st, j);
     const std::string m = " m" + std::to_string(j);
     for (const auto& [local, global] : st.sg.received) {
       const auto [k, q] = producer_of_(global);
-      receive(e.value(local), k, tag(k, st.index, false, q),
+      scratch_.resize(st.sg.g[local].out.size());
+      receive(std::span<T>(scratch_), k, tag(k, st.index, false, q),
               "recv s" + std::to_string(k) + ">s" + std::to_string(st.index) + m);
+      dx.set_input(st.sg.g[local].name, std::span<const T>(scratch_));
     }
-    for (graph::node_id gi : st.sg.gradient_inputs) // (read by the backward only)
-      std::ranges::fill(e.value(gi), T{});
+    for (graph::node_id gi : st.sg.gradient_inputs) { // (read by the backward only)
+      scratch_.assign(st.sg.g[gi].out.size(), T{});
+      dx.set_input(st.sg.g[gi].name, std::span<const T>(scratch_));
+    }
     T loss{};
-    trace_.span("F s" + std::to_string(st.index) + " m" + std::to_string(j), trace_kind::compute,
+    trace_.span("F s" + std::to_string(st.index) + m, trace_kind::compute,
                 {{"stage", st.index}, {"micro", j}, {"pass", "forward"}},
-                [&] { compute([&] { loss = e.forward(); }); });
-    for (std::size_t q = 0; q < st.sg.sent.size(); ++q)
+                [&] { loss = dx.forward(); });
+    for (std::size_t q = 0; q < st.sg.sent.size(); ++q) {
+      std::vector<T> whole = dx.whole_value(st.sg.g[st.sg.sent[q]].name); // (group-collective)
       for (std::size_t to : readers_[st.index][q])
-        send(e.value(st.sg.sent[q]), to, tag(st.index, to, false, q));
+        send(whole, to, tag(st.index, to, false, q));
+    }
     return st.index + 1 == stages() ? static_cast<double>(loss) : 0.0;
   }
 
-  void run_backward(stage& st, std::size_t j) {
-    executor<T>& e = *st.ex;
+  void run_backward(stage& st, std::size_t j, bool synchronize) {
+    stage_executor& dx = *st.dx;
     if (st.slot_of.at(j) == none)
       throw plan_error("pipeline",
                        "stage " + std::to_string(st.index) + " runs micro-batch " +
                            std::to_string(j) + "'s backward before its forward",
                        "check the schedule (program::check)");
-    e.use_activation_slot(st.slot_of[j]);
+    dx.local().use_activation_slot(st.slot_of[j]);
     at_micro(st, j);
     const std::string m = " m" + std::to_string(j);
     for (std::size_t q = 0; q < st.sg.gradient_inputs.size(); ++q) {
       // the sum over the stages that read the value of what each sends back
-      const std::span<T> into = e.value(st.sg.gradient_inputs[q]);
-      const auto& from = readers_[st.index][q];
-      for (std::size_t r = 0; r < from.size(); ++r) {
-        const std::string what =
-            "recv grad s" + std::to_string(from[r]) + ">s" + std::to_string(st.index) + m;
-        if (r == 0) {
-          receive(into, from[r], tag(st.index, from[r], true, q), what);
-          continue;
-        }
-        scratch_.resize(into.size());
-        receive(std::span<T>(scratch_), from[r], tag(st.index, from[r], true, q), what);
-        for (std::size_t x = 0; x < into.size(); ++x)
-          into[x] += scratch_[x];
+      const graph::node& gi = st.sg.g[st.sg.gradient_inputs[q]];
+      std::vector<T> sum(gi.out.size(), T{});
+      for (std::size_t from : readers_[st.index][q]) {
+        scratch_.resize(sum.size());
+        receive(std::span<T>(scratch_), from, tag(st.index, from, true, q),
+                "recv grad s" + std::to_string(from) + ">s" + std::to_string(st.index) + m);
+        for (std::size_t x = 0; x < sum.size(); ++x)
+          sum[x] += scratch_[x];
       }
+      dx.set_input(gi.name, std::span<const T>(sum));
     }
-    trace_.span("B s" + std::to_string(st.index) + " m" + std::to_string(j), trace_kind::compute,
-                {{"stage", st.index}, {"micro", j}, {"pass", "backward"}},
-                [&] { compute([&] { e.backward(); }); });
+    trace_.span("B s" + std::to_string(st.index) + m, trace_kind::compute,
+                {{"stage", st.index}, {"micro", j}, {"pass", "backward"}}, [&] {
+                  if (synchronize)
+                    dx.backward();
+                  else
+                    dx.backward_accumulating();
+                });
     for (const auto& [local, global] : st.sg.received) {
       const auto [k, q] = producer_of_(global);
-      send(e.grad(local), k, tag(k, st.index, true, q));
+      send(dx.input_gradient(st.sg.g[local].name), k, tag(k, st.index, true, q));
     }
     st.free_slots.push_back(st.slot_of[j]);
     st.slot_of[j] = none;
   }
 
   const graph::graph& g_;
-  std::vector<graph::node_range> cuts_;
+  program::pipeline_plan plan_;
   program::pipeline_schedule s_;
-  Comm* comm_;
+  Comm* world_;
+  std::optional<Comm> group_;
+  std::vector<graph::node_range> cuts_;
   std::size_t d_ = 0;
+  bool leader_ = false;
   std::vector<std::unique_ptr<stage>> stages_;
   std::size_t values_per_boundary_ = 1;
   std::vector<std::vector<graph::node_id>> sent_;              // per stage (see find_boundaries)
   std::vector<std::vector<std::vector<std::size_t>>> readers_; // per stage, per sent value
   std::function<std::pair<std::size_t, std::size_t>(graph::node_id)> producer_of_;
-  std::vector<T> scratch_;
   std::map<std::string, std::vector<T>> values_;
   std::map<std::string, std::vector<std::int64_t>> ids_;
   std::deque<pending> sends_;
-  emulated_device device_;
+  std::vector<T> scratch_;
   trace_recorder trace_;
   double step_seconds_ = 0.0, busy_seconds_ = 0.0;
 };

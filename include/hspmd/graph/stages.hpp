@@ -211,12 +211,13 @@ struct stage_graph {
   // the seeded loss (see the file comment)
   std::optional<node_id> total;
   for (node_id x : out.sent) {
-    const node& v = out.g[x];
+    // (copies: adding nodes moves the graph's nodes)
+    const auto type = out.g[x].type;
     node gx;
     gx.kind = op::input;
     gx.name = "grad:" + g[out.global[x]].name;
-    gx.out = v.out;
-    gx.type = v.type;
+    gx.out = out.g[x].out;
+    gx.type = type;
     const node_id gi = out.g.add(gx);
     out.global.push_back(out.global[x]);
     out.gradient_inputs.push_back(gi);
@@ -225,7 +226,7 @@ struct stage_graph {
       n.kind = kind;
       n.name = "pipeline.seed." + std::move(name);
       n.inputs = std::move(inputs);
-      n.type = v.type;
+      n.type = type;
       n.out = infer_shape(out.g, n);
       const node_id id = out.g.add(std::move(n));
       out.global.push_back(out.global[x]);

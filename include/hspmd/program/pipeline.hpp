@@ -121,6 +121,9 @@ struct stage_costs {
   double weight_share = 0.5;    ///< the weight gradient's share of `backward` (zb)
   double transfer = 0.0;        ///< a boundary send between two devices
   std::vector<double> slowdown; ///< per device, a factor on its passes (empty: all 1)
+  /// Per stage, its forward and whole backward (a plan's predictions, a measurement); where
+  /// given, they replace `forward` and `backward` (which a device's chunks divide).
+  std::vector<double> stage_forward, stage_backward;
 };
 
 /// What `simulate` found.
@@ -137,18 +140,22 @@ struct pipeline_timeline {
 namespace detail {
 
 [[nodiscard]] inline double duration(const pipeline_schedule& s, const stage_costs& c,
-                                     std::size_t d, pass p) {
+                                     std::size_t d, std::size_t chunk, pass p) {
   const double f = c.slowdown.empty() ? 1.0 : c.slowdown.at(d);
   const double per_chunk = 1.0 / static_cast<double>(s.chunks);
+  const std::size_t k = s.stage(d, chunk);
+  const double forward = c.stage_forward.empty() ? per_chunk * c.forward : c.stage_forward.at(k);
+  const double backward =
+      c.stage_backward.empty() ? per_chunk * c.backward : c.stage_backward.at(k);
   switch (p) {
   case pass::forward:
-    return f * per_chunk * c.forward;
+    return f * forward;
   case pass::backward:
-    return f * per_chunk * c.backward;
+    return f * backward;
   case pass::backward_input:
-    return f * per_chunk * c.backward * (1.0 - c.weight_share);
+    return f * backward * (1.0 - c.weight_share);
   case pass::backward_weight:
-    return f * per_chunk * c.backward * c.weight_share;
+    return f * backward * c.weight_share;
   }
   return 0.0;
 }
@@ -241,7 +248,7 @@ struct finish_times {
     const std::size_t d = *pick;
     const pipeline_op& op = s.order[d][next[d]];
     const std::size_t st = s.stage(d, op.chunk);
-    const double end = pick_start + detail::duration(s, c, d, op.what);
+    const double end = pick_start + detail::duration(s, c, d, op.chunk, op.what);
     t.spans[d].emplace_back(pick_start, end);
     t.busy[d] += end - pick_start;
     free_at[d] = end;
@@ -410,7 +417,7 @@ inline std::vector<pipeline_op> one_f_one_b(std::size_t p, std::size_t m, std::s
           op.what = pass::backward_input;
         main[d].push_back(op);
       }
-    const stage_costs unit{1.0, 2.0, 0.5, 0.0, {}};
+    const stage_costs unit; // (the defaults: forward 1, backward 2, weight half of it)
     std::vector<std::size_t> next(devices, 0);
     std::vector<std::vector<std::size_t>> pending(devices); // micro-batches awaiting W
     std::vector<std::size_t> forwards(devices, 0), weights(devices, 0);
@@ -469,11 +476,11 @@ inline std::vector<pipeline_op> one_f_one_b(std::size_t p, std::size_t m, std::s
         pending[d].erase(pending[d].begin());
         s.order[d].push_back({pass::backward_weight, m, 0});
         ++weights[d];
-        free_at[d] = pick_start + detail::duration(s, unit, d, pass::backward_weight);
+        free_at[d] = pick_start + detail::duration(s, unit, d, 0, pass::backward_weight);
       } else {
         const pipeline_op op = main[d][next[d]++];
         s.order[d].push_back(op);
-        free_at[d] = pick_start + detail::duration(s, unit, d, op.what);
+        free_at[d] = pick_start + detail::duration(s, unit, d, op.chunk, op.what);
         if (op.what == pass::forward) {
           fdone[at(d, op.micro)] = free_at[d];
           ++forwards[d];

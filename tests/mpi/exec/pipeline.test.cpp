@@ -1,14 +1,19 @@
-// Pipeline execution under mpirun (exec/pipeline.hpp): a model cut into one stage per rank (or
-// two per rank, interleaved), m micro-batches in each schedule's order, boundary values sent
-// forward and gradients back between real processes -- the losses of a few SGD steps with
-// gradient clipping and the parameters afterwards equal the single process's on the whole
-// batch (f64 1e-10, f32 1e-5 relative to each tensor's scale), for MLP, BERT and Llama; and
-// stage 0 holds p micro-batches under 1F1B where GPipe holds m.
+// Pipeline execution under mpirun (exec/pipeline.hpp): a model cut into stages on groups of
+// ranks (one or two devices, a pair at 3:1; two stages a group interleaved), m micro-batches in
+// each schedule's order, boundary values sent forward and gradients back between real
+// processes -- the losses of a few SGD steps with gradient clipping and the parameters
+// afterwards equal the single process's on the whole batch (f64 1e-10, f32 1e-5 relative to
+// each tensor's scale), for MLP, BERT and Llama with DP-EV and synthesized stage plans; stage 0
+// holds p micro-batches under 1F1B where GPipe holds m; and checkpoints cross between a
+// pipeline plan and DP-EV both ways.
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/pipeline.hpp>
 #include <hspmd/graph/stages.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/program/pipeline_plan.hpp>
+#include <hspmd/synth/synthesize.hpp>
+#include <hspmd/train/pipeline_checkpoint.hpp>
 
 #include "../../support/equivalence.hpp"
 
@@ -17,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -26,18 +32,17 @@ namespace {
 
 constexpr std::size_t pipeline_steps = 3;
 
+// The emulated cluster: `ranks` devices as fast (a group of two runs at 3:1 all the same: the
+// test sets its plan's ratios).
+cluster cluster_of(std::size_t ranks) {
+  return test::make_cluster(std::vector<double>(ranks, 1e9), 1e9);
+}
+
 template <class T>
 test::result<T> pipelined(const graph::graph& whole, const graph::graph& micro_graph,
-                          std::string_view prefix, const program::pipeline_schedule& s,
-                          mpi_communicator& comm, std::size_t id_limit) {
-  const auto blocks = graph::block_ranges(micro_graph, prefix);
-  const std::size_t stages = s.devices * s.chunks;
-  REQUIRE(blocks.size() >= stages);
-  std::vector<std::size_t> first_blocks;
-  for (std::size_t k = 0; k < stages; ++k)
-    first_blocks.push_back(k * blocks.size() / stages);
-  const auto cuts = graph::stages_at_blocks(micro_graph, first_blocks, prefix);
-  exec::pipeline_executor<T, mpi_communicator> px(micro_graph, cuts, s, comm, 7);
+                          const program::pipeline_plan& plan, mpi_communicator& comm,
+                          std::size_t id_limit) {
+  exec::pipeline_executor<T, mpi_communicator> px(micro_graph, plan, comm, 7);
   std::vector<exec::sgd> opts(px.chunks(), exec::sgd(0.05, 0.9));
   test::result<T> r;
   for (std::size_t step = 0; step < pipeline_steps; ++step) {
@@ -56,41 +61,86 @@ test::result<T> pipelined(const graph::graph& whole, const graph::graph& micro_g
   return r;
 }
 
+// Rank 0's plan on every rank (through its JSON: the plan file's round trip).
+program::pipeline_plan agreed(mpi_communicator& comm, const graph::graph& micro_graph,
+                              const program::pipeline_options& o) {
+  std::string text;
+  if (comm.rank() == 0)
+    text = program::to_json(program::make_pipeline_plan(
+                                micro_graph, cluster_of(static_cast<std::size_t>(comm.size())), o))
+               .dump();
+  auto size = static_cast<std::uint64_t>(text.size());
+  comm.broadcast(std::span<std::uint64_t>(&size, 1), 0);
+  text.resize(static_cast<std::size_t>(size));
+  comm.broadcast(std::span<char>(text), 0);
+  return program::pipeline_plan_from_json(nlohmann::json::parse(text), micro_graph,
+                                          "the plan from rank 0");
+}
+
+// The groups the suite runs at `ranks`: one device a stage, and groups of two (at 3:1).
+std::vector<std::vector<std::size_t>> layouts_at(std::size_t ranks) {
+  if (ranks == 3)
+    return {{1, 2}};
+  if (ranks == 4)
+    return {{1, 2, 1}, {1, 1, 1, 1}};
+  return {std::vector<std::size_t>(ranks, 1)};
+}
+
 template <class T>
 void pipeline_equivalence(const std::string& model, const models::model_options& o,
-                          std::string_view prefix, std::size_t batch, std::size_t id_limit,
-                          double tol, mpi_communicator& comm) {
-  const auto p = static_cast<std::size_t>(comm.size());
-  const graph::graph whole = models::trace_model<T>(model, o, batch);
-  const test::result<T> want = test::single<T>(whole, id_limit, pipeline_steps);
+                          std::string_view prefix, std::size_t rows, std::size_t id_limit,
+                          double tol, const std::string& strategy, mpi_communicator& comm) {
   struct run {
     program::schedule_kind kind;
     std::size_t micro, chunks;
   };
-  std::vector<run> runs;
-  for (const auto kind : {program::schedule_kind::gpipe, program::schedule_kind::one_f_one_b,
-                          program::schedule_kind::zero_bubble})
-    for (const std::size_t m : {p, 2 * p})
-      runs.push_back({kind, m, 1});
-  runs.push_back({program::schedule_kind::interleaved, 2 * p, 2});
-  for (const run& x : runs) {
-    const auto s = program::make_schedule(x.kind, p, x.micro, x.chunks);
-    CAPTURE(model, p, program::name(x.kind), x.micro, x.chunks);
-    const graph::graph micro_graph = models::trace_model<T>(model, o, batch / x.micro);
-    const test::result<T> got = pipelined<T>(whole, micro_graph, prefix, s, comm, id_limit);
-    REQUIRE(got.losses.size() == want.losses.size());
-    for (std::size_t k = 0; k < want.losses.size(); ++k)
-      CHECK(std::abs(got.losses[k] - want.losses[k]) <= tol * std::abs(want.losses[k]));
-    for (const auto& [name, w] : want.params) {
-      const auto& v = got.params.at(name);
-      REQUIRE(v.size() == w.size());
-      double scale = 0, worst = 0;
-      for (std::size_t q = 0; q < w.size(); ++q) {
-        scale = std::max(scale, std::abs(static_cast<double>(w[q])));
-        worst = std::max(worst, std::abs(static_cast<double>(v[q]) - static_cast<double>(w[q])));
+  for (const auto& groups : layouts_at(static_cast<std::size_t>(comm.size()))) {
+    // micro-batches of `rows` rows at m = 2p (a group of two at 3:1 splits 4 of them 3 + 1)
+    const std::size_t p = groups.size(), batch = 2 * p * rows;
+    const graph::graph whole = models::trace_model<T>(model, o, batch);
+    const test::result<T> want = test::single<T>(whole, id_limit, pipeline_steps);
+    std::vector<run> runs;
+    for (const auto kind : {program::schedule_kind::gpipe, program::schedule_kind::one_f_one_b,
+                            program::schedule_kind::zero_bubble})
+      for (const std::size_t m : {p, 2 * p})
+        runs.push_back({kind, m, 1});
+    runs.push_back({program::schedule_kind::interleaved, 2 * p, 2});
+    for (const run& x : runs) {
+      CAPTURE(model, strategy, groups, program::name(x.kind), x.micro, x.chunks);
+      const graph::graph micro_graph = models::trace_model<T>(model, o, batch / x.micro);
+      program::pipeline_options po;
+      po.group_sizes = groups;
+      po.schedule = x.kind;
+      po.micro = x.micro;
+      po.chunks = x.chunks;
+      po.strategy = strategy;
+      po.model = model;
+      po.block_prefix = std::string(prefix);
+      const std::size_t stages = p * x.chunks;
+      const std::size_t blocks = graph::block_ranges(micro_graph, prefix).size();
+      REQUIRE(blocks >= stages);
+      for (std::size_t k = 0; k < stages; ++k)
+        po.first_blocks.push_back(k * blocks / stages);
+      program::pipeline_plan plan = agreed(comm, micro_graph, po);
+      for (synth::plan& sp : plan.stages) // a group of two at 3:1
+        if (sp.device_names.size() == 2)
+          for (auto& r : sp.ratios)
+            r = {0.75, 0.25};
+      const test::result<T> got = pipelined<T>(whole, micro_graph, plan, comm, id_limit);
+      REQUIRE(got.losses.size() == want.losses.size());
+      for (std::size_t k = 0; k < want.losses.size(); ++k)
+        CHECK(std::abs(got.losses[k] - want.losses[k]) <= tol * std::abs(want.losses[k]));
+      for (const auto& [name, w] : want.params) {
+        const auto& v = got.params.at(name);
+        REQUIRE(v.size() == w.size());
+        double scale = 0, worst = 0;
+        for (std::size_t q = 0; q < w.size(); ++q) {
+          scale = std::max(scale, std::abs(static_cast<double>(w[q])));
+          worst = std::max(worst, std::abs(static_cast<double>(v[q]) - static_cast<double>(w[q])));
+        }
+        CAPTURE(name, worst, scale);
+        CHECK(worst <= tol * std::max(scale, 1e-3));
       }
-      CAPTURE(name, worst, scale);
-      CHECK(worst <= tol * std::max(scale, 1e-3));
     }
   }
 }
@@ -116,16 +166,16 @@ TEST_CASE("pipeline: MLP, BERT and Llama stages on the ranks equal the single pr
     WARN("a pipeline needs at least 2 ranks");
     return;
   }
-  // two stages a rank (interleaved): 2p blocks at least; micro-batches of 2 rows at m = 2p
-  const std::size_t layers = 2 * p, batch = 4 * p;
+  // two stages a group (interleaved): 2 blocks a rank at least
+  const std::size_t layers = 2 * p, rows = 4;
   models::model_options mlp;
   mlp.layers = layers;
   mlp.hidden = 12;
-  pipeline_equivalence<double>("mlp", mlp, "fc", batch, 4, 1e-10, world);
-  pipeline_equivalence<float>("mlp", mlp, "fc", batch, 4, 1e-5, world);
-  pipeline_equivalence<double>("bert", small(layers), "layers.", batch, 24, 1e-10, world);
-  pipeline_equivalence<float>("bert", small(layers), "layers.", batch, 24, 1e-5, world);
-  pipeline_equivalence<double>("llama", small(layers), "layers.", batch, 24, 1e-10, world);
+  pipeline_equivalence<double>("mlp", mlp, "fc", rows, 4, 1e-10, "dp-ev", world);
+  pipeline_equivalence<float>("mlp", mlp, "fc", rows, 4, 1e-5, "synth", world);
+  pipeline_equivalence<double>("bert", small(layers), "layers.", rows, 24, 1e-10, "dp-ev", world);
+  pipeline_equivalence<float>("bert", small(layers), "layers.", rows, 24, 1e-5, "synth", world);
+  pipeline_equivalence<double>("llama", small(layers), "layers.", rows, 24, 1e-10, "synth", world);
 }
 
 TEST_CASE("pipeline: stage 0 holds p micro-batches under 1F1B and m under GPipe", "[pipeline]") {
@@ -136,14 +186,152 @@ TEST_CASE("pipeline: stage 0 holds p micro-batches under 1F1B and m under GPipe"
     return;
   }
   const graph::graph g = models::trace_model<float>("bert", small(p), 2);
-  const auto cuts = graph::balanced_stages(g, std::vector<double>(p, 1.0));
   for (const std::size_t m : {p, 2 * p, 4 * p}) {
-    exec::pipeline_executor<float, mpi_communicator> one(
-        g, cuts, program::make_schedule(program::schedule_kind::one_f_one_b, p, m), world);
-    exec::pipeline_executor<float, mpi_communicator> all(
-        g, cuts, program::make_schedule(program::schedule_kind::gpipe, p, m), world);
+    program::pipeline_options o;
+    o.group_sizes.assign(p, 1);
+    o.micro = m;
+    o.strategy = "dp-ev";
+    o.schedule = program::schedule_kind::one_f_one_b;
+    exec::pipeline_executor<float, mpi_communicator> one(g, agreed(world, g, o), world);
+    o.schedule = program::schedule_kind::gpipe;
+    exec::pipeline_executor<float, mpi_communicator> all(g, agreed(world, g, o), world);
     const std::size_t d = static_cast<std::size_t>(world.rank());
     CHECK(one.slots(0) == p - d); // stage d holds p - d under 1F1B
     CHECK(all.slots(0) == m);
   }
+}
+
+namespace {
+
+// `steps` SGD steps of a DP-EV plan over the world on the whole batch, from step `from`,
+// loading checkpoint `load` first and saving one to `save` after (either may be empty).
+template <class T>
+test::result<T> dp_ev_steps(const graph::graph& whole, mpi_communicator& comm, std::size_t from,
+                            std::size_t steps, const std::filesystem::path& load,
+                            const std::filesystem::path& save, std::size_t id_limit) {
+  const cluster c = cluster_of(static_cast<std::size_t>(comm.size()));
+  const synth::plan plan = test::from_rank0(
+      comm, whole, [&] { return synth::make_baseline(whole, c, synth::baseline::dp_ev); });
+  exec::distributed_executor<T, mpi_communicator> dx(whole, plan, comm, 7);
+  exec::sgd opt(0.05, 0.9);
+  const auto tensors = train::training_tensors<T>(whole, &dx.program(), dx.local(), opt);
+  const std::span<const train::training_tensor<T>> all(tensors);
+  if (!load.empty())
+    (void)train::load_training<T>(comm, load, all);
+  test::result<T> r;
+  for (std::size_t step = from; step < from + steps; ++step) {
+    const auto b = test::data_for<T>(whole, step, id_limit);
+    for (const auto& [name, v] : b.values)
+      dx.set_input(name, std::span<const T>(v));
+    for (const auto& [name, v] : b.ids)
+      dx.set_input(name, std::span<const std::int64_t>(v));
+    dx.set_step(step);
+    r.losses.push_back(static_cast<double>(dx.forward()));
+    dx.backward();
+    const double norm = std::sqrt(dx.grad_norm_squared());
+    dx.update(opt, exec::clip_scale(norm, test::clip));
+  }
+  if (!save.empty())
+    (void)train::save_training<T>(comm, save, from + steps, all, nlohmann::json::object(), {});
+  for (graph::node_id p : whole.parameters())
+    r.params[whole[p].name] = dx.gather(whole[p].name);
+  return r;
+}
+
+// The same under a pipeline plan (micro-batch graph `micro_graph`).
+template <class T>
+test::result<T> pipeline_steps_of(const graph::graph& whole, const graph::graph& micro_graph,
+                                  const program::pipeline_plan& plan, mpi_communicator& comm,
+                                  std::size_t from, std::size_t steps,
+                                  const std::filesystem::path& load,
+                                  const std::filesystem::path& save, std::size_t id_limit) {
+  exec::pipeline_executor<T, mpi_communicator> px(micro_graph, plan, comm, 7);
+  std::vector<exec::sgd> opts(px.chunks(), exec::sgd(0.05, 0.9));
+  const auto tensors = train::pipeline_training_tensors(px, std::span<exec::sgd>(opts));
+  const std::span<const train::training_tensor<T>> all(tensors);
+  if (!load.empty())
+    (void)train::load_training<T>(comm, load, all);
+  test::result<T> r;
+  for (std::size_t step = from; step < from + steps; ++step) {
+    const auto b = test::data_for<T>(whole, step, id_limit);
+    for (const auto& [name, v] : b.values)
+      px.set_input(name, std::span<const T>(v));
+    for (const auto& [name, v] : b.ids)
+      px.set_input(name, std::span<const std::int64_t>(v));
+    px.set_step(step);
+    r.losses.push_back(static_cast<double>(px.forward_backward()));
+    const double norm = std::sqrt(px.grad_norm_squared());
+    px.update(std::span<exec::sgd>(opts), exec::clip_scale(norm, test::clip));
+  }
+  if (!save.empty())
+    (void)train::save_training<T>(comm, save, from + steps, all, nlohmann::json::object(), {});
+  for (graph::node_id p : whole.parameters())
+    r.params[whole[p].name] = px.gather_parameter(whole[p].name);
+  return r;
+}
+
+template <class T>
+void same_as(const test::result<T>& got, const test::result<T>& want, std::size_t first,
+             double tol) {
+  for (std::size_t k = 0; k < got.losses.size(); ++k) {
+    CAPTURE(k);
+    CHECK(std::abs(got.losses[k] - want.losses[first + k]) <=
+          tol * std::abs(want.losses[first + k]));
+  }
+  for (const auto& [name, w] : want.params) {
+    const auto& v = got.params.at(name);
+    double scale = 0, worst = 0;
+    for (std::size_t q = 0; q < w.size(); ++q) {
+      scale = std::max(scale, std::abs(static_cast<double>(w[q])));
+      worst = std::max(worst, std::abs(static_cast<double>(v[q]) - static_cast<double>(w[q])));
+    }
+    CAPTURE(name, worst, scale);
+    CHECK(worst <= tol * std::max(scale, 1e-3));
+  }
+}
+
+} // namespace
+
+TEST_CASE("pipeline: a checkpoint saved under a pipeline plan resumes under DP-EV, and one "
+          "saved under DP-EV resumes under the pipeline",
+          "[pipeline]") {
+  mpi_communicator world;
+  const auto n = static_cast<std::size_t>(world.size());
+  if (n < 2) {
+    WARN("a pipeline needs at least 2 ranks");
+    return;
+  }
+  const auto groups = layouts_at(n).front();
+  const std::size_t p = groups.size(), m = 2 * p, rows = 4;
+  const models::model_options o = small(2 * p);
+  const graph::graph whole = models::trace_model<double>("bert", o, m * rows);
+  const graph::graph micro_graph = models::trace_model<double>("bert", o, rows);
+  const test::result<double> want = test::single<double>(whole, 24, 4);
+  program::pipeline_options po;
+  po.group_sizes = groups;
+  po.micro = m;
+  po.strategy = "synth";
+  po.model = "bert";
+  program::pipeline_plan plan = agreed(world, micro_graph, po);
+  for (synth::plan& sp : plan.stages)
+    if (sp.device_names.size() == 2)
+      for (auto& r : sp.ratios)
+        r = {0.75, 0.25};
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("hspmd-pipeline-ckpt-np" + std::to_string(n));
+  if (world.rank() == 0)
+    std::filesystem::remove_all(root);
+  world.barrier();
+  const auto a = root / "pipeline", b = root / "dp-ev";
+  // pipeline: steps 0-1, saved; DP-EV: steps 2-3 from it
+  (void)pipeline_steps_of<double>(whole, micro_graph, plan, world, 0, 2, {}, a, 24);
+  same_as(dp_ev_steps<double>(whole, world, 2, 2, a / "step-00000002", {}, 24), want, 2, 1e-10);
+  // DP-EV: steps 0-1, saved; pipeline: steps 2-3 from it
+  (void)dp_ev_steps<double>(whole, world, 0, 2, {}, b, 24);
+  same_as(
+      pipeline_steps_of<double>(whole, micro_graph, plan, world, 2, 2, b / "step-00000002", {}, 24),
+      want, 2, 1e-10);
+  world.barrier();
+  if (world.rank() == 0)
+    std::filesystem::remove_all(root);
 }

@@ -1,0 +1,345 @@
+#pragma once
+// A pipeline plan: the model cut into stages at block boundaries (graph/stages.hpp), the
+// cluster's devices grouped into pipeline devices (consecutive ranks; a group may be one device
+// or several of different speeds), each stage's own SPMD program over its group -- the
+// synthesizer's (or a baseline's) plan of the stage's graph on the group's devices, with its
+// uneven ratios -- the micro-batch count and the schedule (program/pipeline.hpp).
+//
+//     program::pipeline_options o;
+//     o.group_sizes = {1, 2};          // stage 0 on rank 0, stage 1 on ranks 1-2
+//     o.micro = 4;
+//     o.schedule = program::schedule_kind::one_f_one_b;
+//     const auto p = program::make_pipeline_plan(micro_graph, cluster, o);
+//     std::cout << program::explain(p, micro_graph);
+//     const nlohmann::json j = program::to_json(p);   // and pipeline_plan_from_json
+//
+// Stages go round the groups: stage k runs on group k mod p (with v chunks a group, the
+// interleaved schedule's stages k, k + p, ...). Cuts not given are balanced against the groups'
+// summed speeds (graph::balanced_stages): a faster group takes more layers.
+//
+// The graph is the model traced for one micro-batch; the step's batch is m of them.
+
+#include <hspmd/cluster/cluster.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/graph/blocks.hpp>
+#include <hspmd/graph/stages.hpp>
+#include <hspmd/program/pipeline.hpp>
+#include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hspmd::program {
+
+/// See the file comment.
+struct pipeline_plan {
+  std::string model = "model";
+  std::string block_prefix = "layers.";
+  std::vector<std::size_t> first_blocks; ///< per stage, its first block
+  std::vector<std::size_t> group_sizes;  ///< per pipeline device, its ranks (consecutive)
+  std::vector<synth::plan> stages;       ///< per stage, its SPMD plan over its group
+  schedule_kind schedule = schedule_kind::one_f_one_b;
+  std::size_t micro = 1;  ///< m
+  std::size_t chunks = 1; ///< v (interleaved)
+
+  [[nodiscard]] std::size_t devices() const noexcept { return group_sizes.size(); }
+  [[nodiscard]] std::size_t ranks() const {
+    return std::accumulate(group_sizes.begin(), group_sizes.end(), std::size_t{0});
+  }
+  /// The first rank of pipeline device `d`'s group.
+  [[nodiscard]] std::size_t first_rank(std::size_t d) const {
+    return std::accumulate(group_sizes.begin(),
+                           group_sizes.begin() + static_cast<std::ptrdiff_t>(d), std::size_t{0});
+  }
+  /// The pipeline device whose group holds `rank`.
+  [[nodiscard]] std::size_t group_of(std::size_t rank) const {
+    for (std::size_t d = 0, first = 0; d < group_sizes.size(); first += group_sizes[d++])
+      if (rank < first + group_sizes[d])
+        return d;
+    throw config_error("pipeline plan",
+                       "rank " + std::to_string(rank) + " is in no group: the plan has " +
+                           std::to_string(ranks()) + " ranks",
+                       "run as many ranks as the plan's groups hold");
+  }
+  [[nodiscard]] pipeline_schedule make() const {
+    return make_schedule(schedule, devices(), micro, chunks);
+  }
+  /// The stages of micro-batch graph `g` (node ranges).
+  [[nodiscard]] std::vector<graph::node_range> cuts(const graph::graph& g) const {
+    return graph::stages_at_blocks(g, first_blocks, block_prefix);
+  }
+  [[nodiscard]] std::uint64_t hash() const;
+};
+
+/// How to make one.
+struct pipeline_options {
+  std::vector<std::size_t> group_sizes;  ///< per pipeline device, its devices (required)
+  std::vector<std::size_t> first_blocks; ///< per stage (empty: balanced on the groups' speeds)
+  schedule_kind schedule = schedule_kind::one_f_one_b;
+  std::size_t micro = 1;
+  std::size_t chunks = 1;
+  /// Each stage's plan: "synth" (the synthesizer), or a baseline: "dp-ev", "dp-cp", "tp".
+  std::string strategy = "synth";
+  synth::synth_options synth;
+  std::string model = "model";
+  std::string block_prefix = "layers.";
+};
+
+/// The devices [first, first + n) of `c` as a cluster of their own (links and costs kept).
+[[nodiscard]] inline cluster sub_cluster(const cluster& c, std::size_t first, std::size_t n) {
+  cluster out = c;
+  out.devices.assign(c.devices.begin() + static_cast<std::ptrdiff_t>(first),
+                     c.devices.begin() + static_cast<std::ptrdiff_t>(first + n));
+  return out;
+}
+
+/// The first block of each of `cuts` (stage 0: block 0).
+[[nodiscard]] inline std::vector<std::size_t>
+first_blocks_of(const graph::graph& g, std::span<const graph::node_range> cuts,
+                std::string_view prefix) {
+  const std::vector<graph::node_range> blocks = graph::block_ranges(g, prefix);
+  std::vector<std::size_t> out{0};
+  for (std::size_t k = 1; k < cuts.size(); ++k) {
+    std::size_t b = 0;
+    while (b < blocks.size() && blocks[b].first != cuts[k].first)
+      ++b;
+    if (b == blocks.size())
+      throw plan_error("pipeline plan", "stage " + std::to_string(k) + " does not start at a block",
+                       "cut the model at block boundaries");
+    out.push_back(b);
+  }
+  return out;
+}
+
+namespace detail {
+inline void check_groups(const pipeline_plan& p, std::size_t devices, const std::string& where) {
+  if (p.group_sizes.empty() ||
+      std::ranges::any_of(p.group_sizes, [](std::size_t n) { return n == 0; }))
+    throw config_error(where, "every pipeline device needs a group of at least one device",
+                       "give group sizes like 1,2,1");
+  if (p.ranks() != devices)
+    throw config_error(where,
+                       "the groups hold " + std::to_string(p.ranks()) + " devices, the cluster " +
+                           std::to_string(devices),
+                       "make the group sizes add up to the cluster's devices");
+}
+} // namespace detail
+
+/// Plans each stage of micro-batch graph `g` over its group of `c`'s devices (see the file
+/// comment). Throws `config_error` naming the option at fault.
+[[nodiscard]] inline pipeline_plan make_pipeline_plan(const graph::graph& g, const cluster& c,
+                                                      const pipeline_options& o) {
+  pipeline_plan p;
+  p.model = o.model;
+  p.block_prefix = o.block_prefix;
+  p.group_sizes = o.group_sizes;
+  p.schedule = o.schedule;
+  p.micro = o.micro;
+  p.chunks = o.chunks;
+  detail::check_groups(p, c.size(), "pipeline plan");
+  (void)p.make(); // the schedule's own bounds (m, v) first
+  const std::size_t stages = p.devices() * p.chunks;
+  std::vector<graph::node_range> cuts;
+  if (o.first_blocks.empty()) {
+    std::vector<double> speeds;
+    for (std::size_t k = 0; k < stages; ++k) {
+      const std::size_t d = k % p.devices(), first = p.first_rank(d);
+      double s = 0.0;
+      for (std::size_t r = first; r < first + p.group_sizes[d]; ++r)
+        s += c.devices[r].speed > 0.0 ? c.devices[r].speed : 1.0;
+      speeds.push_back(s);
+    }
+    cuts = graph::balanced_stages(g, speeds, p.block_prefix);
+    p.first_blocks = first_blocks_of(g, cuts, p.block_prefix);
+  } else {
+    if (o.first_blocks.size() != stages)
+      throw config_error("pipeline plan",
+                         std::to_string(o.first_blocks.size()) + " first blocks for " +
+                             std::to_string(stages) + " stages (devices x chunks)",
+                         "give one first block per stage");
+    p.first_blocks = o.first_blocks;
+    cuts = p.cuts(g);
+  }
+  for (std::size_t k = 0; k < stages; ++k) {
+    const std::size_t d = k % p.devices();
+    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+    const cluster sub = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
+    const std::string name = o.model + ".stage" + std::to_string(k);
+    if (o.strategy == "synth") {
+      p.stages.push_back(synth::synthesize(sg.g, sub, o.synth, name));
+    } else {
+      const synth::baseline b =
+          o.strategy == "dp-ev"   ? synth::baseline::dp_ev
+          : o.strategy == "dp-cp" ? synth::baseline::dp_cp
+          : o.strategy == "tp"    ? synth::baseline::tp
+                               : throw config_error("pipeline plan strategy \"" + o.strategy + "\"",
+                                                    "not one of synth, dp-ev, dp-cp, tp");
+      p.stages.push_back(synth::make_baseline(sg.g, sub, b, o.synth, name));
+    }
+  }
+  return p;
+}
+
+/// The plan as JSON (its stages' plans as synth::to_json writes them).
+[[nodiscard]] inline nlohmann::json to_json(const pipeline_plan& p, bool with_stats = true) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const synth::plan& s : p.stages)
+    stages.push_back(synth::to_json(s, with_stats));
+  return {{"kind", "pipeline"},
+          {"model", p.model},
+          {"block_prefix", p.block_prefix},
+          {"first_blocks", p.first_blocks},
+          {"group_sizes", p.group_sizes},
+          {"schedule", std::string(name(p.schedule))},
+          {"micro", p.micro},
+          {"chunks", p.chunks},
+          {"stages", stages}};
+}
+
+inline std::uint64_t pipeline_plan::hash() const {
+  return fnv1a64(to_json(*this, false).dump());
+}
+
+/// Reads a plan written by `to_json` for micro-batch graph `g`; throws `config_error` naming
+/// `source`, the field and the fix.
+[[nodiscard]] inline pipeline_plan pipeline_plan_from_json(const nlohmann::json& j,
+                                                           const graph::graph& g,
+                                                           const std::string& source = "plan") {
+  const auto fail = [&](const std::string& field, const std::string& why,
+                        const std::string& fix) -> void {
+    throw config_error(source + ": field \"" + field + "\"", why, fix);
+  };
+  if (!j.is_object() || !j.contains("kind") || j["kind"] != "pipeline")
+    fail("kind", "is not \"pipeline\"", "give a pipeline plan (hspmd's pipeline plan JSON)");
+  const auto sizes = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_array())
+      fail(key, "is missing or not an array", "an array of non-negative integers");
+    std::vector<std::size_t> v;
+    for (const auto& x : j[key]) {
+      if (!x.is_number_integer() || x.get<std::int64_t>() < 0)
+        fail(key, "holds " + x.dump(), "non-negative integers");
+      v.push_back(x.get<std::size_t>());
+    }
+    return v;
+  };
+  const auto count = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<std::int64_t>() <= 0)
+      fail(key, "is missing or not a positive integer", "a positive integer");
+    return j[key].get<std::size_t>();
+  };
+  const auto text = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_string())
+      fail(key, "is missing or not a string", "a string");
+    return j[key].get<std::string>();
+  };
+  pipeline_plan p;
+  p.model = text("model");
+  p.block_prefix = text("block_prefix");
+  p.first_blocks = sizes("first_blocks");
+  p.group_sizes = sizes("group_sizes");
+  p.schedule = parse_schedule(text("schedule"));
+  p.micro = count("micro");
+  p.chunks = count("chunks");
+  (void)p.make();
+  const std::size_t stages = p.devices() * p.chunks;
+  if (p.first_blocks.size() != stages)
+    fail("first_blocks", "has " + std::to_string(p.first_blocks.size()) + " entries",
+         "one per stage: " + std::to_string(stages));
+  const auto cuts = p.cuts(g);
+  if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].size() != stages)
+    fail("stages", "is missing or does not hold one plan per stage",
+         std::to_string(stages) + " stage plans");
+  for (std::size_t k = 0; k < stages; ++k) {
+    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+    synth::plan s =
+        synth::plan_from_json(j["stages"][k], sg.g, source + " stage " + std::to_string(k));
+    const std::size_t group = p.group_sizes[k % p.devices()];
+    if (s.device_names.size() != group)
+      fail("stages",
+           "stage " + std::to_string(k) + "'s plan has " + std::to_string(s.device_names.size()) +
+               " devices, its group " + std::to_string(group),
+           "plan each stage over its group's devices");
+    p.stages.push_back(std::move(s));
+  }
+  return p;
+}
+
+/// The predicted per-stage pass times of `p` (seconds; each stage's plan predicts a step of one
+/// micro-batch, split one third forward, two thirds backward -- the FLOPs' split of a GEMM
+/// model), for `simulate`.
+[[nodiscard]] inline stage_costs predicted_costs(const pipeline_plan& p) {
+  stage_costs c;
+  for (const synth::plan& s : p.stages) {
+    c.stage_forward.push_back(s.step_time / 3.0);
+    c.stage_backward.push_back(2.0 * s.step_time / 3.0);
+  }
+  return c;
+}
+
+/// The stage table: blocks, group, devices, shares, predicted step of a micro-batch and peak
+/// memory per stage, the micro-batches each stage holds at once under the schedule, and the
+/// pipeline's simulated step and bubble.
+[[nodiscard]] inline std::string explain(const pipeline_plan& p, const graph::graph& g) {
+  const pipeline_schedule s = p.make();
+  const auto blocks = graph::block_ranges(g, p.block_prefix);
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "pipeline plan: %zu stages on %zu groups (%zu devices), schedule %s, %zu "
+                "micro-batches%s\n",
+                p.stages.size(), p.devices(), p.ranks(), std::string(name(p.schedule)).c_str(),
+                p.micro,
+                p.chunks > 1 ? (", " + std::to_string(p.chunks) + " chunks a group").c_str() : "");
+  out += line;
+  std::snprintf(line, sizeof line, "%-6s %-8s %-6s %-22s %-16s %-12s %-12s %s\n", "stage", "blocks",
+                "group", "devices", "shares", "micro (s)", "memory (MB)", "in flight");
+  out += line;
+  std::vector<std::vector<std::size_t>> in_flight(p.devices());
+  for (std::size_t d = 0; d < p.devices(); ++d) {
+    std::vector<std::size_t> now(p.chunks, 0), peak(p.chunks, 0);
+    for (const pipeline_op& op : s.order[d]) {
+      if (op.what == pass::forward)
+        peak[op.chunk] = std::max(peak[op.chunk], ++now[op.chunk]);
+      else if (op.what != pass::backward_weight && now[op.chunk] > 0)
+        --now[op.chunk];
+    }
+    in_flight[d] = peak;
+  }
+  for (std::size_t k = 0; k < p.stages.size(); ++k) {
+    const synth::plan& sp = p.stages[k];
+    const std::size_t d = k % p.devices();
+    const std::size_t last_block =
+        k + 1 < p.first_blocks.size() ? p.first_blocks[k + 1] - 1 : blocks.size() - 1;
+    std::string devices, shares;
+    for (std::size_t r = 0; r < sp.device_names.size(); ++r) {
+      devices += (r > 0 ? "," : "") + sp.device_names[r];
+      char share[16];
+      std::snprintf(share, sizeof share, "%s%.2f", r > 0 ? " " : "",
+                    sp.ratios.empty() ? 1.0 : sp.ratios[0][r]);
+      shares += share;
+    }
+    const double memory = sp.memory.empty() ? 0.0 : *std::ranges::max_element(sp.memory);
+    std::snprintf(line, sizeof line, "%-6zu %-8s %-6zu %-22s %-16s %-12.4g %-12.1f %zu\n", k,
+                  (std::to_string(p.first_blocks[k]) + "-" + std::to_string(last_block)).c_str(), d,
+                  devices.c_str(), shares.c_str(), sp.step_time, memory / 1e6,
+                  in_flight[d][k / p.devices()]);
+    out += line;
+  }
+  const pipeline_timeline t = simulate(s, predicted_costs(p));
+  std::snprintf(line, sizeof line, "predicted step %.4g s, bubble %.1f %% of device time\n", t.step,
+                100.0 * t.bubble);
+  out += line;
+  return out;
+}
+
+} // namespace hspmd::program

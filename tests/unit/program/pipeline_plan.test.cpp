@@ -1,0 +1,132 @@
+// Pipeline plans (program/pipeline_plan.hpp): stages balanced on the groups' speeds, a plan per
+// stage over its group's devices, the JSON round trip and its hash, the refusals of a damaged
+// file, and the stage table `explain` prints.
+#include <hspmd/models/bert.hpp>
+#include <hspmd/program/pipeline_plan.hpp>
+
+#include "../../support/test_cluster.hpp"
+#include "../../support/tiny_bert.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace hspmd;
+
+namespace {
+
+program::pipeline_options plan_options(std::vector<std::size_t> groups) {
+  program::pipeline_options o;
+  o.group_sizes = std::move(groups);
+  o.micro = 4;
+  o.strategy = "dp-ev";
+  o.model = "bert";
+  return o;
+}
+
+} // namespace
+
+TEST_CASE("pipeline plan: a faster group takes more blocks, each stage is planned over its group") {
+  const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(6), 4);
+  // group 0: one device; group 1: two devices, each as fast -> twice the speed, twice the layers
+  const cluster c = test::make_cluster({1e9, 1e9, 1e9});
+  const program::pipeline_plan p = program::make_pipeline_plan(g, c, plan_options({1, 2}));
+  REQUIRE(p.stages.size() == 2);
+  CHECK(p.first_blocks == std::vector<std::size_t>{0, 2});
+  CHECK(p.stages[0].device_names == std::vector<std::string>{"d0"});
+  CHECK(p.stages[1].device_names == std::vector<std::string>{"d1", "d2"});
+  CHECK(p.group_of(0) == 0);
+  CHECK(p.group_of(2) == 1);
+  CHECK_THROWS_AS(p.group_of(3), config_error);
+  CHECK(p.first_rank(1) == 1);
+
+  // interleaved: 2 chunks a group, stages round the groups
+  program::pipeline_options o = plan_options({1, 1, 1});
+  o.schedule = program::schedule_kind::interleaved;
+  o.micro = 6;
+  o.chunks = 2;
+  const program::pipeline_plan q = program::make_pipeline_plan(g, c, o);
+  REQUIRE(q.stages.size() == 6);
+  for (std::size_t k = 0; k < 6; ++k)
+    CHECK(q.stages[k].device_names == std::vector<std::string>{"d" + std::to_string(k % 3)});
+
+  CHECK_THROWS_AS(program::make_pipeline_plan(g, c, plan_options({1, 1})), config_error);
+  CHECK_THROWS_AS(program::make_pipeline_plan(g, c, plan_options({1, 0, 2})), config_error);
+  program::pipeline_options bad = plan_options({1, 2});
+  bad.strategy = "fastest";
+  CHECK_THROWS_AS(program::make_pipeline_plan(g, c, bad), config_error);
+  bad = plan_options({1, 2});
+  bad.first_blocks = {0, 3, 4};
+  CHECK_THROWS_AS(program::make_pipeline_plan(g, c, bad), config_error);
+}
+
+TEST_CASE("pipeline plan: the JSON round trip keeps the plan and its hash; damage is named") {
+  const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(4), 2);
+  const cluster c = test::make_cluster({2e9, 1e9, 1e9});
+  program::pipeline_options o = plan_options({1, 2});
+  o.strategy = "synth";
+  o.schedule = program::schedule_kind::zero_bubble;
+  const program::pipeline_plan p = program::make_pipeline_plan(g, c, o);
+  const nlohmann::json j = program::to_json(p);
+  const program::pipeline_plan back = program::pipeline_plan_from_json(j, g, "p.json");
+  CHECK(back.hash() == p.hash());
+  CHECK(program::to_json(back, false) == program::to_json(p, false));
+  CHECK(back.schedule == program::schedule_kind::zero_bubble);
+
+  program::pipeline_plan other = p;
+  other.micro = 8;
+  CHECK(other.hash() != p.hash());
+
+  const auto refused = [&](const nlohmann::json& damaged, const std::string& field) {
+    try {
+      (void)program::pipeline_plan_from_json(damaged, g, "p.json");
+      FAIL("accepted a plan with a damaged " << field);
+    } catch (const config_error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.find("p.json") != std::string::npos);
+      CHECK(what.find(field) != std::string::npos);
+    }
+  };
+  nlohmann::json d = j;
+  d["kind"] = "spmd";
+  refused(d, "kind");
+  d = j;
+  d["micro"] = 0;
+  refused(d, "micro");
+  d = j;
+  d["first_blocks"] = {0};
+  refused(d, "first_blocks");
+  d = j;
+  d["stages"].erase(1);
+  refused(d, "stages");
+  d = j;
+  d["group_sizes"] = {1, 1}; // stage 1's plan is for two devices
+  refused(d, "stages");
+  d = j;
+  d["schedule"] = "fastest";
+  CHECK_THROWS_AS(program::pipeline_plan_from_json(d, g, "p.json"), config_error);
+}
+
+TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in flight and the "
+          "simulated step") {
+  const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(4), 2);
+  const cluster c = test::make_cluster({1e9, 1e9, 1e9});
+  program::pipeline_options o = plan_options({1, 2});
+  o.micro = 6;
+  const program::pipeline_plan p = program::make_pipeline_plan(g, c, o);
+  const std::string text = program::explain(p, g);
+  CAPTURE(text);
+  CHECK(text.find("2 stages on 2 groups (3 devices), schedule 1f1b, 6 micro-batches") !=
+        std::string::npos);
+  CHECK(text.find("d1,d2") != std::string::npos);
+  CHECK(text.find("0.50 0.50") != std::string::npos); // dp-ev: even shares in the group
+  CHECK(text.find("predicted step") != std::string::npos);
+  // 1F1B: stage 0 holds p = 2 micro-batches, stage 1 one
+  CHECK(text.find(" 2\n1 ") != std::string::npos);
+  const program::pipeline_timeline t = program::simulate(p.make(), program::predicted_costs(p));
+  CHECK(t.step > 0.0);
+  CHECK(t.bubble > 0.0);
+  CHECK(t.bubble < 1.0);
+}
