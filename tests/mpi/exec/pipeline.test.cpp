@@ -81,8 +81,8 @@ program::pipeline_plan agreed(mpi_communicator& comm, const graph::graph& micro_
 std::vector<std::vector<std::size_t>> layouts_at(std::size_t ranks) {
   if (ranks == 3)
     return {{1, 2}};
-  if (ranks == 4)
-    return {{1, 2, 1}, {1, 1, 1, 1}};
+  if (ranks == 4) // (groups of one device each: np 2; 4 ranks on 2 cores cost CI time)
+    return {{1, 2, 1}};
   return {std::vector<std::size_t>(ranks, 1)};
 }
 
@@ -100,10 +100,11 @@ void pipeline_equivalence(const std::string& model, const models::model_options&
     const graph::graph whole = models::trace_model<T>(model, o, batch);
     const test::result<T> want = test::single<T>(whole, id_limit, pipeline_steps);
     std::vector<run> runs;
+    // 1F1B at m = p (each stage's warm-up and drain only) and 2p; the others at 2p
+    runs.push_back({program::schedule_kind::one_f_one_b, p, 1});
     for (const auto kind : {program::schedule_kind::gpipe, program::schedule_kind::one_f_one_b,
                             program::schedule_kind::zero_bubble})
-      for (const std::size_t m : {p, 2 * p})
-        runs.push_back({kind, m, 1});
+      runs.push_back({kind, 2 * p, 1});
     runs.push_back({program::schedule_kind::interleaved, 2 * p, 2});
     for (const run& x : runs) {
       CAPTURE(model, strategy, groups, program::name(x.kind), x.micro, x.chunks);
