@@ -37,6 +37,7 @@
 #include <hspmd/graph/ops.hpp>
 #include <hspmd/graph/rules.hpp>
 #include <hspmd/graph/signature.hpp>
+#include <hspmd/graph/stages.hpp>
 
 #include <hspmd/nn/layers.hpp>
 #include <hspmd/nn/ops.hpp>
@@ -58,6 +59,9 @@
 #include <hspmd/synth/synthesize.hpp>
 #include <hspmd/synth/transfer.hpp>
 
+#include <hspmd/program/pipeline.hpp>
+#include <hspmd/program/pipeline_plan.hpp>
+
 #if defined(HSPMD_HAS_BLAS)
 #include <hspmd/exec/backends/host.hpp>
 #include <hspmd/exec/distributed.hpp>
@@ -65,12 +69,14 @@
 #include <hspmd/exec/hierarchical.hpp>
 #include <hspmd/exec/op_profile.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/pipeline.hpp>
 #include <hspmd/kernels/backend.hpp>
 #include <hspmd/kernels/box.hpp>
 #include <hspmd/kernels/registry.hpp>
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/lower.hpp>
 #include <hspmd/train/option_table.hpp>
+#include <hspmd/train/pipeline_checkpoint.hpp>
 #include <hspmd/train/profile.hpp>
 #include <hspmd/train/trainer.hpp>
 #endif
