@@ -358,6 +358,30 @@ public:
     point_views();
   }
   [[nodiscard]] std::size_t activation_slot() const noexcept { return slot_; }
+  /// Bytes the activation slots hold now, every slot counted: the values placed when the
+  /// executor first ran and what kernels saved for their backward (allocated by the first
+  /// forward in a slot). What a pipeline stage's micro-batches in flight cost.
+  [[nodiscard]] std::size_t activation_bytes() const {
+    std::size_t bytes = value_arena_.size() * sizeof(T);
+    const auto add_node_buffers = [&](const auto& values, const auto& saved, const auto& index) {
+      for (graph::node_id i = 0; i < g_.size(); ++i) {
+        if (i < values.size() && !slotted_.empty() && slotted_[i] &&
+            arena_offset_[i] == not_in_arena)
+          bytes += values[i].size() * sizeof(T);
+        if (i < saved.size())
+          bytes += saved[i].size() * sizeof(T);
+        if (i < index.size())
+          bytes += index[i].size() * sizeof(std::size_t);
+      }
+    };
+    add_node_buffers(s_.values, s_.saved, s_.saved_index);
+    for (std::size_t k = 0; k < slots_.size(); ++k)
+      if (k != slot_) {
+        bytes += slots_[k].arena.size() * sizeof(T);
+        add_node_buffers(slots_[k].values, slots_[k].saved, slots_[k].saved_index);
+      }
+    return bytes;
+  }
 
   /// Gradient accumulation over micro-batches: parameters' gradients are not zeroed by a
   /// backward but added to, until `zero_parameter_gradients`. Call before the executor first runs
