@@ -45,7 +45,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -152,6 +151,8 @@ public:
   [[nodiscard]] executor<T, B>& local() noexcept { return ex_; }
   [[nodiscard]] const executor<T, B>& local() const noexcept { return ex_; }
   [[nodiscard]] const program::local_program& program() const noexcept { return prog_; }
+  [[nodiscard]] Comm& communicator() const noexcept { return *comm_; }
+  [[nodiscard]] const graph::graph& graph() const noexcept { return g_; }
 
   void set_step(std::uint64_t step) noexcept {
     step_ = step;
@@ -208,24 +209,16 @@ public:
     ex_.begin_backward();
     run(program::section::backward);
   }
-  /// Backward without synchronizing the parameters' gradients (no bucket, SFB or wait
-  /// instruction runs): with `local().set_accumulate_parameter_gradients(true)`, the
-  /// micro-batches of a step before its last add into the local gradients, and the last one's
-  /// `backward` synchronizes the sums, overlapped with its backward (exec/pipeline.hpp). A plan
-  /// with SFB is refused: its weight gradients are made from one backward's factors.
+  /// Backward without the parameters' gradient synchronization (no post, SFB or wait): with
+  /// `local().set_accumulate_parameter_gradients(true)` a step's micro-batches before its last
+  /// add into the local gradients, the last one's `backward` synchronizes the sums
+  /// (exec/pipeline.hpp). Refused under SFB (its gradients come from one backward's factors).
   void backward_accumulating() {
     if (!sp_.sfb.empty())
-      throw config_error("distributed executor",
-                         "gradient accumulation under a plan with sufficient-factor broadcasting",
+      throw config_error("distributed executor", "gradient accumulation under SFB",
                          "plan the stage without SFB");
     ex_.begin_backward();
-    const std::size_t end =
-        sp_.begin(program::section::backward) + sp_.part(program::section::backward).size();
-    for (std::size_t k = sp_.begin(program::section::backward); k < end; ++k) {
-      const program::code op = sp_.code[k].op;
-      if (op != program::code::post && op != program::code::sfb && op != program::code::wait)
-        execute(k);
-    }
+    run(program::section::backward, false);
   }
 
   /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute);
@@ -278,71 +271,12 @@ public:
                      "gather a parameter or a tensor the plan does not leave partial");
   }
 
-  /// The whole value of tensor `name` on every rank (collective): as `gather`, or, where the
-  /// plan keeps only partial sums of it (a stage's output that its plan never needs whole), the
-  /// sum over the ranks.
-  [[nodiscard]] std::vector<T> whole_value(std::string_view name) {
-    const auto gid = g_.find(name);
-    if (!gid)
-      throw plan_error("distributed executor", "no tensor named \"" + std::string(name) + "\"",
-                       "use the graph's node names");
-    std::optional<graph::node_id> partial;
-    for (graph::node_id i = 0; i < prog_.local.size(); ++i)
-      if (prog_.global[i] == *gid) {
-        if (!prog_.where[i].is_partial())
-          return assemble(i);
-        partial = partial ? partial : std::optional<graph::node_id>(i);
-      }
-    if (!partial)
-      throw plan_error("distributed executor", "the plan keeps no version of " + std::string(name),
-                       "ask for a tensor of the rank's graph");
-    const auto local = ex_.value(*partial);
-    std::vector<T> whole(local.begin(), local.end());
-    comm_->all_reduce(std::span<T>(whole), reduce_op::sum);
-    return whole;
-  }
-
   /// The whole gradient of local version `id` on every rank of this communicator (collective);
   /// with `set_gradient_piece`, what a second level (exec/hierarchical.hpp) reduces across nodes
   /// when shards do not line up.
   [[nodiscard]] std::vector<T> gradient_whole(graph::node_id id) {
     static_assert(host_memory_v<B>, "whole gradients are assembled in host memory");
     return moves_.assemble(id, std::span<const T>(ex_.grad(id)));
-  }
-  /// The local versions that input `name` is loaded into (its pieces, or replicas).
-  [[nodiscard]] std::vector<graph::node_id> loaded_versions(std::string_view name) const {
-    const auto gid = g_.find(name);
-    std::vector<graph::node_id> out;
-    if (gid)
-      for (const program::lowered_transfer& t : prog_.transfers)
-        if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid)
-          out.push_back(t.target);
-    return out;
-  }
-  /// The whole gradient of input `name` on every rank (collective; after the backward): the
-  /// pieces of its split versions gathered, its replicas' partial sums added up, over every
-  /// version it is loaded into. Its versions' gradients must survive the backward
-  /// (`local().keep_gradient`).
-  [[nodiscard]] std::vector<T> input_gradient(std::string_view name) {
-    static_assert(host_memory_v<B>, "whole gradients are assembled in host memory");
-    const auto gid = g_.find(name);
-    if (!gid || g_[*gid].kind != graph::op::input)
-      throw plan_error("distributed executor", "no input named \"" + std::string(name) + "\"",
-                       "use the graph's input names");
-    std::vector<T> whole(g_[*gid].out.size(), T{});
-    for (graph::node_id v : loaded_versions(name)) {
-      std::vector<T> part;
-      if (prog_.where[v].is_split()) {
-        part = gradient_whole(v);
-      } else {
-        const auto local = ex_.grad(v);
-        part.assign(local.begin(), local.end());
-        comm_->all_reduce(std::span<T>(part), reduce_op::sum);
-      }
-      for (std::size_t k = 0; k < whole.size(); ++k)
-        whole[k] += part[k];
-    }
-    return whole;
   }
   /// Sets this rank's piece of local version `id`'s gradient from the whole `whole`.
   void set_gradient_piece(graph::node_id id, std::span<const T> whole) {
@@ -373,10 +307,15 @@ private:
   }
 
   // Runs the program's section `s`, instruction by instruction.
-  void run(program::section s) {
+  // (`synchronize` false: without the gradient buffers' post, SFB and wait)
+  void run(program::section s, bool synchronize = true) {
     const std::size_t end = sp_.begin(s) + sp_.part(s).size();
-    for (std::size_t k = sp_.begin(s); k < end; ++k)
-      execute(k);
+    for (std::size_t k = sp_.begin(s); k < end; ++k) {
+      const program::code op = sp_.code[k].op;
+      if (synchronize ||
+          (op != program::code::post && op != program::code::sfb && op != program::code::wait))
+        execute(k);
+    }
   }
 
   // Runs instruction k of the step program, traced under its name.

@@ -34,7 +34,9 @@
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/pipeline_boundaries.hpp>
 #include <hspmd/exec/trace.hpp>
+#include <hspmd/exec/whole_tensors.hpp>
 #include <hspmd/graph/stages.hpp>
 #include <hspmd/program/pipeline.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
@@ -46,7 +48,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,28 +58,6 @@
 #include <vector>
 
 namespace hspmd::exec {
-
-/// A communicator that sends without blocking (`start_send` and its request).
-template <class C, class T>
-concept async_sender = requires(C& c, std::span<const T> data, typename C::request& r) {
-  { c.start_send(data, 0, 0) } -> std::same_as<typename C::request>;
-  { c.test(r) } -> std::convertible_to<bool>;
-  c.wait(r);
-};
-
-/// The micro-batches in flight at once on each chunk of device `d` under schedule `s`: a
-/// forward takes a slot, its (input-gradient) backward gives it back.
-[[nodiscard]] inline std::vector<std::size_t>
-in_flight_per_chunk(const program::pipeline_schedule& s, std::size_t d) {
-  std::vector<std::size_t> now(s.chunks, 0), peak(s.chunks, 0);
-  for (const program::pipeline_op& op : s.order.at(d)) {
-    if (op.what == program::pass::forward)
-      peak[op.chunk] = std::max(peak[op.chunk], ++now[op.chunk]);
-    else if (op.what != program::pass::backward_weight && now[op.chunk] > 0)
-      --now[op.chunk];
-  }
-  return peak;
-}
 
 /// One rank's stages of a pipeline (see the file comment).
 template <std::floating_point T, class Comm>
@@ -113,7 +92,7 @@ public:
     d_ = plan_.group_of(static_cast<std::size_t>(world.rank()));
     leader_ = static_cast<int>(plan_.first_rank(d_)) == world.rank();
     group_.emplace(world.split(static_cast<int>(d_), world.rank()));
-    find_boundaries();
+    b_ = pipeline_boundaries(g_, cuts_);
     const std::vector<std::size_t> slots = in_flight_per_chunk(s_, d_);
     // Random masks (dropout) are drawn by element index in the whole batch's tensor: a value
     // whose outermost dimension runs along the batch starts at micro-batch j's first row
@@ -144,7 +123,7 @@ public:
             whole_read.push_back(i);
       e.keep_element_order(whole_read);
       for (const auto& r : st->sg.received) // their gradients go back after the backward
-        for (graph::node_id v : dx.loaded_versions(st->sg.g[r.first].name))
+        for (graph::node_id v : loaded_versions(dx, st->sg.g[r.first].name))
           e.keep_gradient(v);
       if (st->index + 1 == stages()) // the mean over micro-batches, seeded once
         e.set_loss_scale(1.0 / static_cast<double>(s_.micro));
@@ -158,8 +137,7 @@ public:
           st->last_backward = k;
       stages_.push_back(std::move(st));
     }
-    // tags: (producer, consumer, direction, value)
-    if (stages() * stages() * 2 * values_per_boundary_ > 32767)
+    if (!b_.tags_fit())
       throw config_error(where,
                          "too many stages and boundary values for MPI's guaranteed tag range",
                          "cut the model into fewer stages");
@@ -330,35 +308,6 @@ private:
       st.dx->local().set_element_base(i, j * n);
   }
 
-  // Every stage's boundary values, on every rank alike (as graph::extract_stage finds them):
-  // per stage, the values it sends (whole-graph nodes in node order) and per value the later
-  // stages that read it.
-  void find_boundaries() {
-    std::vector<std::size_t> stage_of(g_.size());
-    for (std::size_t k = 0; k < stages(); ++k)
-      for (graph::node_id i = cuts_[k].first; i <= cuts_[k].second; ++i)
-        stage_of[i] = k;
-    sent_.assign(stages(), {});
-    readers_.assign(stages(), {});
-    std::vector<std::vector<std::size_t>> readers(g_.size());
-    for (graph::node_id j = 0; j < g_.size(); ++j)
-      for (graph::node_id in : g_[j].inputs)
-        if (stage_of[j] != stage_of[in] && g_[in].kind != graph::op::input &&
-            std::ranges::find(readers[in], stage_of[j]) == readers[in].end())
-          readers[in].push_back(stage_of[j]);
-    for (graph::node_id i = 0; i < g_.size(); ++i)
-      if (!readers[i].empty()) {
-        sent_[stage_of[i]].push_back(i);
-        readers_[stage_of[i]].push_back(readers[i]);
-      }
-    for (const auto& v : sent_)
-      values_per_boundary_ = std::max(values_per_boundary_, v.size());
-    producer_of_ = [stage_of = std::move(stage_of), this](graph::node_id global) {
-      const std::size_t k = stage_of[global];
-      const auto at = std::ranges::find(sent_[k], global) - sent_[k].begin();
-      return std::pair{k, static_cast<std::size_t>(at)};
-    };
-  }
   // The ranks of stage k's group, and the first of them.
   [[nodiscard]] std::vector<int> ranks_of(std::size_t k) const {
     const std::size_t d = k % s_.devices, first = plan_.first_rank(d);
@@ -370,13 +319,6 @@ private:
   [[nodiscard]] int leader_of(std::size_t k) const {
     return static_cast<int>(plan_.first_rank(k % s_.devices));
   }
-  // Value q of stage `producer` read by stage `consumer`, forward or its gradient back.
-  [[nodiscard]] int tag(std::size_t producer, std::size_t consumer, bool backward,
-                        std::size_t q) const {
-    return static_cast<int>(
-        ((producer * stages() + consumer) * 2 + (backward ? 1 : 0)) * values_per_boundary_ + q);
-  }
-
   // Drives the sends in flight; forgets the finished ones.
   void progress() {
     while (!sends_.empty() && world_->test(sends_.front().request))
@@ -458,9 +400,9 @@ private:
     feed(st, j);
     const std::string m = " m" + std::to_string(j);
     for (const auto& [local, global] : st.sg.received) {
-      const auto [k, q] = producer_of_(global);
+      const auto [k, q] = b_.producer_of(global);
       scratch_.resize(st.sg.g[local].out.size());
-      receive(std::span<T>(scratch_), k, tag(k, st.index, false, q),
+      receive(std::span<T>(scratch_), k, b_.tag(k, st.index, false, q),
               "recv s" + std::to_string(k) + ">s" + std::to_string(st.index) + m);
       dx.set_input(st.sg.g[local].name, std::span<const T>(scratch_));
     }
@@ -473,9 +415,9 @@ private:
                 {{"stage", st.index}, {"micro", j}, {"pass", "forward"}},
                 [&] { loss = dx.forward(); });
     for (std::size_t q = 0; q < st.sg.sent.size(); ++q) {
-      std::vector<T> whole = dx.whole_value(st.sg.g[st.sg.sent[q]].name); // (group-collective)
-      for (std::size_t to : readers_[st.index][q])
-        send(whole, to, tag(st.index, to, false, q));
+      std::vector<T> whole = whole_value(dx, st.sg.g[st.sg.sent[q]].name); // (group-collective)
+      for (std::size_t to : b_.readers[st.index][q])
+        send(whole, to, b_.tag(st.index, to, false, q));
     }
     return st.index + 1 == stages() ? static_cast<double>(loss) : 0.0;
   }
@@ -494,9 +436,9 @@ private:
       // the sum over the stages that read the value of what each sends back
       const graph::node& gi = st.sg.g[st.sg.gradient_inputs[q]];
       std::vector<T> sum(gi.out.size(), T{});
-      for (std::size_t from : readers_[st.index][q]) {
+      for (std::size_t from : b_.readers[st.index][q]) {
         scratch_.resize(sum.size());
-        receive(std::span<T>(scratch_), from, tag(st.index, from, true, q),
+        receive(std::span<T>(scratch_), from, b_.tag(st.index, from, true, q),
                 "recv grad s" + std::to_string(from) + ">s" + std::to_string(st.index) + m);
         for (std::size_t x = 0; x < sum.size(); ++x)
           sum[x] += scratch_[x];
@@ -511,8 +453,8 @@ private:
                     dx.backward_accumulating();
                 });
     for (const auto& [local, global] : st.sg.received) {
-      const auto [k, q] = producer_of_(global);
-      send(dx.input_gradient(st.sg.g[local].name), k, tag(k, st.index, true, q));
+      const auto [k, q] = b_.producer_of(global);
+      send(input_gradient(dx, st.sg.g[local].name), k, b_.tag(k, st.index, true, q));
     }
     st.free_slots.push_back(st.slot_of[j]);
     st.slot_of[j] = none;
@@ -527,10 +469,7 @@ private:
   std::size_t d_ = 0;
   bool leader_ = false;
   std::vector<std::unique_ptr<stage>> stages_;
-  std::size_t values_per_boundary_ = 1;
-  std::vector<std::vector<graph::node_id>> sent_;              // per stage (see find_boundaries)
-  std::vector<std::vector<std::vector<std::size_t>>> readers_; // per stage, per sent value
-  std::function<std::pair<std::size_t, std::size_t>(graph::node_id)> producer_of_;
+  pipeline_boundaries b_;
   std::map<std::string, std::vector<T>> values_;
   std::map<std::string, std::vector<std::int64_t>> ids_;
   std::deque<pending> sends_;
