@@ -40,28 +40,13 @@ cluster cluster_of(std::size_t ranks) {
   return test::make_cluster(std::vector<double>(ranks, 1e9), 1e9);
 }
 
+// `steps` SGD steps under a pipeline plan from step `from` (defined below, with the checkpoints).
 template <class T>
-test::result<T> pipelined(const graph::graph& whole, const graph::graph& micro_graph,
-                          const program::pipeline_plan& plan, mpi_communicator& comm,
-                          std::size_t id_limit) {
-  exec::pipeline_executor<T, mpi_communicator> px(micro_graph, plan, comm, 7);
-  std::vector<exec::sgd> opts(px.chunks(), exec::sgd(0.05, 0.9));
-  test::result<T> r;
-  for (std::size_t step = 0; step < pipeline_steps; ++step) {
-    const auto b = test::data_for<T>(whole, step, id_limit);
-    for (const auto& [name, v] : b.values)
-      px.set_input(name, std::span<const T>(v));
-    for (const auto& [name, v] : b.ids)
-      px.set_input(name, std::span<const std::int64_t>(v));
-    px.set_step(step);
-    r.losses.push_back(static_cast<double>(px.forward_backward()));
-    const double norm = std::sqrt(px.grad_norm_squared());
-    px.update(std::span<exec::sgd>(opts), exec::clip_scale(norm, test::clip));
-  }
-  for (graph::node_id p : whole.parameters())
-    r.params[whole[p].name] = px.gather_parameter(whole[p].name);
-  return r;
-}
+test::result<T> pipeline_steps_of(const graph::graph& whole, const graph::graph& micro_graph,
+                                  const program::pipeline_plan& plan, mpi_communicator& comm,
+                                  std::size_t from, std::size_t steps,
+                                  const std::filesystem::path& load,
+                                  const std::filesystem::path& save, std::size_t id_limit);
 
 // Rank 0's plan on every rank (through its JSON: the plan file's round trip).
 program::pipeline_plan agreed(mpi_communicator& comm, const graph::graph& micro_graph,
@@ -136,7 +121,8 @@ void pipeline_equivalence(const std::string& model, const models::model_options&
         if (sp.device_names.size() == 2)
           for (auto& r : sp.ratios)
             r = {0.75, 0.25};
-      const test::result<T> got = pipelined<T>(whole, micro_graph, plan, comm, id_limit);
+      const test::result<T> got =
+          pipeline_steps_of<T>(whole, micro_graph, plan, comm, 0, pipeline_steps, {}, {}, id_limit);
       REQUIRE(got.losses.size() == want.losses.size());
       for (std::size_t k = 0; k < want.losses.size(); ++k)
         CHECK(std::abs(got.losses[k] - want.losses[k]) <= tol * std::abs(want.losses[k]));
