@@ -222,6 +222,17 @@ TEST_CASE("pipeline: stage d holds p - d micro-batches (and their bytes) under 1
 
 namespace {
 
+// Step `step`'s whole batch (test::data_for) into any executor taking whole inputs.
+template <class T, class X>
+void feed_step(X& x, const graph::graph& whole, std::size_t step, std::size_t id_limit) {
+  const auto b = test::data_for<T>(whole, step, id_limit);
+  for (const auto& [name, v] : b.values)
+    x.set_input(name, std::span<const T>(v));
+  for (const auto& [name, v] : b.ids)
+    x.set_input(name, std::span<const std::int64_t>(v));
+  x.set_step(step);
+}
+
 // `steps` SGD steps of a DP-EV plan over the world on the whole batch, from step `from`,
 // loading checkpoint `load` first and saving one to `save` after (either may be empty).
 template <class T>
@@ -239,12 +250,7 @@ test::result<T> dp_ev_steps(const graph::graph& whole, mpi_communicator& comm, s
     (void)train::load_training<T>(comm, load, all);
   test::result<T> r;
   for (std::size_t step = from; step < from + steps; ++step) {
-    const auto b = test::data_for<T>(whole, step, id_limit);
-    for (const auto& [name, v] : b.values)
-      dx.set_input(name, std::span<const T>(v));
-    for (const auto& [name, v] : b.ids)
-      dx.set_input(name, std::span<const std::int64_t>(v));
-    dx.set_step(step);
+    feed_step<T>(dx, whole, step, id_limit);
     r.losses.push_back(static_cast<double>(dx.forward()));
     dx.backward();
     const double norm = std::sqrt(dx.grad_norm_squared());
@@ -272,12 +278,7 @@ test::result<T> pipeline_steps_of(const graph::graph& whole, const graph::graph&
     (void)train::load_training<T>(comm, load, all);
   test::result<T> r;
   for (std::size_t step = from; step < from + steps; ++step) {
-    const auto b = test::data_for<T>(whole, step, id_limit);
-    for (const auto& [name, v] : b.values)
-      px.set_input(name, std::span<const T>(v));
-    for (const auto& [name, v] : b.ids)
-      px.set_input(name, std::span<const std::int64_t>(v));
-    px.set_step(step);
+    feed_step<T>(px, whole, step, id_limit);
     r.losses.push_back(static_cast<double>(px.forward_backward()));
     const double norm = std::sqrt(px.grad_norm_squared());
     px.update(std::span<exec::sgd>(opts), exec::clip_scale(norm, test::clip));
