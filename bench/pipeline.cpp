@@ -9,7 +9,8 @@
 // on the devices' speeds (a slower device gets fewer layers). For each schedule and m, after
 // `--warmup` steps, every step's wall time (the slowest rank's) and each rank's busy time
 // (its compute, emulation included) are measured; the measured bubble is the share of device
-// time not computing. The passes' mean times per stage (forward, backward; from the trace)
+// time not computing. The passes' mean times per stage (forward, backward -- split: input and
+// weight parts, whose measured share the simulator is given; from the trace)
 // feed the simulator, whose step and bubble are the schedule's theory for those costs.
 // Prints one row per (schedule, m); --json writes them.
 
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
         // the passes' mean times per stage, from the trace
         const std::size_t stages = plan.stages.size();
         std::vector<double> fsum(stages, 0.0), bsum(stages, 0.0), fcount(stages, 0.0),
-            bcount(stages, 0.0);
+            bcount(stages, 0.0), wsum(stages, 0.0), wcount(stages, 0.0);
         for (const auto& e : trace["traceEvents"]) {
           if (e["ph"] != "X" || !e.contains("args") || !e["args"].contains("pass"))
             continue;
@@ -177,16 +178,25 @@ int main(int argc, char** argv) {
           if (e["args"]["pass"] == "forward") {
             fsum[k] += seconds;
             fcount[k] += 1;
+          } else if (e["args"]["pass"] == "backward_weight") { // (zb: the split's second part)
+            wsum[k] += seconds;
+            wcount[k] += 1;
           } else {
             bsum[k] += seconds;
             bcount[k] += 1;
           }
         }
         program::stage_costs costs;
+        double weights = 0.0, backwards = 0.0;
         for (std::size_t k = 0; k < stages; ++k) {
+          const double w = wsum[k] / std::max(1.0, wcount[k]);
           costs.stage_forward.push_back(fsum[k] / std::max(1.0, fcount[k]));
-          costs.stage_backward.push_back(bsum[k] / std::max(1.0, bcount[k]));
+          costs.stage_backward.push_back(bsum[k] / std::max(1.0, bcount[k]) + w);
+          weights += w;
+          backwards += costs.stage_backward.back();
         }
+        if (weights > 0.0) // a split backward: its measured weight share
+          costs.weight_share = weights / backwards;
         const program::pipeline_timeline t = program::simulate(plan.make(), costs);
         r.sim_step = t.step;
         r.sim_bubble = t.bubble;

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Draws a pipeline trace (hspmd-pipeline-bench --trace, or exec::pipeline_executor's
 collect_trace) as text: one row per rank, time left to right, each forward "F<micro>" and
-backward "B<micro>" over the columns it ran, "~" where the rank waited for a boundary value
-(a receive), "." idle; then each rank's spans in order with their times.
+backward "B<micro>" (split: input part "B", weight part "W") over the columns it ran, "~" where
+the rank waited for a boundary value (a receive), "." idle; then each rank's spans in order with
+their times.
 
     python3 bench/pipeline_timeline.py pipeline.trace.json [--width 100]
 """
@@ -30,7 +31,8 @@ def main():
             last = max(first + 1, int((e["ts"] + e["dur"] - t0) / per))
             args = e.get("args", {})
             if "pass" in args:
-                label = ("F" if args["pass"] == "forward" else "B") + str(args["micro"])
+                letter = {"forward": "F", "backward_weight": "W"}.get(args["pass"], "B")
+                label = letter + str(args["micro"])
             elif e["name"].startswith("recv"):
                 label = "~"
             else:

@@ -2,7 +2,8 @@
 // Runs a plan on every rank of a communicator: the rank's local graph (program/lower.hpp) through
 // the single-process executor's kernels, with every transfer of the plan as a collective and in
 // the backward each transfer's dual (exec/transfers.hpp); replicated parameters' gradients are
-// all-reduced in buckets, or by SFB where the plan says so.
+// all-reduced in buckets, or by SFB where the plan says so (the rank's step program, run
+// instruction by instruction by exec/step_interpreter.hpp).
 //
 // Gradients follow the dual placements: the gradient of a replicated version is a partial sum
 // over ranks, of a partial version complete on every rank, of a split version the rank's piece.
@@ -27,10 +28,10 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/agreement.hpp>
 #include <hspmd/exec/comm_span.hpp>
-#include <hspmd/exec/emulation.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/gradient_sync.hpp>
 #include <hspmd/exec/optim.hpp>
+#include <hspmd/exec/step_interpreter.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/exec/transfers.hpp>
 #include <hspmd/program/layout.hpp>
@@ -58,44 +59,16 @@ template <std::floating_point T, class Comm, backend B = host_backend>
 requires communicator<Comm, T> && communicator<Comm, std::int64_t> && communicator<Comm, double> &&
     communicator<detail::control_t<Comm>, std::uint64_t> &&
     communicator<detail::control_t<Comm>, std::int64_t> && communicator < detail::control_t<Comm>,
-char > class distributed_executor {
+char > class distributed_executor : public step_interpreter<T, Comm, B> {
+  using base = step_interpreter<T, Comm, B>;
+
 public:
   /// Checks that every rank holds the same model, cluster, ratios and plan (collective; any
   /// difference throws `plan_error` on every rank naming it), lowers `p` for this rank and
   /// materializes the rank's pieces of the parameters.
   distributed_executor(const graph::graph& g, const synth::plan& p, Comm& comm,
                        std::uint64_t seed = 0, B backend = {})
-      : g_(g), comm_(&comm), control_(&detail::control_of(comm)),
-        prog_(lower_agreed(g, p, *control_)),
-        ex_(prog_.local, seed, prog_.layouts, std::move(backend)) {
-    ex_.set_row_reduce([this](std::span<T> v, bool max) {
-      // (inside a kernel: an emulated slow device first computes what came before, slowly,
-      // and then waits for the others only as long as a real one would)
-      device_.pause([this] { sync_.progress(); });
-      comm_span<T, Comm, B> s(ex_.backend(), v, true);
-      comm_->all_reduce(s.get(), max ? reduce_op::max : reduce_op::sum);
-      s.written();
-      device_.resume();
-    });
-    // Gradient buffers of intermediate versions are shared across the backward; SFB reads its
-    // layer's output gradient after the backward, so that one keeps its own.
-    const transfer_buffers tb = transfer_buffers_of(g_, prog_);
-    for (graph::node_id id : tb.float_copies)
-      ex_.keep_in_float(id);
-    ex_.keep_element_order(tb.read_whole);
-    std::vector<graph::node_id> keep;
-    for (graph::node_id w : sp_.sfb)
-      keep.push_back(program::sfb_user(prog_, w));
-    gradient_bytes_ = ex_.reuse_gradient_buffers(keep, tb.duals, tb.stored);
-    sync_.plan(sp_);
-    // FSDP: a parameter kept in shards and all-gathered for use is a working copy (the
-    // program's `gathered`, each with its last reader). The copies share one buffer where their
-    // lives do not overlap (exec::executor::share_value_buffers); the program gathers each again
-    // before its last reader's backward: one layer's parameters at a time instead of the whole
-    // model, for one more all-gather per copy (the cost model prices both).
-    if (!sp_.gathered.empty())
-      gathered_bytes_ = ex_.share_value_buffers(sp_.gathered);
-  }
+      : base(g, p, comm, seed, std::move(backend)) {}
   distributed_executor(const distributed_executor&) = delete;
   distributed_executor& operator=(const distributed_executor&) = delete;
 
@@ -221,6 +194,50 @@ public:
     run(program::section::backward, false);
   }
 
+  /// Splits the backward into its input- and weight-gradient parts (a zero-bubble pipeline's
+  /// stage, exec/pipeline.hpp; executor_memory::split_backward): a value is weight-side when it
+  /// comes from parameters alone -- computed from them or moved from a weight-side value. Then
+  /// `backward_inputs` and `backward_weights` replace `backward`. With gradient accumulation;
+  /// refused under SFB, FSDP-gathered parameters and recomputation (each needs a whole
+  /// backward). Call on every rank of the group, before the first step.
+  void split_backward() {
+    const auto refuse = [](const char* what, const char* fix) {
+      throw config_error("distributed executor", std::string("a split backward under ") + what,
+                         fix);
+    };
+    if (!sp_.sfb.empty())
+      refuse("SFB", "plan the stage without SFB");
+    if (!sp_.gathered.empty())
+      refuse("FSDP", "plan the stage with whole or split parameters, not FSDP");
+    if (options_.recompute)
+      refuse("recomputation", "recompute or split the backward, not both");
+    std::vector<bool> w(prog_.local.size(), false);
+    for (graph::node_id i = 0; i < prog_.local.size(); ++i) {
+      const graph::node& n = prog_.local[i];
+      if (n.kind == graph::op::parameter) {
+        w[i] = true;
+      } else if (prog_.transfer_of[i]) {
+        const auto& src = prog_.transfers[*prog_.transfer_of[i]].source;
+        w[i] = src && w[*src];
+      } else if (!n.inputs.empty()) {
+        w[i] = std::ranges::all_of(n.inputs, [&](graph::node_id j) { return w[j]; });
+      }
+    }
+    ex_.split_backward(std::move(w));
+  }
+  /// A split backward's first part: the activations' gradients (what the previous stage
+  /// waits for), the parameters' left for `backward_weights`.
+  void backward_inputs() {
+    ex_.begin_backward(backward_part::inputs);
+    this->run(program::section::backward, false, backward_part::inputs);
+  }
+  /// A split backward's second part: the weight-side gradients, added to the parameters'
+  /// (`synchronize`: then the parameters' gradients are synchronized, as `backward` does).
+  void backward_weights(bool synchronize) {
+    ex_.begin_backward(backward_part::weights);
+    this->run(program::section::backward, synchronize, backward_part::weights);
+  }
+
   /// Runs `opt.step` on the rank's pieces (with the slowdown emulated like any compute);
   /// `grad_scale` is the clipping factor (`clip_scale` of the global norm), fused into the
   /// optimizer's pass where it takes one (exec/optim.hpp `step_scaled`).
@@ -251,11 +268,6 @@ public:
   /// The rank's step program (program/step.hpp): what `forward`, `backward`,
   /// `grad_norm_squared` and `update` run, in order.
   [[nodiscard]] const program::step_program& step_program() const noexcept { return sp_; }
-  /// The name of the program's instruction `k` (as the trace and the simulator name it).
-  [[nodiscard]] std::string instruction_name(std::size_t k) const {
-    return program::name(sp_.code.at(k), prog_, g_);
-  }
-
   /// The whole value of parameter (or any tensor the rank holds a version of) `name`, on every
   /// rank (collective).
   [[nodiscard]] std::vector<T> gather(std::string_view name) {
@@ -299,216 +311,28 @@ public:
   }
 
 private:
-  static program::step_options default_options() {
-    program::step_options o;
-    o.bucket_bytes = static_cast<std::size_t>(synth::gradient_bucket_bytes);
-    o.element_bytes = sizeof(T);
-    return o;
-  }
-
-  // Runs the program's section `s`, instruction by instruction.
-  // (`synchronize` false: without the gradient buffers' post, SFB and wait)
-  void run(program::section s, bool synchronize = true) {
-    const std::size_t end = sp_.begin(s) + sp_.part(s).size();
-    for (std::size_t k = sp_.begin(s); k < end; ++k) {
-      const program::code op = sp_.code[k].op;
-      if (synchronize ||
-          (op != program::code::post && op != program::code::sfb && op != program::code::wait))
-        execute(k);
-    }
-  }
-
-  // Runs instruction k of the step program, traced under its name.
-  void execute(std::size_t k) {
-    using program::code;
-    const program::instruction& in = sp_.code[k];
-    switch (in.op) {
-    case code::forward:
-      traced_compute(k, in.node, "forward");
-      break;
-    case code::move:
-    case code::regather:
-      traced_transfer(k, in.node, false);
-      break;
-    case code::replay:
-      if (program::is_moved(prog_, in.node))
-        traced_transfer(k, in.node, false);
-      else
-        traced_compute(k, in.node, "replay");
-      break;
-    case code::backward:
-      traced_compute(k, in.node, "backward");
-      break;
-    case code::move_back:
-      ex_.enter_backward(in.node);
-      traced_transfer(k, in.node, true);
-      break;
-    case code::loss: {
-      T mine{};
-      ex_.backend().copy_to_host(&mine, ex_.value(*prog_.local.loss()).data(), 1);
-      traced(k, trace_kind::communication, {{"bytes", sizeof(T)}},
-             [&] { loss_ = comm_->all_reduce(mine, reduce_op::sum); });
-      break;
-    }
-    case code::post:
-      traced(k, trace_kind::communication, sync_.args(in.bucket), [&] { sync_.start(in.bucket); });
-      break;
-    case code::sfb:
-      traced(k, trace_kind::communication, {{"bytes", ex_.grad(in.node).size() * sizeof(T)}},
-             [&] { sync_.sfb(prog_, in.node); });
-      break;
-    case code::wait:
-      traced(k, trace_kind::communication, {{"bytes", sync_.bytes()}, {"buckets", sync_.size()}},
-             [&] { sync_.finish(); });
-      break;
-    case code::norm:
-      traced(k, trace_kind::communication, {{"bytes", sizeof(double)}},
-             [&] { norm_squared_ = comm_->all_reduce(norm_squared_, reduce_op::sum); });
-      break;
-    case code::update:
-      if (!optimizer_step_)
-        throw plan_error("distributed executor", "the optimizer instruction has no optimizer",
-                         "call update(optimizer)");
-      traced(k, trace_kind::compute, {}, [&] { compute(optimizer_step_); });
-      break;
-    }
-    if (k >= sp_.begin(program::section::backward) && k < sp_.begin(program::section::optimizer))
-      sync_.progress();
-  }
-
-  // Runs f under instruction k's name (with its index in the args) when tracing.
-  template <class F>
-  void traced(std::size_t k, trace_kind kind, nlohmann::json args, F&& f) {
-    if (!trace_.on()) {
-      f();
-      return;
-    }
-    args["instruction"] = k;
-    trace_.span(instruction_name(k), kind, std::move(args), std::forward<F>(f));
-  }
-
-  // Compute of local node i (a forward, backward or replay), traced with its node and op.
-  void traced_compute(std::size_t k, graph::node_id i, const char* pass) {
-    const bool backward = pass[0] == 'b';
-    const auto run = [&] {
-      compute([&] {
-        if (backward)
-          ex_.backward_node(i);
-        else
-          ex_.forward_node(i);
-      });
-    };
-    if (!trace_.on()) {
-      run();
-      return;
-    }
-    const graph::node& n = prog_.local[i];
-    nlohmann::json args{{"op", std::string(graph::name(n.kind))},
-                        {"pass", pass},
-                        {"slowdown", device_.slowdown()},
-                        {"instruction", k}};
-    if constexpr (host_memory_v<B>) {
-      trace_.span(instruction_name(k), trace_kind::compute, args, run);
-    } else {
-      // A device's kernels run after the host queued them: the traced node waits for them
-      // (events on the backend's stream), so the span is the device's work, its time in args.
-      const auto begin = std::chrono::steady_clock::now();
-      const double seconds = ex_.backend().timed(run);
-      args["device_ms"] = seconds * 1e3;
-      trace_.add(instruction_name(k), trace_kind::compute, begin, std::chrono::steady_clock::now(),
-                 std::move(args));
-    }
-  }
-  // The transfer making local node i, or its dual, traced with its kind, tensor, bytes and
-  // algorithm.
-  void traced_transfer(std::size_t k, graph::node_id i, bool backward) {
-    const program::lowered_transfer& t = prog_.transfers[*prog_.transfer_of[i]];
-    const auto run = [&] {
-      if (backward)
-        transfer_backward(t);
-      else
-        transfer_forward(t);
-    };
-    if (!trace_.on()) {
-      run();
-      return;
-    }
-    nlohmann::json args = transfer_trace_args(g_, t, backward);
-    args["instruction"] = k;
-    trace_.span(instruction_name(k), trace_kind::communication, args, run);
-  }
-
-  // Runs f as compute (exec/emulation.hpp), the buckets in flight driven while it waits.
-  template <class F>
-  void compute(F&& f) {
-    device_.compute(std::forward<F>(f), [this] { sync_.progress(); });
-  }
-
-  template <class E>
-  std::span<E> data_of(graph::node_id id, bool grad) {
-    if constexpr (std::is_same_v<E, std::int64_t>) {
-      (void)grad;
-      return ex_.ids(id);
-    } else {
-      return grad ? ex_.grad(id) : ex_.value(id);
-    }
-  }
-
-  template <class E>
-  void feed(std::string_view name, std::span<const E> whole) {
-    const graph::node_id gid =
-        checked_input(g_, name, whole.size(), std::is_same_v<E, std::int64_t>);
-    if (check_inputs_)
-      check_same_input(*control_, name, std::as_bytes(whole), step_);
-    for (const program::lowered_transfer& t : prog_.transfers)
-      if (t.what.kind == synth::transfer_kind::load && t.what.tensor == gid) {
-        const std::span<E> to = data_of<E>(t.target, false);
-        if constexpr (host_memory_v<B>) {
-          moves_.piece_of(whole.data(), t.target, to.data(), false);
-        } else { // the piece is cut on the host and copied once
-          std::vector<E> piece(to.size());
-          host_backend host;
-          moves_.piece_of_on(host, whole.data(), t.target, piece.data(), false);
-          ex_.backend().copy_from_host(to.data(), piece.data(), piece.size());
-        }
-      }
-  }
-
-  void transfer_forward(const program::lowered_transfer& t) {
-    if (prog_.local[t.target].type == dtype::i64)
-      moves_.forward(t, ex_.ids(*t.source), ex_.ids(t.target));
-    else
-      moves_.forward(t, ex_.value(*t.source), ex_.value(t.target));
-  }
-  void transfer_backward(const program::lowered_transfer& t) {
-    if (prog_.local[t.target].type != dtype::i64)
-      moves_.backward(t, ex_.grad(*t.source), ex_.grad(t.target),
-                      !ex_.gradient_stored_whole(*t.source));
-  }
-
-  // The whole tensor of local version `id` on every rank (collective).
-  std::vector<T> assemble(graph::node_id id) {
-    return moves_.assemble(id, std::span<const T>(ex_.value(id)));
-  }
-
-  const graph::graph& g_;
-  Comm* comm_;
-  detail::control_t<Comm>* control_;
-  program::local_program prog_;
-  executor<T, B> ex_;
-  transfer_runner<T, Comm, B> moves_{prog_, *comm_, ex_.backend()};
-  program::step_options options_ = default_options();
-  program::step_program sp_ = program::build(prog_, g_, options_);
-  trace_recorder trace_;
-  gradient_sync<T, Comm, B> sync_{*comm_, ex_, trace_};
-  emulated_device device_; // the slowdown and the compute seconds
-  std::uint64_t step_ = 0;
-  bool check_inputs_ = true; // every rank feeds (SPMD), so every rank checks
-  std::size_t gradient_bytes_ = 0;
-  T loss_{};                             // the last forward's global loss
-  double norm_squared_ = 0.0;            // the gradient norm's partial, then its sum
-  std::function<void()> optimizer_step_; // what the update instruction runs
-  std::size_t gathered_bytes_ = 0;
+  using base::assemble;
+  using base::check_inputs_;
+  using base::comm_;
+  using base::control_;
+  using base::device_;
+  using base::ex_;
+  using base::execute;
+  using base::feed;
+  using base::g_;
+  using base::gathered_bytes_;
+  using base::gradient_bytes_;
+  using base::loss_;
+  using base::moves_;
+  using base::norm_squared_;
+  using base::optimizer_step_;
+  using base::options_;
+  using base::prog_;
+  using base::run;
+  using base::sp_;
+  using base::step_;
+  using base::sync_;
+  using base::trace_;
 };
 
 } // namespace hspmd::exec

@@ -165,26 +165,39 @@ public:
   /// when they come into use, see `reuse_gradient_buffers`).
   /// A gradient whose first writer stores it whole (`plan_first_writes`) is not zeroed, nor a
   /// parameter's while gradients accumulate (`set_accumulate_parameter_gradients`).
-  void begin_backward() {
+  /// A split backward's weights part (`split_backward`) zeroes the weight-side gradients only
+  /// and does not seed.
+  void begin_backward(backward_part part = backward_part::whole) {
     materialize();
     const bool accumulate = this->accumulates_parameter_gradients();
     for (graph::node_id i = 0; i < g_.size(); ++i)
-      if (!pooled_[i] && !first_written_[i] && !(accumulate && g_[i].kind == graph::op::parameter))
+      if (!pooled_[i] && !first_written_[i] &&
+          !(accumulate && g_[i].kind == graph::op::parameter) &&
+          (part != backward_part::weights || this->weight_side(i)))
         fill(backend_, s_.grads[i].data(), s_.grads[i].size(), T{});
-    fill(backend_, s_.grads[*g_.loss()].data(), 1, static_cast<T>(loss_scale_));
+    if (part != backward_part::weights)
+      fill(backend_, s_.grads[*g_.loss()].data(), 1, static_cast<T>(loss_scale_));
   }
   /// One node's backward: adds its inputs' gradients (after `begin_backward`, in reverse order).
-  void backward_node(graph::node_id i) {
-    enter_backward(i); // (materializes)
-    if (g_[i].type != dtype::i64 && !gradient_in_place_[i])
-      timed_run(i, true);
+  /// Under a split backward, `part` says which of them (`split_backward`): every node's
+  /// inputs part first, in reverse order, then -- later -- the weights parts in the same order.
+  void backward_node(graph::node_id i, backward_part part = backward_part::whole) {
+    if (part != backward_part::whole && !this->splits_backward())
+      throw plan_error("executor", "a backward part without a split backward",
+                       "call split_backward before the first forward");
+    enter_backward(i, part); // (materializes)
+    if (g_[i].type == dtype::i64 || gradient_in_place_[i] || !this->has_backward_part(i, part))
+      return;
+    timed_run(i, true, this->wanted_inputs(i, part));
   }
-  /// Zeroes the shared gradient buffers that come into use at node i's backward; drivers that
-  /// run a node's backward themselves (a transfer's dual) call it first.
-  void enter_backward(graph::node_id i) {
+  /// Zeroes the shared gradient buffers that come into use at node i's backward (in `part`:
+  /// those of its class); drivers that run a node's backward themselves (a transfer's dual)
+  /// call it first.
+  void enter_backward(graph::node_id i, backward_part part = backward_part::whole) {
     materialize();
     for (graph::node_id j : zero_before_[i])
-      if (!first_written_[j])
+      if (!first_written_[j] && (part == backward_part::whole ||
+                                 this->weight_side(j) == (part == backward_part::weights)))
         fill(backend_, s_.grads[j].data(), s_.grads[j].size(), T{});
   }
 
@@ -211,27 +224,30 @@ private:
   using base::first_written_;
   using base::g_;
   using base::gradient_in_place_;
+  using base::gradient_size;
   using base::is_view;
   using base::materialize;
   using base::pooled_;
   using base::s_;
   using base::zero_before_;
 
-  void timed_run(graph::node_id i, bool backward) {
+  void timed_run(graph::node_id i, bool backward, std::uint32_t wanted = ~0U) {
     if (!profiler_.on()) {
-      run(i, backward);
+      run(i, backward, wanted);
       return;
     }
-    profiler_.add(g_[i].kind, i, backward, backend_.timed([&] { run(i, backward); }));
+    profiler_.add(g_[i].kind, i, backward, backend_.timed([&] { run(i, backward, wanted); }));
   }
   // A device error names the node whose kernel saw it. Kernels run asynchronously on a device:
   // a fault is seen at the next checked call, so the node named is where it was noticed (with
   // CUDA_LAUNCH_BLOCKING=1, the node that caused it).
-  void run(graph::node_id i, bool backward) {
+  void run(graph::node_id i, bool backward, std::uint32_t wanted) {
     auto state = state_;
     state.row_reduce = &row_reduce_;
+    state.wanted = wanted;
     kernel_context<T, B> c(backend_, g_, i, s_, state);
     try {
+      const unwanted_gradients away(*this, i, wanted);
       run_kernel(c, backward);
       if (state_.precision != exec::precision::f32)
         store_rounded(i, backward);
@@ -271,6 +287,43 @@ private:
     }
   }
 
+  // While it lives, the gradients of node i's unwanted inputs (a split backward's other part)
+  // point to scratch memory, one range each: what a kernel writes there is dropped.
+  class unwanted_gradients {
+  public:
+    unwanted_gradients(executor& x, graph::node_id i, std::uint32_t wanted) : x_(x) {
+      if (wanted == ~0U)
+        return;
+      const graph::node& n = x.g_[i];
+      std::size_t total = 0;
+      for (std::size_t k = 0; k < n.inputs.size() && k < 32; ++k)
+        if (((wanted >> k) & 1U) == 0U)
+          total += x.gradient_size(n.inputs[k]);
+      if (x.scratch_.size() < total)
+        x.scratch_ = x.backend_.template allocate<T>(total);
+      std::size_t at = 0;
+      for (std::size_t k = 0; k < n.inputs.size() && k < 32; ++k) {
+        const graph::node_id j = n.inputs[k];
+        if (((wanted >> k) & 1U) != 0U ||
+            std::ranges::any_of(saved_, [&](const auto& s) { return s.first == j; }))
+          continue;
+        saved_.emplace_back(j, x.s_.grads[j]);
+        x.s_.grads[j] = std::span<T>(x.scratch_.data() + at, x.gradient_size(j));
+        at += x.gradient_size(j);
+      }
+    }
+    ~unwanted_gradients() {
+      for (const auto& [j, g] : saved_)
+        x_.s_.grads[j] = g;
+    }
+    unwanted_gradients(const unwanted_gradients&) = delete;
+    unwanted_gradients& operator=(const unwanted_gradients&) = delete;
+
+  private:
+    executor& x_;
+    std::vector<std::pair<graph::node_id, std::span<T>>> saved_;
+  };
+
   graph::node_id input(std::string_view name, bool integral) const {
     return input_node(g_, name, integral, "executor");
   }
@@ -279,6 +332,7 @@ private:
   typename kernel_context<T, B>::run_state state_;
   double loss_scale_ = 1.0;
   std::vector<bool> keep_float_; // nodes kept in float under a 16-bit precision (or empty)
+  typename B::template buffer<T> scratch_; // (unwanted_gradients)
   op_profiler profiler_;
 };
 

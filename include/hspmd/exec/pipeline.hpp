@@ -4,7 +4,7 @@
 // distributed_executor of its graph and SPMD plan on its group (uneven ratios included), a step
 // of m micro-batches in the schedule's order (program/pipeline.hpp). A group holds the stages
 // of its chunks (stage(d, c) = c p + d: one stage, or v for the interleaved schedule), each
-// executor's activation slots (exec/executor_memory.hpp) keeping the micro-batches in flight --
+// executor's activation slots (exec/executor_storage.hpp) keeping the micro-batches in flight --
 // as many as the schedule has at once on that stage, so 1F1B's stage 0 holds p where GPipe's
 // holds m.
 //
@@ -18,21 +18,25 @@
 // receives block where the value is needed: any order `program::check` accepts completes.
 // Parameters' gradients accumulate over the micro-batches, scaled by 1/m at the last stage's
 // seed, and are synchronized inside the group once a step, during the stage's last backward.
+// The zero-bubble schedule (ZB-H1) splits each backward (distributed_executor::split_backward):
+// the input gradients go back to the previous stage at once, the weight gradients run later,
+// where the device would otherwise wait; a micro-batch's slot (and the output gradients of
+// what reads weights) stays taken until then, and the last weight part synchronizes.
 //
 //     exec::pipeline_executor<float, mpi_communicator> px(micro_graph, plan, world, seed);
 //     px.set_input("tokens", whole_batch);   // every rank passes the whole batch
 //     const float loss = px.forward_backward();
 //     px.update(std::span(optimizers));      // one optimizer per chunk of this rank
 //
-// Not yet: ZB-H1's weight-gradient pass runs with its input-gradient pass (the backward is one
-// pass: the order is the schedule's, the bubble that splitting buys is not); boundary values
-// move whole through the groups' first ranks rather than piece to piece; plans with SFB are
-// refused (their weight gradients come from one backward's factors).
+// Not yet: boundary values move whole through the groups' first ranks rather than piece to
+// piece; plans with SFB are refused (their weight gradients come from one backward's factors),
+// and a split backward refuses FSDP and recomputation in its stages.
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
+#include <hspmd/exec/micro_batches.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/pipeline_boundaries.hpp>
 #include <hspmd/exec/trace.hpp>
@@ -125,6 +129,8 @@ public:
       for (const auto& r : st->sg.received) // their gradients go back after the backward
         for (graph::node_id v : loaded_versions(dx, st->sg.g[r.first].name))
           e.keep_gradient(v);
+      if (s_.split_backward()) // zero bubble: input gradients first, weight gradients later
+        dx.split_backward();
       if (st->index + 1 == stages()) // the mean over micro-batches, seeded once
         e.set_loss_scale(1.0 / static_cast<double>(s_.micro));
       st->slot_of.assign(s_.micro, none);
@@ -132,8 +138,8 @@ public:
       for (std::size_t k = 0; k < st->free_slots.size(); ++k)
         st->free_slots[k] = st->free_slots.size() - 1 - k;
       for (std::size_t k = 0; k < s_.order[d_].size(); ++k) // its last backward synchronizes
-        if (s_.order[d_][k].chunk == c && s_.order[d_][k].what != program::pass::forward &&
-            s_.order[d_][k].what != program::pass::backward_weight)
+        if (s_.order[d_][k].chunk == c && (s_.order[d_][k].what == program::pass::backward ||
+                                           s_.order[d_][k].what == program::pass::backward_weight))
           st->last_backward = k;
       stages_.push_back(std::move(st));
     }
@@ -182,13 +188,9 @@ public:
   /// j-th of m equal parts along the first dimension.
   /// Checked here, on every rank alike (a rank that found it wrong later, inside the step,
   /// would leave the others waiting for its values).
-  void set_input(std::string_view name, std::span<const T> whole) {
-    check_batch(name, whole.size(), false);
-    values_[std::string(name)].assign(whole.begin(), whole.end());
-  }
+  void set_input(std::string_view name, std::span<const T> whole) { batch_.set(name, whole); }
   void set_input(std::string_view name, std::span<const std::int64_t> whole) {
-    check_batch(name, whole.size(), true);
-    ids_[std::string(name)].assign(whole.begin(), whole.end());
+    batch_.set(name, whole);
   }
 
   /// Every micro-batch's forward and backward in the schedule's order; returns the batch's loss
@@ -207,8 +209,10 @@ public:
       stage& st = *stages_[op.chunk];
       if (op.what == program::pass::forward)
         loss += run_forward(st, op.micro);
-      else if (op.what != program::pass::backward_weight)
-        run_backward(st, op.micro, k == st.last_backward);
+      else if (op.what == program::pass::backward_weight)
+        run_weights(st, op.micro, k == st.last_backward);
+      else
+        run_backward(st, op.micro, k == st.last_backward, op.what == program::pass::backward_input);
       progress();
     }
     for (pending& p : sends_)
@@ -340,51 +344,15 @@ private:
                 [&] { world_->recv(into, leader_of(from_stage), tag_); });
   }
 
-  void check_batch(std::string_view name, std::size_t size, bool ids) const {
-    const auto id = g_.find(name);
-    if (!id || g_[*id].kind != graph::op::input || (g_[*id].type == dtype::i64) != ids)
-      throw config_error("pipeline input \"" + std::string(name) + "\"",
-                         std::string("the model has no ") + (ids ? "integer" : "floating-point") +
-                             " input of that name",
-                         "feed the inputs the model declares");
-    const std::size_t part = g_[*id].out.size();
-    if (size != part * s_.micro)
-      throw shape_error("pipeline input \"" + std::string(name) + "\"",
-                        std::to_string(size) + " elements for " + std::to_string(s_.micro) +
-                            " micro-batches of " + g_[*id].out.to_string(),
-                        "pass the whole batch: m micro-batches of the graph's batch, or trace "
-                        "the model for the batch / m");
-  }
-  // Micro-batch j's part of the whole batch `whole` of input node `n`'s name.
-  template <class E>
-  std::span<const E> micro_part(const std::vector<E>& whole, std::size_t j,
-                                const graph::node& n) const {
-    const std::size_t part = n.out.size();
-    if (whole.size() != part * s_.micro)
-      throw shape_error("pipeline input \"" + n.name + "\"",
-                        std::to_string(whole.size()) + " elements for " + std::to_string(s_.micro) +
-                            " micro-batches of " + n.out.to_string(),
-                        "pass the whole batch: micro-batches x the stage graph's input");
-    return std::span<const E>(whole).subspan(j * part, part);
-  }
-  template <class E>
-  const std::vector<E>& data(const std::map<std::string, std::vector<E>>& m,
-                             const std::string& name) const {
-    const auto it = m.find(name);
-    if (it == m.end())
-      throw config_error("pipeline input \"" + name + "\"", "not set",
-                         "call set_input for every input of the model");
-    return it->second;
-  }
   void feed(stage& st, std::size_t j) {
     for (graph::node_id i : st.sg.g.inputs()) {
       const graph::node& n = st.sg.g[i];
       if (n.name.starts_with("recv:") || n.name.starts_with("grad:"))
         continue;
       if (n.type == dtype::i64)
-        st.dx->set_input(n.name, micro_part(data(ids_, n.name), j, n));
+        st.dx->set_input(n.name, batch_.template part<std::int64_t>(n, j));
       else
-        st.dx->set_input(n.name, micro_part(data(values_, n.name), j, n));
+        st.dx->set_input(n.name, batch_.template part<T>(n, j));
     }
   }
 
@@ -422,7 +390,9 @@ private:
     return st.index + 1 == stages() ? static_cast<double>(loss) : 0.0;
   }
 
-  void run_backward(stage& st, std::size_t j, bool synchronize) {
+  // Micro-batch j's backward on stage st (`inputs_only`: a split backward's first part, whose
+  // slot stays taken until `run_weights`).
+  void run_backward(stage& st, std::size_t j, bool synchronize, bool inputs_only) {
     stage_executor& dx = *st.dx;
     if (st.slot_of.at(j) == none)
       throw plan_error("pipeline",
@@ -445,17 +415,41 @@ private:
       }
       dx.set_input(gi.name, std::span<const T>(sum));
     }
-    trace_.span("B s" + std::to_string(st.index) + m, trace_kind::compute,
-                {{"stage", st.index}, {"micro", j}, {"pass", "backward"}}, [&] {
-                  if (synchronize)
-                    dx.backward();
-                  else
-                    dx.backward_accumulating();
-                });
+    trace_.span(
+        "B s" + std::to_string(st.index) + m, trace_kind::compute,
+        {{"stage", st.index}, {"micro", j}, {"pass", inputs_only ? "backward_input" : "backward"}},
+        [&] {
+          if (inputs_only)
+            dx.backward_inputs();
+          else if (synchronize)
+            dx.backward();
+          else
+            dx.backward_accumulating();
+        });
     for (const auto& [local, global] : st.sg.received) {
       const auto [k, q] = b_.producer_of(global);
       send(input_gradient(dx, st.sg.g[local].name), k, b_.tag(k, st.index, true, q));
     }
+    if (!inputs_only)
+      release(st, j);
+  }
+  // Micro-batch j's weight gradients on stage st (a split backward's second part); the last
+  // one of the step synchronizes the group's parameter gradients.
+  void run_weights(stage& st, std::size_t j, bool synchronize) {
+    stage_executor& dx = *st.dx;
+    if (st.slot_of.at(j) == none)
+      throw plan_error("pipeline",
+                       "stage " + std::to_string(st.index) + " runs micro-batch " +
+                           std::to_string(j) + "'s weight gradients before its forward",
+                       "check the schedule (program::check)");
+    dx.local().use_activation_slot(st.slot_of[j]);
+    at_micro(st, j);
+    trace_.span("W s" + std::to_string(st.index) + " m" + std::to_string(j), trace_kind::compute,
+                {{"stage", st.index}, {"micro", j}, {"pass", "backward_weight"}},
+                [&] { dx.backward_weights(synchronize); });
+    release(st, j);
+  }
+  void release(stage& st, std::size_t j) {
     st.free_slots.push_back(st.slot_of[j]);
     st.slot_of[j] = none;
   }
@@ -470,8 +464,7 @@ private:
   bool leader_ = false;
   std::vector<std::unique_ptr<stage>> stages_;
   pipeline_boundaries b_;
-  std::map<std::string, std::vector<T>> values_;
-  std::map<std::string, std::vector<std::int64_t>> ids_;
+  micro_batches<T> batch_{g_, s_.micro};
   std::deque<pending> sends_;
   std::vector<T> scratch_;
   trace_recorder trace_;

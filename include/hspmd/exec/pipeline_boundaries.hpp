@@ -27,14 +27,14 @@ concept async_sender = requires(C& c, std::span<const T> data, typename C::reque
 };
 
 /// The micro-batches in flight at once on each chunk of device `d` under schedule `s`: a
-/// forward takes a slot, its (input-gradient) backward gives it back.
+/// forward takes a slot, its backward gives it back (a split backward: its weight-gradient part).
 [[nodiscard]] inline std::vector<std::size_t>
 in_flight_per_chunk(const program::pipeline_schedule& s, std::size_t d) {
   std::vector<std::size_t> now(s.chunks, 0), peak(s.chunks, 0);
   for (const program::pipeline_op& op : s.order.at(d)) {
     if (op.what == program::pass::forward)
       peak[op.chunk] = std::max(peak[op.chunk], ++now[op.chunk]);
-    else if (op.what != program::pass::backward_weight && now[op.chunk] > 0)
+    else if (op.what != program::pass::backward_input && now[op.chunk] > 0) // (split: at W)
       --now[op.chunk];
   }
   return peak;

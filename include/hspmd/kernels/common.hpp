@@ -74,6 +74,10 @@ public:
     /// What GEMM operands are rounded to (kernels/precision.hpp); the executor rounds what kernels
     /// store.
     exec::precision precision = exec::precision::f32;
+    /// A bit per input: the backward's gradients wanted (a split backward, exec/executor.hpp
+    /// `backward_part`, asks for the input or the weight gradients only). A kernel may skip an
+    /// unwanted one; the executor sends what it writes there to scratch memory.
+    std::uint32_t wanted = ~0U;
   };
 
   kernel_context(B& backend, const graph::graph& g, graph::node_id id, node_storage<T, B>& s,
@@ -104,6 +108,10 @@ public:
   /// first writer and the buffer was not zeroed (only for inputs in the kernel's `assigns`).
   [[nodiscard]] bool assign(std::size_t k) const {
     return !s_->assign.empty() && ((s_->assign[id_] >> k) & 1U) != 0;
+  }
+  /// Whether the backward's caller wants input k's gradient (see `run_state::wanted`).
+  [[nodiscard]] bool wants(std::size_t k) const {
+    return k >= 32 || ((state_.wanted >> k) & 1U) != 0;
   }
   /// Input k's integer values (token ids, labels), on the host.
   [[nodiscard]] std::span<const std::int64_t> ids(std::size_t k) const {

@@ -51,14 +51,19 @@ struct matmul_kernel {
     gemm(c, transpose::no, transpose::no, m, n, k, T{1}, c.in(0), k, c.in(1), n, bias ? T{1} : T{0},
          c.out(), n);
   }
-  // dX += dY W^T ; dW += X^T dY ; db += column sums of dY (beta 0 where the gradient is stored)
+  // dX += dY W^T ; dW += X^T dY ; db += column sums of dY (beta 0 where the gradient is stored);
+  // each only where wanted (a split backward)
   template <class T, class B>
   static void backward(kernel_context<T, B>& c) {
     const auto [m, k, n] = dims_of(c);
-    gemm(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, c.in(1), n, beta(c, 0),
-         c.din(0), k);
-    gemm(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, beta(c, 1),
-         c.din(1), n);
+    if (c.wants(0))
+      gemm(c, transpose::no, transpose::yes, m, k, n, T{1}, c.dout(), n, c.in(1), n, beta(c, 0),
+           c.din(0), k);
+    if (c.wants(1))
+      gemm(c, transpose::yes, transpose::no, k, n, m, T{1}, c.in(0), k, c.dout(), n, beta(c, 1),
+           c.din(1), n);
+    if (c.arity() == 3 && !c.wants(2))
+      return;
     if (c.arity() == 3 && !c.skip_bias())
       column_sums<T, 1>(c.backend(), m, n, matrix_column<T>{c.dout(), n},
                         contribute_column<T>{c.din(2), T{1}, c.assign(2)});

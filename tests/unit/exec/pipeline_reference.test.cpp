@@ -169,7 +169,7 @@ TEST_CASE("pipeline reference: every schedule's order over the stages gives the 
 }
 
 TEST_CASE("an executor with activation slots holds several micro-batches and accumulates their "
-          "gradients") {
+          "gradients, its backward whole or split into input and weight gradients") {
   const auto c = test::tiny_bert(2);
   constexpr std::size_t batch = 6, m = 3, per = batch / m;
   std::vector<std::int64_t> tokens(batch * c.seq), targets(batch * c.seq);
@@ -184,30 +184,56 @@ TEST_CASE("an executor with activation slots holds several micro-batches and acc
   const double want = whole.forward();
   whole.backward();
 
-  for (const bool recompute : {false, true}) {
-    CAPTURE(recompute);
+  enum class mode { plain, recompute, split };
+  for (const mode how : {mode::plain, mode::recompute, mode::split}) {
+    CAPTURE(static_cast<int>(how));
     const graph::graph g = models::trace_bert_lm<double>(c, per);
     exec::executor<double> e(g, 5);
     e.set_activation_slots(m);
     e.set_accumulate_parameter_gradients(true);
     e.reuse_gradient_buffers();
-    if (recompute)
+    if (how == mode::recompute)
       e.recompute(exec::scope_segments(g));
+    if (how == mode::split) { // weight-side: the parameters and what only they feed
+      std::vector<bool> w(g.size(), false);
+      for (graph::node_id i = 0; i < g.size(); ++i)
+        w[i] = g[i].kind == graph::op::parameter ||
+               (!g[i].inputs.empty() &&
+                std::ranges::all_of(g[i].inputs, [&](graph::node_id j) { return w[j]; }));
+      e.split_backward(w);
+      CHECK_THROWS_AS(e.recompute(exec::scope_segments(g)), config_error);
+    }
     CHECK_THROWS_AS(e.use_activation_slot(m), config_error);
-    // every forward first, each in its slot, then the backwards in another order
+    // forwards, each in its slot, and backwards in another order; split: input parts (I) and
+    // weight parts (W) apart, forwards between them, as a zero-bubble schedule runs them
+    const std::vector<std::pair<char, std::size_t>> order =
+        how == mode::split ? std::vector<std::pair<char, std::size_t>>{{'F', 0}, {'F', 1}, {'I', 0},
+                                                                       {'F', 2}, {'W', 0}, {'I', 1},
+                                                                       {'I', 2}, {'W', 2}, {'W', 1}}
+                           : std::vector<std::pair<char, std::size_t>>{
+                                 {'F', 0}, {'F', 1}, {'F', 2}, {'B', 1}, {'B', 2}, {'B', 0}};
     double loss = 0;
-    for (std::size_t j = 0; j < m; ++j) {
+    e.zero_parameter_gradients();
+    for (const auto& [what, j] : order) {
       e.use_activation_slot(j);
-      e.set_input("tokens", micro_rows(tokens, j, per, c.seq));
-      e.set_input("targets", micro_rows(targets, j, per, c.seq));
-      loss += e.forward() / static_cast<double>(m);
+      if (what == 'F') {
+        e.set_input("tokens", micro_rows(tokens, j, per, c.seq));
+        e.set_input("targets", micro_rows(targets, j, per, c.seq));
+        loss += e.forward() / static_cast<double>(m);
+      } else if (what == 'B') {
+        e.backward();
+      } else {
+        const auto part = what == 'I' ? exec::backward_part::inputs : exec::backward_part::weights;
+        e.begin_backward(part);
+        for (graph::node_id i = static_cast<graph::node_id>(g.size()); i-- > 0;)
+          e.backward_node(i, part);
+      }
+      if (what == 'I' && j == 0) // an input part leaves every parameter's gradient alone
+        for (graph::node_id p : g.parameters())
+          for (double v : e.grad_to_host(p))
+            REQUIRE(v == 0.0);
     }
     CHECK_THROWS_AS(e.set_activation_slots(2), plan_error);
-    e.zero_parameter_gradients();
-    for (const std::size_t j : {1UL, 2UL, 0UL}) {
-      e.use_activation_slot(j);
-      e.backward();
-    }
     CHECK(loss == Approx(want).epsilon(1e-12));
     double largest = 0; // (the key bias's gradient is rounding only: see above)
     for (graph::node_id p : whole_graph.parameters())
