@@ -34,6 +34,8 @@
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/exec/agreement.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/micro_batches.hpp>
@@ -47,6 +49,7 @@
 #include <hspmd/synth/cost.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -65,8 +68,8 @@ namespace hspmd::exec {
 
 /// One rank's stages of a pipeline (see the file comment).
 template <std::floating_point T, class Comm>
-requires communicator<Comm, T> && communicator<Comm, double> && async_sender<Comm, T> &&
-    requires(const Comm& c) {
+requires communicator<Comm, T> && communicator<Comm, double> && communicator<Comm, std::uint64_t> &&
+    communicator<Comm, char> && async_sender<Comm, T> && requires(const Comm& c) {
   { c.split(0, 0) } -> std::same_as<Comm>;
 }
 class pipeline_executor {
@@ -81,6 +84,7 @@ public:
   pipeline_executor(const graph::graph& g, const program::pipeline_plan& plan, Comm& world,
                     std::uint64_t seed = 0)
       : g_(g), plan_(plan), s_(plan.make()), world_(&world) {
+    agree_on_pipeline(); // (first: a rank that threw alone below would leave the others waiting)
     const std::string where = "pipeline";
     if (plan_.ranks() != static_cast<std::size_t>(world.size()))
       throw config_error(where,
@@ -293,6 +297,27 @@ public:
 
 private:
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
+  // Collective over the world: every rank holds the same model graph and pipeline plan (each
+  // group then agrees on its stages' plans, exec/agreement.hpp); the first difference throws
+  // `config_error` on every rank naming it.
+  void agree_on_pipeline() {
+    const auto list = [](const std::vector<std::size_t>& v) {
+      std::string out;
+      for (std::size_t x : v)
+        out += (out.empty() ? "" : ",") + std::to_string(x);
+      return out;
+    };
+    const std::array<std::pair<std::string, std::string>, 7> what = {{
+        {"model (the micro-batch's traced graph)", to_hex(synth::graph_hash(g_))},
+        {"pipeline groups", list(plan_.group_sizes)},
+        {"pipeline stages' first blocks", list(plan_.first_blocks)},
+        {"pipeline schedule", std::string(program::name(plan_.schedule))},
+        {"micro-batches", std::to_string(plan_.micro)},
+        {"chunks per group", std::to_string(plan_.chunks)},
+        {"pipeline plan (its stages' programs)", to_hex(plan_.hash())},
+    }};
+    agree_on_options(std::span<const std::pair<std::string, std::string>>(what), *world_);
+  }
   struct stage {
     std::size_t index = 0; // in the pipeline
     graph::stage_graph sg;

@@ -5,7 +5,7 @@
 // afterwards equal the single process's on the whole batch (f64 1e-10, f32 1e-5 relative to
 // each tensor's scale), for MLP, BERT and Llama with DP-EV and synthesized stage plans; stage 0
 // holds p micro-batches under 1F1B where GPipe holds m; and checkpoints cross between a
-// pipeline plan and DP-EV both ways.
+// pipeline plan and DP-EV both ways; ranks whose pipeline plans differ are refused.
 #include <hspmd/comm/mpi/communicator.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/pipeline.hpp>
@@ -176,6 +176,31 @@ TEST_CASE("pipeline: MLP, BERT and Llama stages on the ranks equal the single pr
     pipeline_equivalence<float>("mlp", mlp, "fc", rows, 4, 1e-5, "synth", world);
     pipeline_equivalence<double>("bert", small(layers), "layers.", rows, 24, 1e-10, "dp-ev", world);
   }
+}
+
+TEST_CASE("pipeline: ranks that hold different pipeline plans are refused on every rank, "
+          "naming what differs",
+          "[pipeline]") {
+  mpi_communicator world;
+  const std::size_t p = static_cast<std::size_t>(world.size());
+  if (p < 2) {
+    WARN("a pipeline needs at least 2 ranks");
+    return;
+  }
+  const graph::graph g = models::trace_model<float>("bert", small(p), 2);
+  const bool last = world.rank() + 1 == world.size();
+  program::pipeline_options o;
+  o.group_sizes.assign(p, 1);
+  o.strategy = "dp-ev";
+  o.micro = last ? 2 * p : p; // the last rank was told another micro-batch count
+  const auto mine = program::make_pipeline_plan(g, cluster_of(p), o);
+  CHECK_THROWS_WITH((exec::pipeline_executor<float, mpi_communicator>(g, mine, world)),
+                    Catch::Contains("micro-batches") && Catch::Contains("differs between ranks"));
+  o.micro = p;
+  o.schedule = last ? program::schedule_kind::gpipe : program::schedule_kind::one_f_one_b;
+  CHECK_THROWS_WITH((exec::pipeline_executor<float, mpi_communicator>(
+                        g, program::make_pipeline_plan(g, cluster_of(p), o), world)),
+                    Catch::Contains("pipeline schedule") && Catch::Contains("gpipe"));
 }
 
 TEST_CASE("pipeline: stage d holds p - d micro-batches (and their bytes) under 1F1B at any m, "
