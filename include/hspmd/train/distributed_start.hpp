@@ -20,6 +20,7 @@
 #include <hspmd/train/engine.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/option_table.hpp>
+#include <hspmd/train/pipeline_start.hpp>
 #include <hspmd/train/profile.hpp>
 #include <hspmd/train/report.hpp>
 #include <hspmd/train/run_plan.hpp>
@@ -282,6 +283,15 @@ distributed_run<T, Optimizer> start_distributed(const graph::graph& g, train_opt
     check_output_files(o, *d.ranks); // fail now, not after training
     if (is_root && !o.save_graph.empty())
       write_file(o.save_graph, graph::to_json(g).dump(1));
+    if (!o.pipeline.empty()) { // stages on groups (train/pipeline_start.hpp)
+      if (is_root && o.out != nullptr) {
+        describe(*o.out, g, o, "host");
+        say_blas(*o.out, blas::status());
+      }
+      d.pipeline = start_pipeline<T, Optimizer>(g, o, run.c, comm, is_root ? o.out : nullptr);
+      d.meter = flops_meter(g, o.accumulate);
+      return 0;
+    }
     run.so = planning_options(o, sizeof(T));
     run.priced = priced_like(o, sizeof(T));
     // The device first: calibration measures rank 0's compute where the run will compute.

@@ -209,6 +209,17 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
        s([](train_options & o) -> auto& { return o.recompute; })},
       {"--plan", "with --cluster: synth (default), dp-ev, dp-cp, tp, or a plan JSON file",
        t([](train_options & o) -> auto& { return o.plan; }), 0, 0, false, a::value, true},
+      {"--pipeline",
+       "with --cluster: pipeline stages on groups of ranks, the devices of each group in rank "
+       "order (e.g. 1,1 or 2,1,1; a number P: P equal groups); --accumulate micro-batches a step",
+       t([](train_options & o) -> auto& { return o.pipeline; }), 0, 0, false, a::value, true},
+      {"--pipeline-schedule", "with --pipeline: gpipe, 1f1b (default), interleaved or zb",
+       train_option::choice{
+           [](const train_options& o) { return o.pipeline_schedule; },
+           [](train_options& o, std::string_view v) { o.pipeline_schedule = std::string(v); },
+           "gpipe|1f1b|interleaved|zb"}},
+      {"--pipeline-chunks", "with --pipeline: stages per group (interleaved: 2 or more)",
+       c([](train_options & o) -> auto& { return o.pipeline_chunks; }), 1, 1e4},
       {"--calibrate",
        "with --cluster: before planning, time the model's ops on rank 0 and the collectives on "
        "all ranks, and price the plan by those measurements (default: on where the cluster has "
@@ -382,6 +393,34 @@ inline void check_run_options(const train_options& o, bool distributed,
       throw config_error("rebalance with optimizer " + types.optimizer,
                          "keeps its state private, so re-balancing cannot move it",
                          "train with exec::adam or exec::sgd, or drop --rebalance");
+  }
+  if (o.pipeline.empty() && (o.pipeline_schedule != "1f1b" || o.pipeline_chunks != 1))
+    throw config_error(o.pipeline_chunks != 1
+                           ? "--pipeline-chunks " + std::to_string(o.pipeline_chunks)
+                           : "--pipeline-schedule " + o.pipeline_schedule,
+                       "shapes a pipeline, and no --pipeline is given",
+                       "give --pipeline (the groups), or drop it");
+  if (!o.pipeline.empty()) { // what a pipeline run does not do yet (train/pipeline_engine.hpp)
+    const auto refuse = [](const std::string& what, const char* why) {
+      throw config_error(what + " with --pipeline", why, "drop it, or train without --pipeline");
+    };
+    if (o.rebalance != 0.0)
+      refuse("--rebalance", "re-balancing moves a one-level plan's shares, not a pipeline's");
+    if (o.recompute)
+      refuse("--recompute", "pipeline stages keep their micro-batches' activations (slots)");
+    if (o.precision != exec::precision::f32)
+      refuse("--precision " + std::string(name(o.precision)), "pipeline stages run in f32");
+    if (o.device != "host" && o.device != "auto")
+      refuse("--device " + o.device, "pipeline stages run on the host for now");
+    if (!o.plan_cache.empty())
+      refuse("--plan-cache", "caches one-level plans");
+    if (!o.trace.empty())
+      refuse("--trace", "the trainer writes one-level plans' traces (hspmd-pipeline-bench "
+                        "--trace draws a pipeline's)");
+    if (o.profile)
+      refuse("--profile", "per-op profiles of pipeline stages are not collected yet");
+    if (o.calibrate.value_or(false))
+      refuse("--calibrate", "stage plans are priced by the cluster file's numbers");
   }
   if ((o.save_every > 0 || o.resume) && o.checkpoint_dir.empty())
     throw config_error(o.resume ? "resume" : "save every " + std::to_string(o.save_every),

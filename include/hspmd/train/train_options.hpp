@@ -79,8 +79,15 @@ struct train_options {
 
   std::string cluster; ///< cluster file: train on every rank of an MPI job; empty: one process
   std::optional<hspmd::cluster> cluster_spec; ///< a cluster already read (instead of the file)
-  /// With a cluster: "synth" (default), "dp-ev", "dp-cp", "tp", or a plan JSON file.
+  /// With a cluster: "synth" (default), "dp-ev", "dp-cp", "tp", or a plan JSON file (with
+  /// `pipeline`: each stage's strategy, or a pipeline plan file).
   std::string plan;
+  /// With a cluster: pipeline stages on groups of ranks (exec/pipeline.hpp), the devices of each
+  /// group in rank order, e.g. "1,1" or "2,1,1"; a single number P: P groups of equal size.
+  /// Empty: no pipeline. The step's micro-batches are `accumulate`'s.
+  std::string pipeline;
+  std::string pipeline_schedule = "1f1b"; ///< with pipeline: gpipe, 1f1b, interleaved, zb
+  std::size_t pipeline_chunks = 1;        ///< with pipeline: stages per group (interleaved: 2+)
   /// With a cluster: price the plan by op and collective times measured at start-up. Unset: on
   /// where the cluster describes emulated devices (a "slowdown"), whose declared speeds and
   /// links describe some other machine, and no plan cache is asked for; off otherwise.

@@ -189,6 +189,11 @@ private:
     distributed_run<T, Optimizer> d =
         start_distributed<T, Optimizer>(g_, o_, [this] { check_options(); });
     world_ = std::move(d.ranks);
+    if (d.pipeline) { // a pipeline run: no one-level plan, rank engine or re-balancing
+      engine_ = std::move(d.pipeline);
+      meter_ = std::move(d.meter);
+      return;
+    }
     run_ = std::move(d.run);
     meter_ = std::move(d.meter);
     rebalancing_ = std::move(d.rebalance);

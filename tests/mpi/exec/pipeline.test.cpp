@@ -14,6 +14,7 @@
 #include <hspmd/program/pipeline_plan.hpp>
 #include <hspmd/synth/synthesize.hpp>
 #include <hspmd/train/pipeline_checkpoint.hpp>
+#include <hspmd/train/trainer.hpp>
 
 #include "../../support/equivalence.hpp"
 
@@ -176,6 +177,83 @@ TEST_CASE("pipeline: MLP, BERT and Llama stages on the ranks equal the single pr
     pipeline_equivalence<float>("mlp", mlp, "fc", rows, 4, 1e-5, "synth", world);
     pipeline_equivalence<double>("bert", small(layers), "layers.", rows, 24, 1e-10, "dp-ev", world);
   }
+}
+
+TEST_CASE("pipeline: the library trainer under --pipeline trains as under DP-EV with the same "
+          "micro-batches, and its checkpoint resumes without the pipeline",
+          "[pipeline]") {
+  mpi_communicator world;
+  const std::size_t p = static_cast<std::size_t>(world.size());
+  if (p < 2) {
+    WARN("a pipeline needs at least 2 ranks");
+    return;
+  }
+  const std::size_t m = 2 * p, rows = 2;
+  const graph::graph g = models::trace_model<double>("llama", small(p), rows);
+  train::train_options o;
+  o.cluster_spec = cluster_of(p);
+  o.plan = "dp-ev";
+  o.accumulate = m;
+  o.steps = 4;
+  o.lr = train::lr_schedule::constant(3e-3);
+  o.clip = 1.0;
+  o.out = nullptr;
+  const exec::feed_fn<double> feed = [&](exec::batch_sink<double>& b, std::size_t s) {
+    const auto data = test::data_for<double>(g, s, 24);
+    for (const auto& [name, v] : data.ids)
+      b.set_input(name, std::span<const std::int64_t>(v));
+  };
+  train::trainer<double> plain(g, o);
+  const auto want = plain.fit(feed);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("hspmd-pipeline-trainer-" + std::to_string(p));
+  if (world.rank() == 0)
+    std::filesystem::remove_all(dir);
+  world.barrier();
+  for (const std::string schedule : {"1f1b", "zb"}) {
+    CAPTURE(schedule);
+    train::train_options po = o;
+    po.pipeline = std::to_string(p); // p groups of one
+    po.pipeline_schedule = schedule;
+    po.steps = 3;
+    if (schedule == "1f1b") { // it saves after steps 2 and 3
+      po.checkpoint_dir = dir.string();
+      po.save_every = 2;
+    }
+    train::trainer<double> piped(g, po);
+    const auto got = piped.fit(feed);
+    REQUIRE(got.losses.size() == 3);
+    for (std::size_t s = 0; s < 3; ++s) {
+      INFO("step " << s << ": " << got.losses[s] << " vs " << want.losses[s]);
+      CHECK(std::abs(got.losses[s] - want.losses[s]) <= 1e-10 * std::abs(want.losses[s]));
+    }
+    train::train_options three = o;
+    three.steps = 3;
+    train::trainer<double> plain3(g, three);
+    (void)plain3.fit(feed);
+    for (graph::node_id q : g.parameters()) {
+      const auto a = piped.value(g[q].name), b = plain3.value(g[q].name);
+      double worst = 0.0, scale = 1e-3;
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        worst = std::max(worst, std::abs(a[k] - b[k]));
+        scale = std::max(scale, std::abs(b[k]));
+      }
+      CAPTURE(g[q].name);
+      CHECK(worst <= 1e-10 * scale);
+    }
+  }
+  // the pipeline's last checkpoint (step 3), resumed by DP-EV: step 4 as the run that never
+  // stopped
+  train::train_options r = o;
+  r.checkpoint_dir = dir.string();
+  r.resume = true;
+  train::trainer<double> resumed(g, r);
+  const auto after = resumed.fit(feed);
+  REQUIRE(!after.losses.empty());
+  CHECK(std::abs(after.losses.back() - want.losses.back()) <= 1e-10 * std::abs(want.losses.back()));
+  world.barrier();
+  if (world.rank() == 0)
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("pipeline: ranks that hold different pipeline plans are refused on every rank, "
