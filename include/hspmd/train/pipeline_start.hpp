@@ -146,7 +146,10 @@ start_pipeline(const graph::graph& g, const train_options& o, const cluster& c,
     if (o.explain)
       *out << program::explain(plan, g);
   }
-  return std::make_unique<pipeline_engine<T, Optimizer, mpi_communicator>>(g, plan, comm, o.seed);
+  auto e = std::make_unique<pipeline_engine<T, Optimizer, mpi_communicator>>(g, plan, comm, o.seed);
+  // an emulated device computes as much slower as the cluster says (exec/emulation.hpp)
+  e->pipeline().set_slowdown(c.devices.at(static_cast<std::size_t>(comm.rank())).slowdown);
+  return e;
 }
 
 } // namespace hspmd::train
