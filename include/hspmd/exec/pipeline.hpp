@@ -101,7 +101,7 @@ public:
     leader_ = static_cast<int>(plan_.first_rank(d_)) == world.rank();
     group_.emplace(world.split(static_cast<int>(d_), world.rank()));
     b_ = pipeline_boundaries(g_, cuts_);
-    const std::vector<std::size_t> slots = in_flight_per_chunk(s_, d_);
+    const std::vector<std::size_t> slots = program::in_flight_per_chunk(s_, d_);
     // Random masks (dropout) are drawn by element index in the whole batch's tensor: a value
     // whose outermost dimension runs along the batch starts at micro-batch j's first row
     // (exec/hierarchical.hpp does the same for a node's rows), so every schedule and m draw

@@ -2,8 +2,8 @@
 // What crosses a pipeline's stage boundaries (exec/pipeline.hpp), known alike on every rank
 // without building the stage graphs: per stage, the values it sends -- nodes a later stage reads,
 // in node order, as graph::extract_stage lists them -- and per value the later stages that read
-// it; the message tag of each (producer, reader, direction, value); and how many micro-batches a
-// schedule holds at once on each of a device's chunks.
+// it; and the message tag of each (producer, reader, direction, value). (How many micro-batches
+// a schedule holds at once: program::in_flight_per_chunk.)
 
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/ir.hpp>
@@ -25,20 +25,6 @@ concept async_sender = requires(C& c, std::span<const T> data, typename C::reque
   { c.test(r) } -> std::convertible_to<bool>;
   c.wait(r);
 };
-
-/// The micro-batches in flight at once on each chunk of device `d` under schedule `s`: a
-/// forward takes a slot, its backward gives it back (a split backward: its weight-gradient part).
-[[nodiscard]] inline std::vector<std::size_t>
-in_flight_per_chunk(const program::pipeline_schedule& s, std::size_t d) {
-  std::vector<std::size_t> now(s.chunks, 0), peak(s.chunks, 0);
-  for (const program::pipeline_op& op : s.order.at(d)) {
-    if (op.what == program::pass::forward)
-      peak[op.chunk] = std::max(peak[op.chunk], ++now[op.chunk]);
-    else if (op.what != program::pass::backward_input && now[op.chunk] > 0) // (split: at W)
-      --now[op.chunk];
-  }
-  return peak;
-}
 
 /// The values crossing the boundaries of `cuts` (see the file comment).
 struct pipeline_boundaries {

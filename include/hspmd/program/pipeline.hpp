@@ -94,6 +94,22 @@ struct pipeline_schedule {
   [[nodiscard]] bool split_backward() const noexcept { return kind == schedule_kind::zero_bubble; }
 };
 
+/// The micro-batches in flight at once on each chunk of device `d` under schedule `s`: a
+/// forward takes a slot, its backward gives it back (a split backward: its weight-gradient
+/// part, which still reads the micro-batch's activations). What each stage's activations cost
+/// (exec/pipeline.hpp holds that many; `explain` prints it).
+[[nodiscard]] inline std::vector<std::size_t> in_flight_per_chunk(const pipeline_schedule& s,
+                                                                  std::size_t d) {
+  std::vector<std::size_t> now(s.chunks, 0), peak(s.chunks, 0);
+  for (const pipeline_op& op : s.order.at(d)) {
+    if (op.what == pass::forward)
+      peak[op.chunk] = std::max(peak[op.chunk], ++now[op.chunk]);
+    else if (op.what != pass::backward_input && now[op.chunk] > 0)
+      --now[op.chunk];
+  }
+  return peak;
+}
+
 /// "F3", "B3", "I3" (input gradient), "W3"; with chunks, "F3.1" (micro-batch 3 on chunk 1).
 [[nodiscard]] inline std::string text(const pipeline_op& op, bool chunks) {
   constexpr std::array<char, 4> letter = {'F', 'B', 'I', 'W'};

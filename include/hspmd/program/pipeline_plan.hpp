@@ -305,16 +305,8 @@ inline std::uint64_t pipeline_plan::hash() const {
                 "group", "devices", "shares", "micro (s)", "memory (MB)", "in flight");
   out += line;
   std::vector<std::vector<std::size_t>> in_flight(p.devices());
-  for (std::size_t d = 0; d < p.devices(); ++d) {
-    std::vector<std::size_t> now(p.chunks, 0), peak(p.chunks, 0);
-    for (const pipeline_op& op : s.order[d]) {
-      if (op.what == pass::forward)
-        peak[op.chunk] = std::max(peak[op.chunk], ++now[op.chunk]);
-      else if (op.what != pass::backward_weight && now[op.chunk] > 0)
-        --now[op.chunk];
-    }
-    in_flight[d] = peak;
-  }
+  for (std::size_t d = 0; d < p.devices(); ++d)
+    in_flight[d] = in_flight_per_chunk(s, d);
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
     const synth::plan& sp = p.stages[k];
     const std::size_t d = k % p.devices();

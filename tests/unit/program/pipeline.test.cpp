@@ -101,6 +101,13 @@ TEST_CASE("pipeline schedules: micro-batches in flight -- 1F1B at most p, GPipe 
       CHECK(one.peak_inflight[d] == std::min<std::size_t>(4 - d, m));
       CHECK(gpipe.peak_inflight[d] == m);
       CHECK(zb.peak_inflight[d] <= one.peak_inflight[0]);
+      // what the executor allocates slots by counts the same (a split backward's slot is
+      // held until its weight part)
+      for (const auto kind :
+           {schedule_kind::one_f_one_b, schedule_kind::gpipe, schedule_kind::zero_bubble}) {
+        const auto s = program::make_schedule(kind, 4, m);
+        CHECK(program::in_flight_per_chunk(s, d).at(0) == program::simulate(s).peak_inflight[d]);
+      }
     }
   }
 }
