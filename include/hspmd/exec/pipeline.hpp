@@ -418,14 +418,7 @@ private:
   // Micro-batch j's backward on stage st (`inputs_only`: a split backward's first part, whose
   // slot stays taken until `run_weights`).
   void run_backward(stage& st, std::size_t j, bool synchronize, bool inputs_only) {
-    stage_executor& dx = *st.dx;
-    if (st.slot_of.at(j) == none)
-      throw plan_error("pipeline",
-                       "stage " + std::to_string(st.index) + " runs micro-batch " +
-                           std::to_string(j) + "'s backward before its forward",
-                       "check the schedule (program::check)");
-    dx.local().use_activation_slot(st.slot_of[j]);
-    at_micro(st, j);
+    stage_executor& dx = resume(st, j, "backward");
     const std::string m = " m" + std::to_string(j);
     for (std::size_t q = 0; q < st.sg.gradient_inputs.size(); ++q) {
       // the sum over the stages that read the value of what each sends back
@@ -461,18 +454,23 @@ private:
   // Micro-batch j's weight gradients on stage st (a split backward's second part); the last
   // one of the step synchronizes the group's parameter gradients.
   void run_weights(stage& st, std::size_t j, bool synchronize) {
-    stage_executor& dx = *st.dx;
-    if (st.slot_of.at(j) == none)
-      throw plan_error("pipeline",
-                       "stage " + std::to_string(st.index) + " runs micro-batch " +
-                           std::to_string(j) + "'s weight gradients before its forward",
-                       "check the schedule (program::check)");
-    dx.local().use_activation_slot(st.slot_of[j]);
-    at_micro(st, j);
+    stage_executor& dx = resume(st, j, "weight gradients");
     trace_.span("W s" + std::to_string(st.index) + " m" + std::to_string(j), trace_kind::compute,
                 {{"stage", st.index}, {"micro", j}, {"pass", "backward_weight"}},
                 [&] { dx.backward_weights(synchronize); });
     release(st, j);
+  }
+  // Micro-batch j's slot on stage st made the active one again (for its `what` after its
+  // forward); the stage's executor.
+  stage_executor& resume(stage& st, std::size_t j, const char* what) {
+    if (st.slot_of.at(j) == none)
+      throw plan_error("pipeline",
+                       "stage " + std::to_string(st.index) + " runs micro-batch " +
+                           std::to_string(j) + "'s " + what + " before its forward",
+                       "check the schedule (program::check)");
+    st.dx->local().use_activation_slot(st.slot_of[j]);
+    at_micro(st, j);
+    return *st.dx;
   }
   void release(stage& st, std::size_t j) {
     st.free_slots.push_back(st.slot_of[j]);
