@@ -54,6 +54,15 @@ template <class T>
 void same_as(const test::result<T>& got, const test::result<T>& want, std::size_t first,
              double tol);
 
+// The job's ranks, or 0 (with a warning) below the 2 a pipeline needs.
+std::size_t pipeline_ranks(mpi_communicator& world) {
+  const auto p = static_cast<std::size_t>(world.size());
+  if (p >= 2)
+    return p;
+  WARN("a pipeline needs at least 2 ranks");
+  return 0;
+}
+
 // Rank 0's plan on every rank (through its JSON: the plan file's round trip).
 program::pipeline_plan agreed(mpi_communicator& comm, const graph::graph& micro_graph,
                               const program::pipeline_options& o) {
@@ -163,11 +172,9 @@ TEST_CASE("pipeline: MLP, BERT and Llama stages on the ranks equal the single pr
           "schedule",
           "[pipeline]") {
   mpi_communicator world;
-  const std::size_t p = static_cast<std::size_t>(world.size());
-  if (p < 2) {
-    WARN("a pipeline needs at least 2 ranks");
+  const std::size_t p = pipeline_ranks(world);
+  if (p == 0)
     return;
-  }
   // two stages a group (interleaved): 2 blocks a rank at least
   const std::size_t layers = 2 * p, rows = 4;
   models::model_options mlp;
@@ -188,11 +195,9 @@ TEST_CASE("pipeline: the library trainer under --pipeline trains as under DP-EV 
           "micro-batches, and its checkpoint resumes without the pipeline",
           "[pipeline]") {
   mpi_communicator world;
-  const std::size_t p = static_cast<std::size_t>(world.size());
-  if (p < 2) {
-    WARN("a pipeline needs at least 2 ranks");
+  const std::size_t p = pipeline_ranks(world);
+  if (p == 0)
     return;
-  }
   const std::size_t m = 2 * p, rows = 2;
   const graph::graph g = models::trace_model<double>("llama", small(p), rows);
   train::train_options o;
@@ -258,11 +263,9 @@ TEST_CASE("pipeline: ranks that hold different pipeline plans are refused on eve
           "naming what differs",
           "[pipeline]") {
   mpi_communicator world;
-  const std::size_t p = static_cast<std::size_t>(world.size());
-  if (p < 2) {
-    WARN("a pipeline needs at least 2 ranks");
+  const std::size_t p = pipeline_ranks(world);
+  if (p == 0)
     return;
-  }
   const graph::graph g = models::trace_model<float>("bert", small(p), 2);
   const bool last = world.rank() + 1 == world.size();
   program::pipeline_options o;
@@ -283,11 +286,9 @@ TEST_CASE("pipeline: stage d holds p - d micro-batches (and their bytes) under 1
           "m under GPipe",
           "[pipeline]") {
   mpi_communicator world;
-  const std::size_t p = static_cast<std::size_t>(world.size());
-  if (p < 2) {
-    WARN("a pipeline needs at least 2 ranks");
+  const std::size_t p = pipeline_ranks(world);
+  if (p == 0)
     return;
-  }
   const graph::graph g = models::trace_model<float>("bert", small(p), 2);
   std::size_t first_1f1b = 0;
   for (const std::size_t m : {p, 2 * p, 4 * p}) {
@@ -417,11 +418,9 @@ TEST_CASE("pipeline: a checkpoint saved under a pipeline plan resumes under DP-E
           "saved under DP-EV resumes under the pipeline",
           "[pipeline]") {
   mpi_communicator world;
-  const auto n = static_cast<std::size_t>(world.size());
-  if (n < 2) {
-    WARN("a pipeline needs at least 2 ranks");
+  const std::size_t n = pipeline_ranks(world);
+  if (n == 0)
     return;
-  }
   const auto groups = layouts_at(n).front();
   const std::size_t p = groups.size(), m = 2 * p, rows = 4;
   const models::model_options o = small(2 * p);
