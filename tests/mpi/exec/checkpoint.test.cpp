@@ -256,7 +256,7 @@ TEST_CASE("checkpoints saved under other rank counts load into every layout of t
   CHECK(loaded > 0);
 }
 
-TEST_CASE("an uncommitted save is never loaded; a damaged, truncated or missing file is named",
+TEST_CASE("an uncommitted save is never loaded, a damaged, truncated or missing file is named",
           "[save]") {
   mpi_communicator comm;
   const auto n = static_cast<std::size_t>(comm.size());

@@ -188,7 +188,7 @@ TEST_CASE("A two-level plan on a cluster it does not fit is refused on every ran
                     Catch::Contains("rank 3 holds a different plan than rank 0"));
 }
 
-TEST_CASE("A node whose devices cannot hold one row sits out; the others train equal to the "
+TEST_CASE("A node whose devices cannot hold one row sits out, the others train equal to the "
           "single process") {
   mpi_communicator world;
   REQUIRE(world.size() == 4);

@@ -53,7 +53,7 @@ TEST_CASE("a watchdog of timeout 0 watches nothing") {
   CHECK(w.timeout() == 0.0);
 }
 
-TEST_CASE("HSPMD_FAULT: rank, step and kind, in any order; bad specs named") {
+TEST_CASE("HSPMD_FAULT: rank, step and kind, in any order, bad specs named") {
   using k = train::fault_spec::kind;
   auto f = train::parse_fault("rank:1,at:step5,kind:hang");
   CHECK(f.rank == 1);

@@ -180,7 +180,7 @@ TEST_CASE("forward values of the nonlinear ops") {
   CHECK(ex.forward() == Approx(1.0));
 }
 
-TEST_CASE("a reshape reads its input where it lies; its gradient is a buffer of its own") {
+TEST_CASE("a reshape reads its input where it lies, its gradient is a buffer of its own") {
   builder b;
   const auto x = b.input({2, 3});
   const auto r = b.add(op::reshape, {x}, graph::attributes{0.0, {3, 2}, false});
@@ -280,7 +280,7 @@ TEST_CASE("rms_norm forward values by hand") {
   CHECK(ex.value(y)[4] == 0.0);
 }
 
-TEST_CASE("rotary embedding forward values by hand; a sequence piece rotates by global positions") {
+TEST_CASE("rotary embedding forward values by hand, a sequence piece rotates by global positions") {
   builder b;
   const auto x = b.input({1, 3, 1, 4}); // (B, S, heads, d)
   graph::attributes a;
@@ -316,7 +316,7 @@ TEST_CASE("rotary embedding forward values by hand; a sequence piece rotates by 
     CHECK(part.value(py)[i] == Approx(v[4 + i]));
 }
 
-TEST_CASE("dropout: masks by (seed, step, node, index); causal softmax hides later keys") {
+TEST_CASE("dropout: masks by (seed, step, node, index), causal softmax hides later keys") {
   builder b;
   const auto x = b.input({1000});
   graph::attributes a;
@@ -460,7 +460,7 @@ double worst(const std::vector<double>& a, const std::vector<double>& b) {
 }
 } // namespace
 
-TEST_CASE("fused attention equals products and a softmax, causal or not; a query piece masks "
+TEST_CASE("fused attention equals products and a softmax, causal or not, a query piece masks "
           "by global positions and its key gradients sum to the whole's") {
   std::mt19937_64 rng(11);
   for (const bool causal : {false, true}) {

@@ -117,7 +117,7 @@ TEST_CASE("GELU and its derivative are accurate over a dense sweep and at the li
   }
 }
 
-TEST_CASE("host buffers of 2 MiB or more start on a 2 MiB boundary (huge pages); all are zeroed") {
+TEST_CASE("host buffers of 2 MiB or more start on a 2 MiB boundary (huge pages), all are zeroed") {
   const hspmd::exec::host_backend host;
   constexpr std::size_t huge = std::size_t{2} << 20;
   const auto big = host.allocate<float>(huge / sizeof(float) + 3); // a little over 2 MiB

@@ -286,7 +286,7 @@ TEST_CASE("gradient accumulation over 3 micro-batches of 2 equals batches of 6 (
   CHECK(a.losses[2] < a.losses[0]); // and it learns
 }
 
-TEST_CASE("the loss is the mean over rows by default; a sum on request") {
+TEST_CASE("the loss is the mean over rows by default, a sum on request") {
   std::vector<double> x;
   std::vector<std::int64_t> y;
   for (std::size_t k = 0; k < 7; ++k)

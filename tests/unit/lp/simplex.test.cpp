@@ -338,7 +338,7 @@ TEST_CASE("deterministic: the same input gives bit-identical output") {
   }
 }
 
-TEST_CASE("bad builder input is refused with the name; limits are statuses") {
+TEST_CASE("bad builder input is refused with the name, limits are statuses") {
   problem p;
   CHECK_THROWS_WITH(p.add_variable("v", 2, 1), Catch::Contains("lp variable \"v\""));
   const auto v = p.add_variable("v", 0, 10, 1);

@@ -178,7 +178,7 @@ TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
   CHECK(last <= 0.8 * first);
 }
 
-TEST_CASE("size presets trace the big planning models without weights; given sizes win") {
+TEST_CASE("size presets trace the big planning models without weights, given sizes win") {
   const auto parameters = [](const graph::graph& g) {
     double n = 0.0;
     for (graph::node_id i = 0; i < g.size(); ++i)

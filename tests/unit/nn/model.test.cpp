@@ -37,7 +37,7 @@ TEST_CASE("modules compose and name their parameters by scope") {
   CHECK(h.extents().extent(0) == 8);
 }
 
-TEST_CASE("calling a layer twice shares its parameters; a clash of shapes is refused") {
+TEST_CASE("calling a layer twice shares its parameters, a clash of shapes is refused") {
   nn::tracer t(dtype::f64, 4);
   auto x = t.input<double, extents<hspmd::batch, 16>>("x");
   nn::linear<double, 16, 16> shared{"shared"};
@@ -49,7 +49,7 @@ TEST_CASE("calling a layer twice shares its parameters; a clash of shapes is ref
                                                  "(16, 16), asked for (16, 8)"));
 }
 
-TEST_CASE("sequential checks sizes through shape-preserving layers; runtime sizes at trace time") {
+TEST_CASE("sequential checks sizes through shape-preserving layers, runtime sizes at trace time") {
   nn::tracer t(dtype::f32, 2);
   auto x = t.input<float, extents<hspmd::batch, 10>>("x");
   nn::sequential mlp(nn::linear<float, 10, 20>{"fc1"}, nn::relu_layer{},

@@ -389,7 +389,7 @@ TEST_CASE("search: an MoE layer's dispatch and combine route tokens alike, so lo
   CHECK(layers == 2 * 9); // (one MoE layer of two)
 }
 
-TEST_CASE("baselines: DP replicates every weight on even or proportional ratios; TP splits none "
+TEST_CASE("baselines: DP replicates every weight on even or proportional ratios, TP splits none "
           "of the batch") {
   const auto g = tiny_mlp(32, 16, 64, 4);
   const cluster c = make_cluster({3e9, 1e9});
@@ -459,7 +459,7 @@ TEST_CASE("SFB replaces a weight-gradient all-reduce when the batch is small") {
   CHECK(without.cost > 5.0 * res.cost);
 }
 
-TEST_CASE("memory: a device too small for any plan is named with bytes; a tight cap changes the "
+TEST_CASE("memory: a device too small for any plan is named with bytes, a tight cap changes the "
           "plan") {
   const auto g = tiny_mlp(8, 1024, 1024, 4);
   const cluster tiny = make_cluster({1e9, 1e9}, 1e9, 1e5);
@@ -705,7 +705,7 @@ TEST_CASE("times print with a unit at every magnitude") {
   CHECK(milliseconds_text(1e30) == "3.17e+22 years");
 }
 
-TEST_CASE("a cluster built in code is held to the reader's limits; the search survives "
+TEST_CASE("a cluster built in code is held to the reader's limits, the search survives "
           "infinite prices") {
   cluster c = make_cluster({1e9, 1e9});
   c.devices[0].speed = 1e-306;
