@@ -162,6 +162,12 @@ public:
   /// `plan_error` on every rank, naming the input, the step and the first rank that differs.
   void set_input(std::string_view name, std::span<const T> whole) { feed(name, whole); }
   void set_input(std::string_view name, std::span<const std::int64_t> whole) { feed(name, whole); }
+  /// Input `name` from a buffer of its whole size of which this rank filled only the box its
+  /// versions load (a pipeline's boundary value, exec/pipeline_transfers.hpp): read there only,
+  /// and not checked against the other ranks' (theirs differ outside their boxes).
+  void set_received_input(std::string_view name, std::span<const T> whole) {
+    feed(name, whole, false);
+  }
 
   /// Forward on every rank (the step program's forward section); returns the global loss (the
   /// same on every rank).
@@ -289,6 +295,12 @@ public:
   [[nodiscard]] std::vector<T> gradient_whole(graph::node_id id) {
     static_assert(host_memory_v<B>, "whole gradients are assembled in host memory");
     return moves_.assemble(id, std::span<const T>(ex_.grad(id)));
+  }
+  /// Adds this rank's piece of local version `id`'s gradient into `whole` (its whole size).
+  void add_gradient_into(graph::node_id id, std::span<T> whole) {
+    static_assert(host_memory_v<B>, "whole gradients are assembled in host memory");
+    moves_.piece_of(static_cast<const T*>(whole.data()), id, ex_.grad(id).data(), true,
+                    whole.data());
   }
   /// Sets this rank's piece of local version `id`'s gradient from the whole `whole`.
   void set_gradient_piece(graph::node_id id, std::span<const T> whole) {

@@ -11,11 +11,10 @@
 // A forward receives its boundary values from the producing stages, runs, and sends its own
 // on; a backward receives their gradients from the stages that read them (the seeded loss of
 // graph/stages.hpp turns them into the stage's backward) and sends the gradients of what it
-// received back. A boundary value moves whole: the producing group gathers it (its plan may
-// split it), its first rank sends it to every rank of the reading group, and each keeps its
-// piece; a gradient likewise (pieces gathered, replicas' partial sums added). Sends are
-// non-blocking (a blocking one can wait on a receive that its peer posts after its own send),
-// receives block where the value is needed: any order `program::check` accepts completes.
+// received back. A boundary value moves rank to rank, box to box (exec/pipeline_transfers.hpp):
+// each reading rank receives only the box its plan loads, from the ranks that computed it, and
+// a gradient goes back the same way. Sends are non-blocking, receives block where the value is
+// needed: any order `program::check` accepts completes.
 // Parameters' gradients accumulate over the micro-batches, scaled by 1/m at the last stage's
 // seed, and are synchronized inside the group once a step, during the stage's last backward.
 // The zero-bubble schedule (ZB-H1) splits each backward (distributed_executor::split_backward):
@@ -28,8 +27,7 @@
 //     const float loss = px.forward_backward();
 //     px.update(std::span(optimizers));      // one optimizer per chunk of this rank
 //
-// Not yet: boundary values move whole through the groups' first ranks rather than piece to
-// piece; plans with SFB are refused (their weight gradients come from one backward's factors),
+// Not yet: plans with SFB are refused (their weight gradients come from one backward's factors),
 // and a split backward refuses FSDP and recomputation in its stages.
 
 #include <hspmd/comm/communicator.hpp>
@@ -41,6 +39,7 @@
 #include <hspmd/exec/micro_batches.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/pipeline_boundaries.hpp>
+#include <hspmd/exec/pipeline_transfers.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/exec/whole_tensors.hpp>
 #include <hspmd/graph/stages.hpp>
@@ -101,6 +100,7 @@ public:
     leader_ = static_cast<int>(plan_.first_rank(d_)) == world.rank();
     group_.emplace(world.split(static_cast<int>(d_), world.rank()));
     b_ = pipeline_boundaries(g_, cuts_);
+    xfer_ = boundary_transfers<T, Comm>(world, plan_, boundary_layouts(g_, cuts_, plan_));
     const std::vector<std::size_t> slots = program::in_flight_per_chunk(s_, d_);
     // Random masks (dropout) are drawn by element index in the whole batch's tensor: a value
     // whose outermost dimension runs along the batch starts at micro-batch j's first row
@@ -158,8 +158,7 @@ public:
   [[nodiscard]] std::size_t stages() const noexcept { return cuts_.size(); }
   [[nodiscard]] const program::pipeline_plan& plan() const noexcept { return plan_; }
   [[nodiscard]] const program::pipeline_schedule& schedule() const noexcept { return s_; }
-  /// This rank's pipeline device (its group) and whether it leads the group (sends the
-  /// group's boundary values).
+  /// This rank's pipeline device (its group) and whether it is the group's first rank.
   [[nodiscard]] std::size_t device() const noexcept { return d_; }
   [[nodiscard]] bool leader() const noexcept { return leader_; }
   /// This rank's chunks: chunk c's executor (stage `stage_of_chunk(c)`).
@@ -217,11 +216,9 @@ public:
         run_weights(st, op.micro, k == st.last_backward);
       else
         run_backward(st, op.micro, k == st.last_backward, op.what == program::pass::backward_input);
-      progress();
+      xfer_.progress();
     }
-    for (pending& p : sends_)
-      world_->wait(p.request);
-    sends_.clear();
+    xfer_.finish();
     busy_seconds_ = 0.0;
     for (auto& st : stages_)
       busy_seconds_ += st->dx->take_compute_seconds();
@@ -278,6 +275,11 @@ public:
     return v;
   }
 
+  /// Elements of boundary values and their gradients this rank has received so far.
+  [[nodiscard]] std::size_t boundary_elements_received() const noexcept {
+    return xfer_.elements_received();
+  }
+
   /// The rank's recorder: forward and backward spans per stage and micro-batch (args: stage,
   /// micro, pass), and the waits for boundary values.
   [[nodiscard]] trace_recorder& trace() noexcept { return trace_; }
@@ -327,46 +329,53 @@ private:
     std::vector<std::pair<graph::node_id, std::size_t>> batch_nodes; // (local node, elements)
     std::size_t last_backward = 0; // index in the order of the step's last backward
   };
-  struct pending {
-    typename Comm::request request;
-    std::vector<T> data;
-  };
   // Micro-batch j's values start at its first row of the whole batch (see the constructor).
   static void at_micro(stage& st, std::size_t j) {
     for (const auto& [i, n] : st.batch_nodes)
       st.dx->local().set_element_base(i, j * n);
   }
 
-  // The ranks of stage k's group, and the first of them.
-  [[nodiscard]] std::vector<int> ranks_of(std::size_t k) const {
-    const std::size_t d = k % s_.devices, first = plan_.first_rank(d);
-    std::vector<int> r;
-    for (std::size_t x = first; x < first + plan_.group_sizes[d]; ++x)
-      r.push_back(static_cast<int>(x));
-    return r;
-  }
+  // The first rank of stage k's group.
   [[nodiscard]] int leader_of(std::size_t k) const {
     return static_cast<int>(plan_.first_rank(k % s_.devices));
   }
-  // Drives the sends in flight; forgets the finished ones.
-  void progress() {
-    while (!sends_.empty() && world_->test(sends_.front().request))
-      sends_.pop_front();
-  }
-  // The group's first rank sends `v` to every rank of stage `to`'s group.
-  void send(std::vector<T> v, std::size_t to, int tag_) {
-    if (!leader_)
-      return;
-    const std::vector<int> ranks = ranks_of(to);
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      sends_.push_back({{}, r + 1 == ranks.size() ? std::move(v) : v});
-      pending& p = sends_.back();
-      p.request = world_->start_send(std::span<const T>(p.data), ranks[r], tag_);
+  // Stage st's boundary values for micro-batch j, received (a span of the trace).
+  void receive_values(stage& st, std::size_t j) {
+    for (const auto& [local, global] : st.sg.received) {
+      const auto [k, q] = b_.producer_of(global);
+      scratch_.resize(st.sg.g[local].out.size());
+      trace_.span("recv s" + std::to_string(k) + ">s" + std::to_string(st.index) + " m" +
+                      std::to_string(j),
+                  trace_kind::communication, {{"from_stage", k}, {"micro", j}}, [&] {
+                    xfer_.receive_value(std::span<T>(scratch_), k, q, global, st.index,
+                                        b_.tag(k, st.index, false, q));
+                  });
+      st.dx->set_received_input(st.sg.g[local].name, std::span<const T>(scratch_));
     }
   }
-  void receive(std::span<T> into, std::size_t from_stage, int tag_, std::string_view what) {
-    trace_.span(what, trace_kind::communication, {{"from", leader_of(from_stage)}},
-                [&] { world_->recv(into, leader_of(from_stage), tag_); });
+  // Stage st's values sent on to the stages that read them (after its forward).
+  void send_values(stage& st) {
+    stage_executor& dx = *st.dx;
+    for (std::size_t q = 0; q < st.sg.sent.size(); ++q) {
+      std::vector<T> whole;
+      std::span<const T> piece;
+      if (const auto v = xfer_.version(st.index, q)) {
+        if (dx.program().global.at(*v) != st.sg.sent[q] || dx.program().where[*v].is_partial())
+          throw plan_error("pipeline",
+                           "stage " + std::to_string(st.index) + "'s lowering differs by rank",
+                           "report this: every rank of a group lowers the same program");
+        piece = dx.local().value(*v);
+      } else { // partial sums only: the group adds them up (collective in the group)
+        whole = whole_value(dx, st.sg.g[st.sg.sent[q]].name);
+        piece = whole;
+      }
+      if (piece.size() != xfer_.held(st.index, q).size())
+        throw plan_error("pipeline", "stage " + std::to_string(st.index) + "'s piece differs",
+                         "report this: its box was lowered from the same plan");
+      for (std::size_t to : b_.readers[st.index][q])
+        xfer_.send_value(piece, st.index, q, b_.sent[st.index][q], to,
+                         b_.tag(st.index, to, false, q));
+    }
   }
 
   void feed(stage& st, std::size_t j) {
@@ -392,26 +401,16 @@ private:
     at_micro(st, j);
     feed(st, j);
     const std::string m = " m" + std::to_string(j);
-    for (const auto& [local, global] : st.sg.received) {
-      const auto [k, q] = b_.producer_of(global);
-      scratch_.resize(st.sg.g[local].out.size());
-      receive(std::span<T>(scratch_), k, b_.tag(k, st.index, false, q),
-              "recv s" + std::to_string(k) + ">s" + std::to_string(st.index) + m);
-      dx.set_input(st.sg.g[local].name, std::span<const T>(scratch_));
-    }
+    receive_values(st, j);
     for (graph::node_id gi : st.sg.gradient_inputs) { // (read by the backward only)
       scratch_.assign(st.sg.g[gi].out.size(), T{});
-      dx.set_input(st.sg.g[gi].name, std::span<const T>(scratch_));
+      dx.set_received_input(st.sg.g[gi].name, std::span<const T>(scratch_));
     }
     T loss{};
     trace_.span("F s" + std::to_string(st.index) + m, trace_kind::compute,
                 {{"stage", st.index}, {"micro", j}, {"pass", "forward"}},
                 [&] { loss = dx.forward(); });
-    for (std::size_t q = 0; q < st.sg.sent.size(); ++q) {
-      std::vector<T> whole = whole_value(dx, st.sg.g[st.sg.sent[q]].name); // (group-collective)
-      for (std::size_t to : b_.readers[st.index][q])
-        send(whole, to, b_.tag(st.index, to, false, q));
-    }
+    send_values(st);
     return st.index + 1 == stages() ? static_cast<double>(loss) : 0.0;
   }
 
@@ -421,17 +420,16 @@ private:
     stage_executor& dx = resume(st, j, "backward");
     const std::string m = " m" + std::to_string(j);
     for (std::size_t q = 0; q < st.sg.gradient_inputs.size(); ++q) {
-      // the sum over the stages that read the value of what each sends back
+      // the sum over the stages (and their ranks) that read the value of what each sends back
       const graph::node& gi = st.sg.g[st.sg.gradient_inputs[q]];
       std::vector<T> sum(gi.out.size(), T{});
-      for (std::size_t from : b_.readers[st.index][q]) {
-        scratch_.resize(sum.size());
-        receive(std::span<T>(scratch_), from, b_.tag(st.index, from, true, q),
-                "recv grad s" + std::to_string(from) + ">s" + std::to_string(st.index) + m);
-        for (std::size_t x = 0; x < sum.size(); ++x)
-          sum[x] += scratch_[x];
-      }
-      dx.set_input(gi.name, std::span<const T>(sum));
+      for (std::size_t from : b_.readers[st.index][q])
+        trace_.span("recv grad s" + std::to_string(from) + ">s" + std::to_string(st.index) + m,
+                    trace_kind::communication, {{"from_stage", from}, {"micro", j}}, [&] {
+                      xfer_.receive_gradient(std::span<T>(sum), st.index, q, b_.sent[st.index][q],
+                                             from, b_.tag(st.index, from, true, q));
+                    });
+      dx.set_received_input(gi.name, std::span<const T>(sum));
     }
     trace_.span(
         "B s" + std::to_string(st.index) + m, trace_kind::compute,
@@ -444,9 +442,13 @@ private:
           else
             dx.backward_accumulating();
         });
-    for (const auto& [local, global] : st.sg.received) {
+    for (const auto& [local, global] : st.sg.received) { // this rank's part of their gradients
       const auto [k, q] = b_.producer_of(global);
-      send(input_gradient(dx, st.sg.g[local].name), k, b_.tag(k, st.index, true, q));
+      std::vector<T> part(st.sg.g[local].out.size(), T{});
+      for (graph::node_id v : loaded_versions(dx, st.sg.g[local].name))
+        dx.add_gradient_into(v, std::span<T>(part));
+      xfer_.send_gradient(std::span<const T>(part), k, q, global, st.index,
+                          b_.tag(k, st.index, true, q));
     }
     if (!inputs_only)
       release(st, j);
@@ -488,7 +490,7 @@ private:
   std::vector<std::unique_ptr<stage>> stages_;
   pipeline_boundaries b_;
   micro_batches<T> batch_{g_, s_.micro};
-  std::deque<pending> sends_;
+  boundary_transfers<T, Comm> xfer_;
   std::vector<T> scratch_;
   trace_recorder trace_;
   double step_seconds_ = 0.0, busy_seconds_ = 0.0;

@@ -72,14 +72,15 @@ struct box {
 }
 
 /// Copies the elements of `part` from `src`, which holds box `in` row-major, to `dst`, which
-/// holds box `out` row-major. `part` lies in both.
+/// holds box `out` row-major (or adds them to `dst`'s: `add`). `part` lies in both.
 template <class T>
-void copy_box(const T* src, const box& in, T* dst, const box& out, const box& part) {
+void copy_box(const T* src, const box& in, T* dst, const box& out, const box& part,
+              bool add = false) {
   const std::size_t rank = part.length.size();
   if (part.empty())
     return;
   if (rank == 0) {
-    *dst = *src;
+    *dst = add ? *dst + *src : *src;
     return;
   }
   // Strides of both layouts; the last dimension is copied as one run.
@@ -97,7 +98,11 @@ void copy_box(const T* src, const box& in, T* dst, const box& out, const box& pa
       a += (part.offset[d] + at[d] - in.offset[d]) * si[d];
       b += (part.offset[d] + at[d] - out.offset[d]) * so[d];
     }
-    std::copy_n(src + a, run, dst + b);
+    if (add)
+      for (std::size_t x = 0; x < run; ++x)
+        dst[b + x] += src[a + x];
+    else
+      std::copy_n(src + a, run, dst + b);
     std::size_t d = rank - 1;
     for (;;) {
       if (d == 0)

@@ -255,10 +255,10 @@ protected:
   }
 
   template <class E>
-  void feed(std::string_view name, std::span<const E> whole) {
+  void feed(std::string_view name, std::span<const E> whole, bool same_on_every_rank = true) {
     const graph::node_id gid =
         checked_input(g_, name, whole.size(), std::is_same_v<E, std::int64_t>);
-    if (check_inputs_)
+    if (check_inputs_ && same_on_every_rank)
       check_same_input(*control_, name, std::as_bytes(whole), step_);
     for (const program::lowered_transfer& t : prog_.transfers)
       if (t.what.kind == synth::transfer_kind::load && t.what.tensor == gid) {

@@ -1,8 +1,8 @@
 #pragma once
 // Whole tensors of a distributed run from its ranks' versions, for a driver that hands them on
-// (exec/pipeline.hpp sends a stage's boundary values and their gradients whole): a value
-// assembled from its pieces or summed from its partial sums, and an input's gradient summed over
-// every version the input is loaded into. Collective over the executor's communicator.
+// (exec/pipeline.hpp adds up a boundary value its stage plan keeps as partial sums): a value
+// assembled from its pieces or summed from its partial sums (collective over the executor's
+// communicator), and the versions an input is loaded into.
 
 #include <hspmd/core/error.hpp>
 #include <hspmd/exec/distributed.hpp>
@@ -53,33 +53,6 @@ template <class DX>
       if (t.what.kind == synth::transfer_kind::load && t.what.tensor == *gid)
         out.push_back(t.target);
   return out;
-}
-
-/// The whole gradient of input `name` on every rank (after the backward): the pieces of its
-/// split versions gathered, its replicas' partial sums added up, over every version it is loaded
-/// into. The versions' gradients must survive the backward (`local().keep_gradient`).
-template <class DX>
-[[nodiscard]] auto input_gradient(DX& dx, std::string_view name) {
-  const graph::graph& g = dx.graph();
-  const auto gid = g.find(name);
-  if (!gid || g[*gid].kind != graph::op::input)
-    throw plan_error("distributed executor", "no input named \"" + std::string(name) + "\"",
-                     "use the graph's input names");
-  using T = std::remove_cvref_t<decltype(dx.local().grad(0)[0])>;
-  std::vector<T> whole(g[*gid].out.size(), T{});
-  for (graph::node_id v : loaded_versions(dx, name)) {
-    std::vector<T> part;
-    if (dx.program().where[v].is_split()) {
-      part = dx.gradient_whole(v);
-    } else {
-      const auto local = dx.local().grad(v);
-      part.assign(local.begin(), local.end());
-      dx.communicator().all_reduce(std::span<T>(part), reduce_op::sum);
-    }
-    for (std::size_t k = 0; k < whole.size(); ++k)
-      whole[k] += part[k];
-  }
-  return whole;
 }
 
 } // namespace hspmd::exec
