@@ -135,8 +135,93 @@ inline void check_groups(const pipeline_plan& p, std::size_t devices, const std:
 }
 } // namespace detail
 
+/// What the stages of a pipeline plan hold at their peak under its schedule, in bytes as the
+/// stage plans' memory model counts them (synth::plan::memory, synth::visit_memory).
+struct pipeline_memory {
+  /// Per stage, per device of its group: one micro-batch's activations -- the kept values of
+  /// the nodes that depend on the data (recomputed ones only while their block runs), what an
+  /// activation slot holds.
+  std::vector<std::vector<double>> activations;
+  /// Per stage, per device of its group: the plan's memory for one micro-batch plus the
+  /// activations of each further micro-batch the schedule holds on the stage at once.
+  std::vector<std::vector<double>> peak;
+  /// Per pipeline device, per device of its group: its chunks' peaks added.
+  std::vector<std::vector<double>> device;
+  /// Per stage: the micro-batches it holds at once (program::in_flight_per_chunk).
+  std::vector<std::size_t> in_flight;
+};
+
+/// The memory of plan `p` of micro-batch graph `g` on cluster `c` (see pipeline_memory).
+[[nodiscard]] inline pipeline_memory memory_of(const pipeline_plan& p, const graph::graph& g,
+                                               const cluster& c) {
+  const pipeline_schedule s = p.make();
+  const auto cuts = p.cuts(g);
+  pipeline_memory out;
+  for (std::size_t d = 0; d < p.devices(); ++d)
+    out.device.emplace_back(p.group_sizes[d], 0.0);
+  for (std::size_t k = 0; k < p.stages.size(); ++k) {
+    const std::size_t d = k % p.devices(), n = p.group_sizes[d];
+    const synth::plan& sp = p.stages[k];
+    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+    const cluster sub = sub_cluster(c, p.first_rank(d), n);
+    const synth::cost_model m(sg.g, sub, synth::segment_map(sg.g, sp.segments));
+    std::vector<bool> data(sg.g.size(), false); // depends on the data (nodes in order)
+    for (graph::node_id i = 0; i < sg.g.size(); ++i)
+      data[i] = sg.g[i].kind == graph::op::input ||
+                std::ranges::any_of(sg.g[i].inputs, [&](graph::node_id x) { return data[x]; });
+    std::vector<double> act(n, 0.0);
+    synth::visit_memory(
+        sp, m,
+        [&](graph::node_id t, placement, const synth::linear_cost& bytes, std::size_t block) {
+          if (block == synth::cost_model::none && data[t])
+            for (std::size_t r = 0; r < n; ++r)
+              act[r] += synth::value_at(bytes, sp.ratios, r);
+        });
+    const std::size_t held = std::max<std::size_t>(in_flight_per_chunk(s, d)[k / p.devices()], 1);
+    std::vector<double> peak(n, 0.0);
+    for (std::size_t r = 0; r < n; ++r) {
+      peak[r] =
+          (r < sp.memory.size() ? sp.memory[r] : act[r]) + static_cast<double>(held - 1) * act[r];
+      out.device[d][r] += peak[r];
+    }
+    out.activations.push_back(std::move(act));
+    out.peak.push_back(std::move(peak));
+    out.in_flight.push_back(held);
+  }
+  return out;
+}
+
+/// Throws `config_error` naming the device, its stages and the fix where plan `p` needs more
+/// memory at its peak than a device of `c` has (a device of memory 0: unknown, not checked).
+inline void check_memory(const pipeline_plan& p, const graph::graph& g, const cluster& c) {
+  const pipeline_memory mem = memory_of(p, g, c);
+  for (std::size_t d = 0; d < p.devices(); ++d)
+    for (std::size_t r = 0; r < p.group_sizes[d]; ++r) {
+      const device_spec& dev = c.devices.at(p.first_rank(d) + r);
+      if (dev.memory == 0 || mem.device[d][r] <= static_cast<double>(dev.memory))
+        continue;
+      const auto mb = [](double bytes) {
+        char v[32];
+        std::snprintf(v, sizeof v, "%.3g MB", bytes / 1e6);
+        return std::string(v);
+      };
+      std::string stages;
+      for (std::size_t k = d; k < p.stages.size(); k += p.devices())
+        stages += (stages.empty() ? "stage " : ", stage ") + std::to_string(k) + " holds " +
+                  std::to_string(mem.in_flight[k]) + " micro-batches of " +
+                  mb(mem.activations[k][r]) + " activations";
+      throw config_error(
+          "pipeline plan: device " + dev.name + " (group " + std::to_string(d) + ")",
+          "needs " + mb(mem.device[d][r]) + " at its peak under " + std::string(name(p.schedule)) +
+              " (" + stages + ") and has " + mb(static_cast<double>(dev.memory)),
+          "hold fewer micro-batches at once (1f1b holds at most p, gpipe m), recompute "
+          "activations, give the pipeline more stages or the group more devices");
+    }
+}
+
 /// Plans each stage of micro-batch graph `g` over its group of `c`'s devices (see the file
-/// comment). Throws `config_error` naming the option at fault.
+/// comment). Throws `config_error` naming the option at fault, or the device that would not hold
+/// its stages' micro-batches in flight (`check_memory`).
 [[nodiscard]] inline pipeline_plan make_pipeline_plan(const graph::graph& g, const cluster& c,
                                                       const pipeline_options& o) {
   pipeline_plan p;
@@ -187,6 +272,7 @@ inline void check_groups(const pipeline_plan& p, std::size_t devices, const std:
       p.stages.push_back(synth::make_baseline(sg.g, sub, b, o.synth, name));
     }
   }
+  check_memory(p, g, c);
   return p;
 }
 
@@ -286,10 +372,12 @@ inline std::uint64_t pipeline_plan::hash() const {
   return c;
 }
 
-/// The stage table: blocks, group, devices, shares, predicted step of a micro-batch and peak
-/// memory per stage, the micro-batches each stage holds at once under the schedule, and the
-/// pipeline's simulated step and bubble.
-[[nodiscard]] inline std::string explain(const pipeline_plan& p, const graph::graph& g) {
+/// The stage table on cluster `c`: blocks, group, devices, shares, predicted step of a
+/// micro-batch, the micro-batches each stage holds at once under the schedule and its peak
+/// memory with them (`memory_of`), and the pipeline's simulated step and bubble.
+[[nodiscard]] inline std::string explain(const pipeline_plan& p, const graph::graph& g,
+                                         const cluster& c) {
+  const pipeline_memory mem = memory_of(p, g, c);
   const pipeline_schedule s = p.make();
   const auto blocks = graph::block_ranges(g, p.block_prefix);
   std::string out;
@@ -302,11 +390,8 @@ inline std::uint64_t pipeline_plan::hash() const {
                 p.chunks > 1 ? (", " + std::to_string(p.chunks) + " chunks a group").c_str() : "");
   out += line;
   std::snprintf(line, sizeof line, "%-6s %-8s %-6s %-22s %-16s %-12s %-12s %s\n", "stage", "blocks",
-                "group", "devices", "shares", "micro (s)", "memory (MB)", "in flight");
+                "group", "devices", "shares", "micro (s)", "peak (MB)", "in flight");
   out += line;
-  std::vector<std::vector<std::size_t>> in_flight(p.devices());
-  for (std::size_t d = 0; d < p.devices(); ++d)
-    in_flight[d] = in_flight_per_chunk(s, d);
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
     const synth::plan& sp = p.stages[k];
     const std::size_t d = k % p.devices();
@@ -320,11 +405,10 @@ inline std::uint64_t pipeline_plan::hash() const {
                     sp.ratios.empty() ? 1.0 : sp.ratios[0][r]);
       shares += share;
     }
-    const double memory = sp.memory.empty() ? 0.0 : *std::ranges::max_element(sp.memory);
+    const double memory = *std::ranges::max_element(mem.peak[k]);
     std::snprintf(line, sizeof line, "%-6zu %-8s %-6zu %-22s %-16s %-12.4g %-12.1f %zu\n", k,
                   (std::to_string(p.first_blocks[k]) + "-" + std::to_string(last_block)).c_str(), d,
-                  devices.c_str(), shares.c_str(), sp.step_time, memory / 1e6,
-                  in_flight[d][k / p.devices()]);
+                  devices.c_str(), shares.c_str(), sp.step_time, memory / 1e6, mem.in_flight[k]);
     out += line;
   }
   const pipeline_timeline t = simulate(s, predicted_costs(p));

@@ -104,6 +104,7 @@ namespace hspmd::train {
                                  "--accumulate is " +
                                  std::to_string(o.accumulate),
                              "give --accumulate " + std::to_string(p.micro));
+        program::check_memory(p, g, c); // (a plan made here was checked when made)
       }
       text = program::to_json(p).dump();
     } catch (const std::exception& e) {
@@ -144,7 +145,7 @@ start_pipeline(const graph::graph& g, const train_options& o, const cluster& c,
           std::string(program::name(plan.schedule)).c_str(), plan.micro,
           synth::milliseconds_text(t.step).c_str(), 100.0 * t.bubble);
     if (o.explain)
-      *out << program::explain(plan, g);
+      *out << program::explain(plan, g, c);
   }
   auto e = std::make_unique<pipeline_engine<T, Optimizer, mpi_communicator>>(g, plan, comm, o.seed);
   // an emulated device computes as much slower as the cluster says (exec/emulation.hpp)

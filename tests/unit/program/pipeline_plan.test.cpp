@@ -61,7 +61,7 @@ TEST_CASE("pipeline plan: a faster group takes more blocks, each stage is planne
   CHECK_THROWS_AS(program::make_pipeline_plan(g, c, bad), config_error);
 }
 
-TEST_CASE("pipeline plan: the JSON round trip keeps the plan and its hash; damage is named") {
+TEST_CASE("pipeline plan: the JSON round trip keeps the plan and its hash, damage is named") {
   const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(4), 2);
   const cluster c = test::make_cluster({2e9, 1e9, 1e9});
   program::pipeline_options o = plan_options({1, 2});
@@ -116,7 +116,7 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
   program::pipeline_options o = plan_options({1, 2});
   o.micro = 6;
   const program::pipeline_plan p = program::make_pipeline_plan(g, c, o);
-  const std::string text = program::explain(p, g);
+  const std::string text = program::explain(p, g, c);
   CAPTURE(text);
   CHECK(text.find("2 stages on 2 groups (3 devices), schedule 1f1b, 6 micro-batches") !=
         std::string::npos);
@@ -129,4 +129,45 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
   CHECK(t.step > 0.0);
   CHECK(t.bubble > 0.0);
   CHECK(t.bubble < 1.0);
+}
+
+TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B at any m, GPipe "
+          "m, a device too small for the schedule is refused, named") {
+  const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(4), 2);
+  cluster c = test::make_cluster({1e9, 1e9});
+  const auto plan = [&](program::schedule_kind s, std::size_t m) {
+    program::pipeline_options o = plan_options({1, 1});
+    o.schedule = s;
+    o.micro = m;
+    return program::make_pipeline_plan(g, c, o);
+  };
+  double first_1f1b = 0.0, last_gpipe = 0.0;
+  for (const std::size_t m : {std::size_t{2}, std::size_t{4}, std::size_t{8}}) {
+    const program::pipeline_plan one = plan(program::schedule_kind::one_f_one_b, m);
+    const program::pipeline_plan all = plan(program::schedule_kind::gpipe, m);
+    const program::pipeline_memory a = program::memory_of(one, g, c);
+    const program::pipeline_memory b = program::memory_of(all, g, c);
+    const double act = a.activations[0][0], plan_memory = one.stages[0].memory[0];
+    CAPTURE(m, act, plan_memory, a.peak[0][0], b.peak[0][0]);
+    REQUIRE(act > 0.0);
+    CHECK(act < plan_memory); // (the plan's memory adds parameters and their state)
+    CHECK(b.activations[0][0] == Approx(act));
+    CHECK(a.in_flight == std::vector<std::size_t>{2, 1});
+    CHECK(b.in_flight == std::vector<std::size_t>{m, m});
+    CHECK(a.peak[0][0] == Approx(plan_memory + act)); // p = 2 in flight
+    CHECK(b.peak[0][0] == Approx(plan_memory + static_cast<double>(m - 1) * act));
+    CHECK(a.device[0][0] == Approx(a.peak[0][0])); // one chunk a group
+    if (m == 2)
+      first_1f1b = a.peak[0][0];
+    CHECK(a.peak[0][0] == Approx(first_1f1b)); // 1F1B: the same at every m
+    CHECK(b.peak[0][0] > last_gpipe);          // GPipe: grows with m
+    last_gpipe = b.peak[0][0];
+  }
+  // a device that holds 1F1B's peak at m = 8 but not GPipe's
+  c.devices[0].memory = static_cast<std::uint64_t>((first_1f1b + last_gpipe) / 2.0);
+  CHECK_NOTHROW(plan(program::schedule_kind::one_f_one_b, 8));
+  CHECK_THROWS_WITH(plan(program::schedule_kind::gpipe, 8),
+                    Catch::Contains("device d0") && Catch::Contains("under gpipe") &&
+                        Catch::Contains("holds 8 micro-batches") &&
+                        Catch::Contains("1f1b holds at most p"));
 }
