@@ -144,6 +144,14 @@ public:
   [[nodiscard]] virtual double slowest(double seconds) = 0; ///< max over ranks
   virtual void barrier() = 0;
   [[nodiscard]] virtual bool root() const = 0;
+  /// Starts recording a trace of the run (collective; an engine that records none ignores it).
+  virtual void start_trace() {}
+  /// Collective; rank 0 gets the whole trace (exec/trace.hpp), `devices` naming each rank's
+  /// device; null from an engine that records none.
+  [[nodiscard]] virtual nlohmann::json collect_trace(const std::vector<std::string>& devices) {
+    (void)devices;
+    return nullptr;
+  }
   virtual void step_span(std::size_t, std::chrono::steady_clock::time_point,
                          std::chrono::steady_clock::time_point,
                          std::chrono::steady_clock::time_point, double) {}
@@ -190,9 +198,6 @@ public:
   /// Records an event of the run on the trace's step track (e.g. a re-balance).
   virtual void trace_event(std::string name, std::chrono::steady_clock::time_point begin,
                            std::chrono::steady_clock::time_point end, nlohmann::json args) = 0;
-  virtual void start_trace() = 0; ///< collective
-  /// Collective; rank 0 gets the whole trace (exec/trace.hpp).
-  [[nodiscard]] virtual nlohmann::json collect_trace(const std::vector<std::string>& devices) = 0;
 };
 
 /// The engine of one process whose tensors live in backend `B`.

@@ -414,9 +414,6 @@ inline void check_run_options(const train_options& o, bool distributed,
       refuse("--device " + o.device, "pipeline stages run on the host for now");
     if (!o.plan_cache.empty())
       refuse("--plan-cache", "caches one-level plans");
-    if (!o.trace.empty())
-      refuse("--trace", "the trainer writes one-level plans' traces (hspmd-pipeline-bench "
-                        "--trace draws a pipeline's)");
     if (o.profile)
       refuse("--profile", "per-op profiles of pipeline stages are not collected yet");
     if (o.calibrate.value_or(false))

@@ -109,6 +109,14 @@ public:
     return load_training<T>(*world_, path, std::span<const training_tensor<T>>(t), parameters_only);
   }
 
+  /// The trace's stages, micro-batches and boundary receives (exec/pipeline.hpp), each rank's
+  /// track named by `devices` or, given none, by those of `set_device_names`.
+  void start_trace() override { px_.start_trace(); }
+  nlohmann::json collect_trace(const std::vector<std::string>& devices) override {
+    return px_.collect_trace(devices.empty() ? devices_ : devices);
+  }
+  void set_device_names(std::vector<std::string> devices) { devices_ = std::move(devices); }
+
   [[nodiscard]] exec::pipeline_executor<T, Comm>& pipeline() noexcept { return px_; }
 
 private:
@@ -152,6 +160,7 @@ private:
   std::size_t fed_ = 0;
   bool training_ = true;
   std::vector<Optimizer> opts_;
+  std::vector<std::string> devices_;
 };
 
 } // namespace hspmd::train

@@ -15,6 +15,7 @@
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/pipeline_engine.hpp>
 #include <hspmd/train/report.hpp>
+#include <hspmd/train/run_plan.hpp>
 #include <hspmd/train/train_options.hpp>
 
 #include <algorithm>
@@ -150,6 +151,7 @@ start_pipeline(const graph::graph& g, const train_options& o, const cluster& c,
   auto e = std::make_unique<pipeline_engine<T, Optimizer, mpi_communicator>>(g, plan, comm, o.seed);
   // an emulated device computes as much slower as the cluster says (exec/emulation.hpp)
   e->pipeline().set_slowdown(c.devices.at(static_cast<std::size_t>(comm.rank())).slowdown);
+  e->set_device_names(trace_device_names(c));
   return e;
 }
 

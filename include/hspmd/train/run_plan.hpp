@@ -363,14 +363,17 @@ rebalance_after_step(const graph::graph& g, planned_run& run, rebalancing& rb, w
   return trace.substr(0, dot) + ".simulated" + trace.substr(dot);
 }
 
-/// Rank 0: writes the run's trace `t` to `o.trace` and the simulated step's next to it
-/// (sim/step.hpp), priced as the prediction.
+/// Rank 0: writes the run's trace `t` (of `ranks` ranks) to `o.trace` and, for a one-level
+/// plan's run, the simulated step's next to it (sim/step.hpp), priced as the prediction.
 inline void write_traces(const nlohmann::json& t, const graph::graph& g, const train_options& o,
-                         const planned_run& run) {
+                         std::size_t ranks, const planned_run* one_level) {
   write_file(o.trace, t.dump());
   if (o.out != nullptr)
     print(*o.out, "trace: %zu events of %zu ranks in %s (open in ui.perfetto.dev)\n",
-          t["traceEvents"].size(), run.c.size(), o.trace.c_str());
+          t["traceEvents"].size(), ranks, o.trace.c_str());
+  if (one_level == nullptr)
+    return;
+  const planned_run& run = *one_level;
   sim::options so = run.sim_options();
   for (std::size_t k = 0; k < run.c.size(); ++k)
     so.traced.push_back(k);

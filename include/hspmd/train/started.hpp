@@ -26,7 +26,8 @@ struct distributed_run {
   std::unique_ptr<world> ranks;
   planned_run run;
   std::unique_ptr<rank_engine<T, Optimizer>> engine;
-  std::unique_ptr<train::engine<T, Optimizer>> pipeline; ///< a pipeline run's engine (instead of engine)
+  /// A pipeline run's engine (instead of engine).
+  std::unique_ptr<train::engine<T, Optimizer>> pipeline;
   flops_meter meter;
   std::optional<rebalancing> rebalance;
 };

@@ -231,8 +231,8 @@ private:
         throw config_error(o_.metrics, "cannot be written",
                            "give a path in an existing, writable directory");
     }
-    if (dist_ != nullptr && !o_.trace.empty())
-      dist_->start_trace();
+    if (world_ && !o_.trace.empty())
+      e.start_trace();
     train_result r;
     if (run_) {
       r.predicted_step_seconds = run_->plan.step_time;
@@ -319,10 +319,11 @@ private:
           metrics << eval_metrics(r.evals.back()).dump() << "\n" << std::flush;
       }
     }
-    if (dist_ != nullptr && !o_.trace.empty()) {
-      const auto t = dist_->collect_trace(trace_device_names(run_->c));
-      if (dist_->root())
-        write_traces(t, g_, o_, *run_);
+    if (world_ && !o_.trace.empty()) { // (a pipeline's engine names its devices)
+      const auto t =
+          e.collect_trace(run_ ? trace_device_names(run_->c) : std::vector<std::string>{});
+      if (e.root())
+        write_traces(t, g_, o_, static_cast<std::size_t>(world_->size()), run_ ? &*run_ : nullptr);
     }
     if (loss_scale)
       r.loss_scale = loss_scale->scale();

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -217,10 +218,28 @@ TEST_CASE("pipeline: the library trainer under --pipeline trains as under DP-EV 
     if (schedule == "1f1b") { // it saves after steps 2 and 3
       po.checkpoint_dir = dir.string();
       po.save_every = 2;
+    } else {
+      po.trace = (dir / "zb.trace.json").string();
     }
     train::trainer<double> piped(g, po);
     const auto got = piped.fit(feed);
     REQUIRE(got.losses.size() == 3);
+    if (!po.trace.empty() && world.rank() == 0) { // a track per rank: its passes and receives
+      const auto t = nlohmann::json::parse(io::read_text_file(po.trace));
+      std::map<std::string, std::set<int>> where; // event name -> ranks
+      for (const auto& e : t["traceEvents"])
+        if (e["ph"] == "X")
+          where[e["name"].get<std::string>()].insert(e["pid"].get<int>());
+      for (std::size_t k = 0; k < p; ++k)
+        for (std::size_t j = 0; j < m; ++j)
+          for (const char* pass : {"F", "B", "W"}) {
+            const std::string name = pass + (" s" + std::to_string(k)) + " m" + std::to_string(j);
+            CAPTURE(name);
+            CHECK(where[name] == std::set<int>{static_cast<int>(k)});
+          }
+      CHECK(where["recv s0>s1 m0"] == std::set<int>{1});
+      CHECK(where["recv grad s1>s0 m0"] == std::set<int>{0});
+    }
     train::train_options three = o;
     three.steps = 3;
     train::trainer<double> plain3(g, three);
