@@ -32,13 +32,12 @@
 
 #include <hspmd/comm/communicator.hpp>
 #include <hspmd/core/error.hpp>
-#include <hspmd/core/hash.hpp>
-#include <hspmd/exec/agreement.hpp>
 #include <hspmd/exec/distributed.hpp>
 #include <hspmd/exec/executor.hpp>
 #include <hspmd/exec/micro_batches.hpp>
 #include <hspmd/exec/optim.hpp>
 #include <hspmd/exec/pipeline_boundaries.hpp>
+#include <hspmd/exec/pipeline_checks.hpp>
 #include <hspmd/exec/pipeline_transfers.hpp>
 #include <hspmd/exec/trace.hpp>
 #include <hspmd/exec/whole_tensors.hpp>
@@ -53,8 +52,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -83,18 +80,7 @@ public:
   pipeline_executor(const graph::graph& g, const program::pipeline_plan& plan, Comm& world,
                     std::uint64_t seed = 0)
       : g_(g), plan_(plan), s_(plan.make()), world_(&world) {
-    agree_on_pipeline(); // (first: a rank that threw alone below would leave the others waiting)
-    const std::string where = "pipeline";
-    if (plan_.ranks() != static_cast<std::size_t>(world.size()))
-      throw config_error(where,
-                         "the plan's groups hold " + std::to_string(plan_.ranks()) +
-                             " devices and the job runs " + std::to_string(world.size()) + " ranks",
-                         "run one rank per device of the plan");
-    if (plan_.stages.size() != s_.stages())
-      throw config_error(where,
-                         std::to_string(plan_.stages.size()) + " stage plans for " +
-                             std::to_string(s_.stages()) + " stages",
-                         "give one plan per stage");
+    check_pipeline(g_, plan_, world);
     cuts_ = plan_.cuts(g_);
     d_ = plan_.group_of(static_cast<std::size_t>(world.rank()));
     leader_ = static_cast<int>(plan_.first_rank(d_)) == world.rank();
@@ -135,6 +121,8 @@ public:
           e.keep_gradient(v);
       if (s_.split_backward()) // zero bubble: input gradients first, weight gradients later
         dx.split_backward();
+      if (plan_.stages[st->index].recompute) // (its memory was counted with it)
+        (void)recompute(*st);
       if (st->index + 1 == stages()) // the mean over micro-batches, seeded once
         e.set_loss_scale(1.0 / static_cast<double>(s_.micro));
       st->slot_of.assign(s_.micro, none);
@@ -148,7 +136,7 @@ public:
       stages_.push_back(std::move(st));
     }
     if (!b_.tags_fit())
-      throw config_error(where,
+      throw config_error("pipeline",
                          "too many stages and boundary values for MPI's guaranteed tag range",
                          "cut the model into fewer stages");
   }
@@ -173,6 +161,16 @@ public:
     return stages_.at(c)->dx->local().activation_slots();
   }
 
+  /// Activation recomputation in every stage (distributed_executor::recompute over the plan's
+  /// blocks; a stage whose plan says `recompute` does it from the start): a micro-batch's slot
+  /// keeps its blocks' inputs only, the backward replays each block. Not with a split backward
+  /// (ZB-H1). On every rank, before the first step; returns the bytes of the shared buffers.
+  std::size_t recompute() {
+    std::size_t bytes = 0;
+    for (auto& st : stages_)
+      bytes += recompute(*st);
+    return bytes;
+  }
   /// Emulation of a slower device: every local compute takes `s` times as long.
   void set_slowdown(double s) {
     for (auto& st : stages_)
@@ -299,27 +297,6 @@ public:
 
 private:
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
-  // Collective over the world: every rank holds the same model graph and pipeline plan (each
-  // group then agrees on its stages' plans, exec/agreement.hpp); the first difference throws
-  // `config_error` on every rank naming it.
-  void agree_on_pipeline() {
-    const auto list = [](const std::vector<std::size_t>& v) {
-      std::string out;
-      for (std::size_t x : v)
-        out += (out.empty() ? "" : ",") + std::to_string(x);
-      return out;
-    };
-    const std::array<std::pair<std::string, std::string>, 7> what = {{
-        {"model (the micro-batch's traced graph)", to_hex(synth::graph_hash(g_))},
-        {"pipeline groups", list(plan_.group_sizes)},
-        {"pipeline stages' first blocks", list(plan_.first_blocks)},
-        {"pipeline schedule", std::string(program::name(plan_.schedule))},
-        {"micro-batches", std::to_string(plan_.micro)},
-        {"chunks per group", std::to_string(plan_.chunks)},
-        {"pipeline plan (its stages' programs)", to_hex(plan_.hash())},
-    }};
-    agree_on_options(std::span<const std::pair<std::string, std::string>>(what), *world_);
-  }
   struct stage {
     std::size_t index = 0; // in the pipeline
     graph::stage_graph sg;
@@ -327,8 +304,19 @@ private:
     std::vector<std::size_t> slot_of; // per micro-batch: its activation slot, or none
     std::vector<std::size_t> free_slots;
     std::vector<std::pair<graph::node_id, std::size_t>> batch_nodes; // (local node, elements)
-    std::size_t last_backward = 0; // index in the order of the step's last backward
+    std::size_t last_backward = 0;      // index in the order of the step's last backward
+    std::size_t recompute_bytes = none; // (none: not recomputing)
   };
+  std::size_t recompute(stage& st) {
+    if (s_.split_backward())
+      throw config_error("pipeline schedule " + std::string(program::name(plan_.schedule)),
+                         "splits each backward: a block replayed for its input gradients would "
+                         "be needed again for its weight gradients",
+                         "recompute under 1f1b, interleaved or gpipe");
+    if (st.recompute_bytes == none)
+      st.recompute_bytes = st.dx->recompute(plan_.block_prefix);
+    return st.recompute_bytes;
+  }
   // Micro-batch j's values start at its first row of the whole batch (see the constructor).
   static void at_micro(stage& st, std::size_t j) {
     for (const auto& [i, n] : st.batch_nodes)

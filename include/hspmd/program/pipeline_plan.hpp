@@ -219,6 +219,23 @@ inline void check_memory(const pipeline_plan& p, const graph::graph& g, const cl
     }
 }
 
+/// Turns on activation recomputation in every stage plan of `p` that has blocks and lacks it,
+/// re-priced on its group of `c` (a plan file made without it, for a run that recomputes).
+inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const cluster& c) {
+  const auto cuts = p.cuts(g);
+  for (std::size_t k = 0; k < p.stages.size(); ++k) {
+    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+    synth::plan& sp = p.stages[k];
+    const std::size_t d = k % p.devices();
+    const cluster sub = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
+    const synth::cost_model m(sg.g, sub, synth::segment_map(sg.g, sp.segments));
+    if (sp.recompute || !m.has_blocks())
+      continue;
+    sp.recompute = true;
+    synth::evaluate(sp, m, sp.ratios);
+  }
+}
+
 /// Plans each stage of micro-batch graph `g` over its group of `c`'s devices (see the file
 /// comment). Throws `config_error` naming the option at fault, or the device that would not hold
 /// its stages' micro-batches in flight (`check_memory`).

@@ -406,8 +406,9 @@ inline void check_run_options(const train_options& o, bool distributed,
     };
     if (o.rebalance != 0.0)
       refuse("--rebalance", "re-balancing moves a one-level plan's shares, not a pipeline's");
-    if (o.recompute)
-      refuse("--recompute", "pipeline stages keep their micro-batches' activations (slots)");
+    if (o.recompute && o.pipeline_schedule == "zb")
+      refuse("--recompute and --pipeline-schedule zb",
+             "a block replayed for its input gradients would be needed again for its weights'");
     if (o.precision != exec::precision::f32)
       refuse("--precision " + std::string(name(o.precision)), "pipeline stages run in f32");
     if (o.device != "host" && o.device != "auto")

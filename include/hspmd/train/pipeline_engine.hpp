@@ -66,10 +66,7 @@ public:
     if (scale != 1.0)
       refuse("a loss scale", "pipeline stages run in f32 for now");
   }
-  std::size_t recompute() override {
-    refuse("--recompute", "pipeline stages hold their micro-batches' activations (slots)");
-    return 0;
-  }
+  std::size_t recompute() override { return px_.recompute(); }
   double forward() override {
     const std::size_t m = micro();
     if (training_) {

@@ -90,6 +90,8 @@ namespace hspmd::train {
         po.chunks = o.pipeline_chunks;
         po.strategy = o.plan.empty() ? "synth" : o.plan;
         po.model = o.name;
+        if (o.recompute) // each stage planned with it: its replays priced, its memory counted
+          po.synth.search.recompute = synth::search_options::recomputation::always;
         p = program::make_pipeline_plan(g, c, po);
       } else {
         p = program::pipeline_plan_from_json(nlohmann::json::parse(io::read_text_file(o.plan)), g,
@@ -105,6 +107,8 @@ namespace hspmd::train {
                                  "--accumulate is " +
                                  std::to_string(o.accumulate),
                              "give --accumulate " + std::to_string(p.micro));
+        if (o.recompute) // a stage plan made without it: priced with it
+          program::recompute_stages(p, g, c);
         program::check_memory(p, g, c); // (a plan made here was checked when made)
       }
       text = program::to_json(p).dump();
