@@ -6,6 +6,7 @@
 //   hspmd-plan --model llama-7b --cluster big.json --hierarchical  # also the two-level plan
 //   hspmd-plan --model bert --cluster clusters/emulated-2.json --simulate --trace sim.json
 //   hspmd-plan --model bert --cluster clusters/mixed-8.json --what-if "slow gpu7 x2"
+//   hspmd-plan --model llama --cluster clusters/mixed-8.json --pipeline 4 --micro 16 --explain
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/graph/io.hpp>
 #include <hspmd/io/cli.hpp>
@@ -15,6 +16,8 @@
 #include <hspmd/sim/what_if.hpp>
 #include <hspmd/synth/hierarchical.hpp>
 #include <hspmd/synth/synthesize.hpp>
+
+#include "plan_pipeline.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -200,6 +203,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> what_if;
   std::string segments = "one";
   hspmd::synth::synth_options so;
+  hspmd_plan::pipeline_request pr;
   std::string list;
   for (auto n : hspmd::models::model_names)
     list += (list.empty() ? "" : ", ") + std::string(n);
@@ -284,9 +288,24 @@ int main(int argc, char** argv) {
                  "plan again on the cluster changed so, and compare: \"add 2 x a100\" (copies "
                  "of a device kind), \"remove node 3\", \"remove gpu7\", \"slow gpu7 x2\" "
                  "(repeat the flag to change several things)");
+  app.add_option("--pipeline", pr.groups,
+                 "also plan a pipeline: P equal groups of consecutive devices, or the groups' "
+                 "sizes (2,1,1); each stage synthesized over its group (--json writes it)");
+  app.add_option("--micro", pr.micro, "with --pipeline: micro-batches a step (default 4 a stage)");
+  app.add_option("--pipeline-schedule", pr.schedule,
+                 "with --pipeline: gpipe, 1f1b, interleaved, zb")
+      ->capture_default_str();
+  app.add_option("--pipeline-chunks", pr.chunks, "with --pipeline: stages a group (interleaved)")
+      ->capture_default_str();
+  app.add_option("--block-prefix", pr.block_prefix,
+                 "with --pipeline: the name prefix of the model's blocks, where stages may start")
+      ->capture_default_str();
   if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
     return *rc;
   try {
+    if (!pr.groups.empty() && !graph_file.empty())
+      throw hspmd::config_error("--pipeline", "traces the model at the micro-batch",
+                                "use --model instead of --graph");
     if (!trace_file.empty() && !simulate)
       throw hspmd::config_error("--trace", "writes the simulated step", "add --simulate");
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one
@@ -340,13 +359,13 @@ int main(int argc, char** argv) {
     try {
       plan = hspmd::synth::synthesize(g, c, so, model);
     } catch (const hspmd::plan_error& e) {
-      if (!hierarchical && c.nodes().size() > 1)
+      if (!hierarchical && pr.groups.empty() && c.nodes().size() > 1)
         throw hspmd::plan_error(
             e.where(), e.reason(),
             (e.fix().empty() ? std::string() : e.fix() + "; or ") +
                 "plan two levels with --hierarchical (a program inside each node, the batch "
                 "across nodes; nodes too small for a row sit out)");
-      if (!hierarchical)
+      if (!hierarchical && pr.groups.empty())
         throw;
       one_level_error = e.what();
     }
@@ -420,11 +439,11 @@ int main(int argc, char** argv) {
                       seconds(p.compute_time).c_str(), seconds(p.comm_time).c_str(),
                       one_level_error.empty() ? times(p.step_time / plan.step_time).c_str() : "-",
                       took,
-                      p.stats.optimal ? ""
-                                      : (" (search budget reached after " +
-                                         std::to_string(p.stats.expanded) +
-                                         " states: the best found, not proven its space's best)")
-                                            .c_str(),
+                      p.stats.optimal
+                          ? ""
+                          : (" (search budget reached after " + std::to_string(p.stats.expanded) +
+                             " states: the best found, not proven its space's best)")
+                                .c_str(),
                       again.c_str(), p.recompute ? " (recomputed)" : "");
         } catch (const hspmd::plan_error& e) {
           std::printf("%-8s %s\n", std::string(hspmd::synth::name(b)).c_str(), e.what());
@@ -481,6 +500,11 @@ int main(int argc, char** argv) {
       else
         std::printf("(vs synth: none, no one-level plan fits this cluster: the two-level plan is "
                     "the plan)\n");
+    }
+    if (!pr.groups.empty()) {
+      hspmd_plan::plan_pipeline(pr, model, mo, batch, c, so,
+                                one_level_error.empty() ? &plan : nullptr, json_out, explain);
+      return 0;
     }
     if (!one_level_error.empty())
       return 0;

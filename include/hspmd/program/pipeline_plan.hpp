@@ -31,12 +31,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace hspmd::program {
@@ -80,6 +82,49 @@ struct pipeline_plan {
   }
   [[nodiscard]] std::uint64_t hash() const;
 };
+
+/// The devices of each pipeline group from option `flag`'s `text`: "P" (P equal groups of
+/// consecutive devices) or the groups' sizes ("2,1,1"), for `devices` devices (`ranks`: a job's
+/// ranks, so named). Throws `config_error` naming the option, its text and the fix.
+[[nodiscard]] inline std::vector<std::size_t> parse_group_sizes(const std::string& flag,
+                                                                const std::string& text,
+                                                                std::size_t devices,
+                                                                bool ranks = false) {
+  const auto bad = [&](const std::string& why, const std::string& fix) {
+    return config_error(flag + " " + text, why, fix);
+  };
+  const std::string held = ranks ? "the job runs " + std::to_string(devices) + " ranks"
+                                 : "the cluster has " + std::to_string(devices) + " devices";
+  std::vector<std::size_t> sizes;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    std::size_t v = 0;
+    const auto r = std::from_chars(text.data() + begin, text.data() + end, v);
+    if (r.ec != std::errc{} || r.ptr != text.data() + end || v == 0)
+      throw bad("is not a list of positive device counts", "give e.g. 2 or 1,1 or 2,1,1");
+    sizes.push_back(v);
+    begin = end + 1;
+  }
+  if (sizes.size() == 1) { // P equal groups
+    const std::size_t p = sizes[0];
+    if (p < 2 || devices % p != 0)
+      throw bad(std::to_string(devices) + (ranks ? " ranks" : " devices") + " do not form " +
+                    std::to_string(p) +
+                    " equal groups of at least one (a pipeline needs 2 or more)",
+                "give the groups' sizes, e.g. 2,1,1");
+    return std::vector<std::size_t>(p, devices / p);
+  }
+  std::size_t sum = 0;
+  for (std::size_t s : sizes)
+    sum += s;
+  if (sum != devices)
+    throw bad("holds " + std::to_string(sum) + " devices and " + held,
+              ranks ? "give group sizes that add up to the ranks (mpirun -np " +
+                          std::to_string(sum) + ")"
+                    : "give group sizes that add up to the cluster's devices");
+  return sizes;
+}
 
 /// How to make one.
 struct pipeline_options {

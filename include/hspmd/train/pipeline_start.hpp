@@ -19,7 +19,6 @@
 #include <hspmd/train/train_options.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -35,36 +34,7 @@ namespace hspmd::train {
 /// `ranks` ranks; throws `config_error` naming the text and the fix.
 [[nodiscard]] inline std::vector<std::size_t> pipeline_groups(const std::string& text,
                                                               std::size_t ranks) {
-  const auto bad = [&](const std::string& why, const std::string& fix) {
-    return config_error("--pipeline " + text, why, fix);
-  };
-  std::vector<std::size_t> sizes;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t end = std::min(text.find(',', begin), text.size());
-    std::size_t v = 0;
-    const auto r = std::from_chars(text.data() + begin, text.data() + end, v);
-    if (r.ec != std::errc{} || r.ptr != text.data() + end || v == 0)
-      throw bad("is not a list of positive device counts", "give e.g. 2 or 1,1 or 2,1,1");
-    sizes.push_back(v);
-    begin = end + 1;
-  }
-  if (sizes.size() == 1) { // P equal groups
-    const std::size_t p = sizes[0];
-    if (p < 2 || ranks % p != 0)
-      throw bad(std::to_string(ranks) + " ranks do not form " + std::to_string(p) +
-                    " equal groups of at least one (a pipeline needs 2 or more)",
-                "give the groups' sizes, e.g. 2,1,1");
-    return std::vector<std::size_t>(p, ranks / p);
-  }
-  std::size_t sum = 0;
-  for (std::size_t s : sizes)
-    sum += s;
-  if (sum != ranks)
-    throw bad("holds " + std::to_string(sum) + " devices and the job runs " +
-                  std::to_string(ranks) + " ranks",
-              "give group sizes that add up to the ranks (mpirun -np " + std::to_string(sum) + ")");
-  return sizes;
+  return program::parse_group_sizes("--pipeline", text, ranks, true);
 }
 
 /// Rank 0's pipeline plan on every rank (collective), see the file comment.

@@ -1,0 +1,83 @@
+#pragma once
+// hspmd-plan --pipeline: a pipeline plan of the model on the cluster (program/pipeline_plan.hpp)
+// beside the one-level plan -- the model traced at the micro-batch (the batch over m), the
+// devices grouped as --pipeline says (consecutive devices), each stage synthesized over its
+// group, each device checked against its memory at its peak under the schedule; the stage table
+// and the pipeline's simulated step (boundary sends not priced) against the one-level plan's
+// predicted step. --json then writes the pipeline plan, which the trainer's --plan takes.
+
+#include <hspmd/cluster/cluster.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/models/zoo.hpp>
+#include <hspmd/program/pipeline_plan.hpp>
+#include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+namespace hspmd_plan {
+
+/// What --pipeline and its options ask for.
+struct pipeline_request {
+  std::string groups; ///< "P" or the groups' sizes; empty: no pipeline
+  std::string schedule = "1f1b";
+  std::size_t micro = 0; ///< m; 0: four per stage
+  std::size_t chunks = 1;
+  std::string block_prefix = "layers.";
+};
+
+/// Plans, prints and (with `json_out`) writes the pipeline plan of `model` (options `mo`) at
+/// `batch` rows a step on `c`; `one_level` (may be null): the one-level plan to compare with.
+inline void plan_pipeline(const pipeline_request& r, const std::string& model,
+                          const hspmd::models::model_options& mo, std::size_t batch,
+                          const hspmd::cluster& c, const hspmd::synth::synth_options& so,
+                          const hspmd::synth::plan* one_level, const std::string& json_out,
+                          bool explain) {
+  namespace program = hspmd::program;
+  program::pipeline_options po;
+  po.group_sizes = program::parse_group_sizes("--pipeline", r.groups, c.size());
+  po.schedule = program::parse_schedule(r.schedule);
+  po.chunks = r.chunks;
+  po.micro = r.micro != 0 ? r.micro : 4 * po.group_sizes.size() * r.chunks;
+  po.synth = so;
+  po.model = model;
+  po.block_prefix = r.block_prefix;
+  if (batch % po.micro != 0)
+    throw hspmd::config_error("--micro " + std::to_string(po.micro),
+                              "does not divide the batch of " + std::to_string(batch),
+                              "give a batch of m equal micro-batches (--batch)");
+  const auto t0 = std::chrono::steady_clock::now();
+  const hspmd::graph::graph micro = hspmd::models::trace_model<float>(model, mo, batch / po.micro);
+  const program::pipeline_plan p = program::make_pipeline_plan(micro, c, po);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const program::pipeline_timeline t = program::simulate(p.make(), program::predicted_costs(p));
+  std::printf("\npipeline plan: %zu stages on %zu groups, %s, %zu micro-batches of %zu rows; "
+              "planned in %.3f s\n",
+              p.stages.size(), p.devices(), std::string(program::name(p.schedule)).c_str(), p.micro,
+              batch / p.micro, took);
+  char vs[32] = "-";
+  if (one_level != nullptr)
+    std::snprintf(vs, sizeof vs, "%.2fx", one_level->step_time / t.step);
+  std::printf("%-8s %14s %10s %10s\n", "plan", "step time", "bubble", "vs synth");
+  std::printf("%-8s %14s %9.1f%% %10s\n", "pipeline", hspmd::synth::seconds_text(t.step).c_str(),
+              100.0 * t.bubble, vs);
+  std::printf("(step: the schedule simulated over the stage plans' predicted passes, boundary "
+              "sends not priced; vs synth: the one-level plan's predicted step over it)\n");
+  if (explain)
+    std::cout << "\n" << program::explain(p, micro, c);
+  if (!json_out.empty()) {
+    std::ofstream f(json_out);
+    f << program::to_json(p).dump(1) << "\n";
+    if (!f)
+      throw hspmd::config_error(json_out, "cannot write", "a writable path");
+    std::printf("pipeline plan written to %s (hash %016llx)\n", json_out.c_str(),
+                static_cast<unsigned long long>(p.hash()));
+  }
+}
+
+} // namespace hspmd_plan
