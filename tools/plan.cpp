@@ -289,8 +289,9 @@ int main(int argc, char** argv) {
                  "of a device kind), \"remove node 3\", \"remove gpu7\", \"slow gpu7 x2\" "
                  "(repeat the flag to change several things)");
   app.add_option("--pipeline", pr.groups,
-                 "also plan a pipeline: P equal groups of consecutive devices, or the groups' "
-                 "sizes (2,1,1); each stage synthesized over its group (--json writes it)");
+                 "also plan a pipeline: P equal groups of consecutive devices, the groups' sizes "
+                 "(2,1,1), or auto (the fastest of 2, 4, 8, ... equal groups); each stage "
+                 "synthesized over its group (--json writes it)");
   app.add_option("--micro", pr.micro, "with --pipeline: micro-batches a step (default 4 a stage)");
   app.add_option("--pipeline-schedule", pr.schedule,
                  "with --pipeline: gpipe, 1f1b, interleaved, zb")

@@ -3,13 +3,15 @@
 // beside the one-level plan -- the model traced at the micro-batch (the batch over m), the
 // devices grouped as --pipeline says (consecutive devices), each stage synthesized over its
 // group, each device checked against its memory at its peak under the schedule; the stage table
-// and the pipeline's simulated step (boundary sends not priced) against the one-level plan's
-// predicted step. --json then writes the pipeline plan, which the trainer's --plan takes.
+// and the pipeline's simulated step (boundary sends priced on the groups' links) against the
+// one-level plan's predicted step. --json then writes the pipeline plan, which the trainer's --plan
+// takes.
 
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
+#include <hspmd/program/pipeline_search.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -24,7 +26,7 @@ namespace hspmd_plan {
 
 /// What --pipeline and its options ask for.
 struct pipeline_request {
-  std::string groups; ///< "P" or the groups' sizes; empty: no pipeline
+  std::string groups; ///< "P", the groups' sizes, or "auto" (the depth chosen); empty: none
   std::string schedule = "1f1b";
   std::size_t micro = 0; ///< m; 0: four per stage
   std::size_t chunks = 1;
@@ -40,22 +42,49 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
                           bool explain) {
   namespace program = hspmd::program;
   program::pipeline_options po;
-  po.group_sizes = program::parse_group_sizes("--pipeline", r.groups, c.size());
   po.schedule = program::parse_schedule(r.schedule);
   po.chunks = r.chunks;
-  po.micro = r.micro != 0 ? r.micro : 4 * po.group_sizes.size() * r.chunks;
   po.synth = so;
   po.model = model;
   po.block_prefix = r.block_prefix;
-  if (batch % po.micro != 0)
-    throw hspmd::config_error("--micro " + std::to_string(po.micro),
-                              "does not divide the batch of " + std::to_string(batch),
-                              "give a batch of m equal micro-batches (--batch)");
+  const auto trace_at = [&](std::size_t rows) {
+    return hspmd::models::trace_model<float>(model, mo, rows);
+  };
   const auto t0 = std::chrono::steady_clock::now();
-  const hspmd::graph::graph micro = hspmd::models::trace_model<float>(model, mo, batch / po.micro);
-  const program::pipeline_plan p = program::make_pipeline_plan(micro, c, po);
+  program::pipeline_plan p;
+  if (r.groups == "auto") {
+    if (r.micro != 0)
+      throw hspmd::config_error("--micro with --pipeline auto",
+                                "the depth's micro-batches are chosen with it (4 a stage)",
+                                "drop --micro, or give --pipeline the groups");
+    const program::pipeline_choice ch = program::choose_pipeline(trace_at, batch, c, po);
+    std::printf("\npipeline depths tried (%s, equal groups of consecutive devices):\n",
+                r.schedule.c_str());
+    std::printf("%-8s %-6s %14s %10s %12s\n", "stages", "m", "step time", "bubble", "planned in");
+    for (const program::pipeline_candidate& k : ch.tried)
+      if (k.plan)
+        std::printf("%-8zu %-6zu %14s %9.1f%% %10.3f s\n", k.stages, k.micro,
+                    hspmd::synth::seconds_text(k.step).c_str(), 100.0 * k.bubble, k.seconds);
+      else
+        std::printf("%-8zu %-6zu %14s %10s %10.3f s  %s\n", k.stages, k.micro, "-", "-", k.seconds,
+                    k.refused.c_str());
+    if (!ch.best)
+      throw hspmd::plan_error("--pipeline auto", "no pipeline depth could be planned (above)",
+                              "give the groups, or a model with more blocks");
+    p = *ch.tried[*ch.best].plan;
+  } else {
+    po.group_sizes = program::parse_group_sizes("--pipeline", r.groups, c.size());
+    po.micro = r.micro != 0 ? r.micro : 4 * po.group_sizes.size() * r.chunks;
+    if (batch % po.micro != 0)
+      throw hspmd::config_error("--micro " + std::to_string(po.micro),
+                                "does not divide the batch of " + std::to_string(batch),
+                                "give a batch of m equal micro-batches (--batch)");
+    p = program::make_pipeline_plan(trace_at(batch / po.micro), c, po);
+  }
+  const hspmd::graph::graph micro = trace_at(batch / p.micro);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const program::pipeline_timeline t = program::simulate(p.make(), program::predicted_costs(p));
+  const program::pipeline_timeline t =
+      program::simulate(p.make(), program::predicted_costs(p, micro, c));
   std::printf("\npipeline plan: %zu stages on %zu groups, %s, %zu micro-batches of %zu rows; "
               "planned in %.3f s\n",
               p.stages.size(), p.devices(), std::string(program::name(p.schedule)).c_str(), p.micro,
@@ -66,8 +95,8 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
   std::printf("%-8s %14s %10s %10s\n", "plan", "step time", "bubble", "vs synth");
   std::printf("%-8s %14s %9.1f%% %10s\n", "pipeline", hspmd::synth::seconds_text(t.step).c_str(),
               100.0 * t.bubble, vs);
-  std::printf("(step: the schedule simulated over the stage plans' predicted passes, boundary "
-              "sends not priced; vs synth: the one-level plan's predicted step over it)\n");
+  std::printf("(step: the schedule simulated over the stage plans' predicted passes and boundary "
+              "sends; vs synth: the one-level plan's predicted step over it)\n");
   if (explain)
     std::cout << "\n" << program::explain(p, micro, c);
   if (!json_out.empty()) {

@@ -20,6 +20,7 @@
 // The graph is the model traced for one micro-batch; the step's batch is m of them.
 
 #include <hspmd/cluster/cluster.hpp>
+#include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
 #include <hspmd/graph/blocks.hpp>
@@ -434,6 +435,34 @@ inline std::uint64_t pipeline_plan::hash() const {
   return c;
 }
 
+/// The same with the boundary sends priced on cluster `c` (micro-batch graph `g`): `transfer`
+/// is the slowest send between two stages on different groups -- the values one stage sends
+/// another, whole, over the link between the groups' first devices (latency + bytes over
+/// bandwidth; the ranks' boxes travel in parallel, so this is an upper bound).
+[[nodiscard]] inline stage_costs predicted_costs(const pipeline_plan& p, const graph::graph& g,
+                                                 const cluster& c) {
+  stage_costs out = predicted_costs(p);
+  const auto cuts = p.cuts(g);
+  std::vector<std::size_t> stage_of(g.size(), 0);
+  for (std::size_t k = 0; k < cuts.size(); ++k)
+    for (graph::node_id i = cuts[k].first; i <= cuts[k].second; ++i)
+      stage_of[i] = k;
+  for (std::size_t r = 0; r < cuts.size(); ++r) {
+    std::vector<double> bytes(cuts.size(), 0.0); // per producing stage
+    for (const auto& [local, global] : graph::extract_stage(g, cuts, r).received)
+      bytes[stage_of[global]] +=
+          static_cast<double>(g[global].out.size() * size_of(g[global].type));
+    for (std::size_t k = 0; k < cuts.size(); ++k) {
+      const std::size_t a = k % p.devices(), b = r % p.devices();
+      if (bytes[k] == 0.0 || a == b)
+        continue;
+      const link_spec& l = c.link_between(p.first_rank(a), p.first_rank(b));
+      out.transfer = std::max(out.transfer, l.latency + bytes[k] / l.bandwidth);
+    }
+  }
+  return out;
+}
+
 /// The stage table on cluster `c`: blocks, group, devices, shares, predicted step of a
 /// micro-batch, the micro-batches each stage holds at once under the schedule and its peak
 /// memory with them (`memory_of`), and the pipeline's simulated step and bubble.
@@ -473,9 +502,10 @@ inline std::uint64_t pipeline_plan::hash() const {
                   devices.c_str(), shares.c_str(), sp.step_time, memory / 1e6, mem.in_flight[k]);
     out += line;
   }
-  const pipeline_timeline t = simulate(s, predicted_costs(p));
-  std::snprintf(line, sizeof line, "predicted step %.4g s, bubble %.1f %% of device time\n", t.step,
-                100.0 * t.bubble);
+  const pipeline_timeline t = simulate(s, predicted_costs(p, g, c));
+  std::snprintf(line, sizeof line,
+                "predicted step %.4g s, bubble %.1f %% of device time (boundary send %.3g ms)\n",
+                t.step, 100.0 * t.bubble, 1e3 * predicted_costs(p, g, c).transfer);
   out += line;
   return out;
 }

@@ -112,7 +112,7 @@ start_pipeline(const graph::graph& g, const train_options& o, const cluster& c,
     write_file(o.save_plan, program::to_json(plan).dump(1));
   if (out != nullptr) {
     const program::pipeline_timeline t =
-        program::simulate(plan.make(), program::predicted_costs(plan));
+        program::simulate(plan.make(), program::predicted_costs(plan, g, c));
     print(*out,
           "pipeline: %zu stages on %zu groups, %s, %zu micro-batches a step; predicted step %s, "
           "bubble %.1f%%\n",

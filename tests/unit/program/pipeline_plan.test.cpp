@@ -3,6 +3,7 @@
 // file, and the stage table `explain` prints.
 #include <hspmd/models/bert.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
+#include <hspmd/program/pipeline_search.hpp>
 
 #include "../../support/test_cluster.hpp"
 #include "../../support/tiny_bert.hpp"
@@ -129,6 +130,15 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
   CHECK(t.step > 0.0);
   CHECK(t.bubble > 0.0);
   CHECK(t.bubble < 1.0);
+  // priced on the cluster: stage 0 sends stage 1 its values (f32) over the link, whole
+  const program::stage_costs priced = program::predicted_costs(p, g, c);
+  double bytes = 0.0;
+  for (const auto& [local, global] : graph::extract_stage(g, p.cuts(g), 1).received)
+    bytes += 4.0 * static_cast<double>(g[global].out.size());
+  REQUIRE(bytes > 0.0);
+  CHECK(priced.transfer == Approx(c.intra_node.latency + bytes / c.intra_node.bandwidth));
+  CHECK(program::simulate(p.make(), priced).step > t.step);
+  CHECK(text.find("boundary send") != std::string::npos);
 }
 
 TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B at any m, GPipe "
@@ -170,4 +180,31 @@ TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B 
                     Catch::Contains("device d0") && Catch::Contains("under gpipe") &&
                         Catch::Contains("holds 8 micro-batches") &&
                         Catch::Contains("1f1b holds at most p"));
+}
+
+TEST_CASE("pipeline depth: every power of two the devices split into is planned or refused with "
+          "its reason, and the fastest planned one is chosen") {
+  const cluster c = test::make_cluster({3e9, 3e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9});
+  const auto at = [](std::size_t rows) {
+    return models::trace_bert_lm<float>(test::tiny_bert(4), rows);
+  };
+  program::pipeline_options o = plan_options({});
+  const program::pipeline_choice ch = program::choose_pipeline(at, 32, c, o);
+  REQUIRE(ch.tried.size() == 3); // 2, 4 and 8 groups
+  REQUIRE(ch.best);
+  for (std::size_t k = 0; k < ch.tried.size(); ++k) {
+    const program::pipeline_candidate& x = ch.tried[k];
+    CAPTURE(x.stages, x.micro, x.refused);
+    CHECK(x.stages == std::size_t{2} << k);
+    CHECK(32 % x.micro == 0);
+    CHECK(x.micro >= x.stages);
+    if (x.stages == 8) { // 4 blocks
+      CHECK(!x.plan);
+      CHECK_THAT(x.refused, Catch::Contains("fewer blocks than 8 stages"));
+      continue;
+    }
+    REQUIRE(x.plan);
+    CHECK(x.plan->group_sizes == std::vector<std::size_t>(x.stages, 8 / x.stages));
+    CHECK(x.step >= ch.tried[*ch.best].step);
+  }
 }
