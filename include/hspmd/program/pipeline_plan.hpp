@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -139,6 +140,9 @@ struct pipeline_options {
   synth::synth_options synth;
   std::string model = "model";
   std::string block_prefix = "layers.";
+  /// Cuts not given: how many times the cuts are made again on the speeds the stage plans
+  /// reached (see make_pipeline_plan); 0: the groups' summed speeds only.
+  std::size_t refine = 2;
 };
 
 /// The devices [first, first + n) of `c` as a cluster of their own (links and costs kept).
@@ -282,6 +286,9 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
   }
 }
 
+[[nodiscard]] inline stage_costs predicted_costs(const pipeline_plan& p, const graph::graph& g,
+                                                 const cluster& c);
+
 /// Plans each stage of micro-batch graph `g` over its group of `c`'s devices (see the file
 /// comment). Throws `config_error` naming the option at fault, or the device that would not hold
 /// its stages' micro-batches in flight (`check_memory`).
@@ -297,44 +304,76 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
   detail::check_groups(p, c.size(), "pipeline plan");
   (void)p.make(); // the schedule's own bounds (m, v) first
   const std::size_t stages = p.devices() * p.chunks;
-  std::vector<graph::node_range> cuts;
-  if (o.first_blocks.empty()) {
-    std::vector<double> speeds;
+  const auto plan_stages = [&](const std::vector<graph::node_range>& cuts) {
+    std::vector<synth::plan> out;
     for (std::size_t k = 0; k < stages; ++k) {
-      const std::size_t d = k % p.devices(), first = p.first_rank(d);
-      double s = 0.0;
-      for (std::size_t r = first; r < first + p.group_sizes[d]; ++r)
-        s += c.devices[r].speed > 0.0 ? c.devices[r].speed : 1.0;
-      speeds.push_back(s);
+      const std::size_t d = k % p.devices();
+      const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+      const cluster sub = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
+      const std::string name = o.model + ".stage" + std::to_string(k);
+      if (o.strategy == "synth") {
+        out.push_back(synth::synthesize(sg.g, sub, o.synth, name));
+      } else {
+        const synth::baseline b =
+            o.strategy == "dp-ev"   ? synth::baseline::dp_ev
+            : o.strategy == "dp-cp" ? synth::baseline::dp_cp
+            : o.strategy == "tp"
+                ? synth::baseline::tp
+                : throw config_error("pipeline plan strategy \"" + o.strategy + "\"",
+                                     "not one of synth, dp-ev, dp-cp, tp");
+        out.push_back(synth::make_baseline(sg.g, sub, b, o.synth, name));
+      }
     }
-    cuts = graph::balanced_stages(g, speeds, p.block_prefix);
-    p.first_blocks = first_blocks_of(g, cuts, p.block_prefix);
-  } else {
+    return out;
+  };
+  if (!o.first_blocks.empty()) {
     if (o.first_blocks.size() != stages)
       throw config_error("pipeline plan",
                          std::to_string(o.first_blocks.size()) + " first blocks for " +
                              std::to_string(stages) + " stages (devices x chunks)",
                          "give one first block per stage");
     p.first_blocks = o.first_blocks;
-    cuts = p.cuts(g);
+    p.stages = plan_stages(p.cuts(g));
+    check_memory(p, g, c);
+    return p;
   }
+  // Cut on the groups' summed speeds and plan the stages; then cut again on the speeds the
+  // stage plans reach -- a stage's FLOPs over its predicted time, communication and the
+  // plan's overheads included -- while that moves a cut (at most `refine` times): the fastest
+  // simulated step stays.
+  std::vector<double> speeds;
   for (std::size_t k = 0; k < stages; ++k) {
-    const std::size_t d = k % p.devices();
-    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
-    const cluster sub = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
-    const std::string name = o.model + ".stage" + std::to_string(k);
-    if (o.strategy == "synth") {
-      p.stages.push_back(synth::synthesize(sg.g, sub, o.synth, name));
-    } else {
-      const synth::baseline b =
-          o.strategy == "dp-ev"   ? synth::baseline::dp_ev
-          : o.strategy == "dp-cp" ? synth::baseline::dp_cp
-          : o.strategy == "tp"    ? synth::baseline::tp
-                               : throw config_error("pipeline plan strategy \"" + o.strategy + "\"",
-                                                    "not one of synth, dp-ev, dp-cp, tp");
-      p.stages.push_back(synth::make_baseline(sg.g, sub, b, o.synth, name));
+    const std::size_t d = k % p.devices(), first = p.first_rank(d);
+    double s = 0.0;
+    for (std::size_t r = first; r < first + p.group_sizes[d]; ++r)
+      s += c.devices[r].speed > 0.0 ? c.devices[r].speed : 1.0;
+    speeds.push_back(s);
+  }
+  std::optional<pipeline_plan> best;
+  double best_step = 0.0;
+  std::vector<std::vector<std::size_t>> tried;
+  for (std::size_t pass = 0; pass <= o.refine; ++pass) {
+    const std::vector<graph::node_range> cuts = graph::balanced_stages(g, speeds, p.block_prefix);
+    pipeline_plan q = p;
+    q.first_blocks = first_blocks_of(g, cuts, p.block_prefix);
+    if (std::ranges::find(tried, q.first_blocks) != tried.end())
+      break;
+    tried.push_back(q.first_blocks);
+    q.stages = plan_stages(cuts);
+    const double step = simulate(q.make(), predicted_costs(q, g, c)).step;
+    for (std::size_t k = 0; k < stages; ++k) {
+      double flops = 0.0;
+      for (graph::node_id i = cuts[k].first; i <= cuts[k].second; ++i)
+        flops += graph::cost_of(g, i).forward_flops + graph::cost_of(g, i).backward_flops;
+      if (flops > 0.0 && q.stages[k].step_time > 0.0)
+        speeds[k] = flops / q.stages[k].step_time;
+    }
+    if (!best || step < best_step) {
+      best = std::move(q);
+      best_step = step;
     }
   }
+  p = std::move(*best);
   check_memory(p, g, c);
   return p;
 }
@@ -502,6 +541,17 @@ inline std::uint64_t pipeline_plan::hash() const {
                   devices.c_str(), shares.c_str(), sp.step_time, memory / 1e6, mem.in_flight[k]);
     out += line;
   }
+  std::vector<double> busy(p.devices(), 0.0); // per group: its stages' micro-batch passes
+  for (std::size_t k = 0; k < p.stages.size(); ++k)
+    busy[k % p.devices()] += p.stages[k].step_time;
+  const double mean =
+      std::accumulate(busy.begin(), busy.end(), 0.0) / static_cast<double>(busy.size());
+  std::snprintf(line, sizeof line,
+                "stage balance: the slowest group's stages take %.4g s a micro-batch, the mean "
+                "%.4g s (%.2fx)\n",
+                *std::ranges::max_element(busy), mean,
+                mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0);
+  out += line;
   const pipeline_timeline t = simulate(s, predicted_costs(p, g, c));
   std::snprintf(line, sizeof line,
                 "predicted step %.4g s, bubble %.1f %% of device time (boundary send %.3g ms)\n",

@@ -32,9 +32,20 @@ TEST_CASE("pipeline plan: a faster group takes more blocks, each stage is planne
   const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(6), 4);
   // group 0: one device; group 1: two devices, each as fast -> twice the speed, twice the layers
   const cluster c = test::make_cluster({1e9, 1e9, 1e9});
+  program::pipeline_options speed_only = plan_options({1, 2});
+  speed_only.refine = 0; // cut on the groups' summed speeds alone
+  const program::pipeline_plan first = program::make_pipeline_plan(g, c, speed_only);
+  CHECK(first.first_blocks == std::vector<std::size_t>{0, 2});
+  // cut again on the speeds the stage plans reach: never a slower simulated step, and the
+  // faster group still takes at least half of the 6 blocks
   const program::pipeline_plan p = program::make_pipeline_plan(g, c, plan_options({1, 2}));
   REQUIRE(p.stages.size() == 2);
-  CHECK(p.first_blocks == std::vector<std::size_t>{0, 2});
+  const auto step = [&](const program::pipeline_plan& x) {
+    return program::simulate(x.make(), program::predicted_costs(x, g, c)).step;
+  };
+  CAPTURE(p.first_blocks, step(first), step(p));
+  CHECK(step(p) <= step(first));
+  CHECK(p.first_blocks[1] <= 3); // (its share of the head counted)
   CHECK(p.stages[0].device_names == std::vector<std::string>{"d0"});
   CHECK(p.stages[1].device_names == std::vector<std::string>{"d1", "d2"});
   CHECK(p.group_of(0) == 0);
@@ -139,6 +150,7 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
   CHECK(priced.transfer == Approx(c.intra_node.latency + bytes / c.intra_node.bandwidth));
   CHECK(program::simulate(p.make(), priced).step > t.step);
   CHECK(text.find("boundary send") != std::string::npos);
+  CHECK(text.find("stage balance: the slowest group's stages take") != std::string::npos);
 }
 
 TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B at any m, GPipe "
