@@ -304,7 +304,11 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
   detail::check_groups(p, c.size(), "pipeline plan");
   (void)p.make(); // the schedule's own bounds (m, v) first
   const std::size_t stages = p.devices() * p.chunks;
-  const auto plan_stages = [&](const std::vector<graph::node_range>& cuts) {
+  // The stages at `cuts` planned; where a device would not hold its stages' micro-batches in
+  // flight and the options let the synthesizer recompute when needed, planned again with every
+  // stage recomputing its blocks (what a one-level plan does when it does not fit).
+  const auto plan_stages_with = [&](const std::vector<graph::node_range>& cuts,
+                                    const synth::synth_options& so) {
     std::vector<synth::plan> out;
     for (std::size_t k = 0; k < stages; ++k) {
       const std::size_t d = k % p.devices();
@@ -312,7 +316,7 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
       const cluster sub = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
       const std::string name = o.model + ".stage" + std::to_string(k);
       if (o.strategy == "synth") {
-        out.push_back(synth::synthesize(sg.g, sub, o.synth, name));
+        out.push_back(synth::synthesize(sg.g, sub, so, name));
       } else {
         const synth::baseline b =
             o.strategy == "dp-ev"   ? synth::baseline::dp_ev
@@ -321,10 +325,26 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
                 ? synth::baseline::tp
                 : throw config_error("pipeline plan strategy \"" + o.strategy + "\"",
                                      "not one of synth, dp-ev, dp-cp, tp");
-        out.push_back(synth::make_baseline(sg.g, sub, b, o.synth, name));
+        out.push_back(synth::make_baseline(sg.g, sub, b, so, name));
       }
     }
     return out;
+  };
+  const auto fits = [&](const pipeline_plan& q) {
+    try {
+      check_memory(q, g, c);
+      return true;
+    } catch (const config_error&) {
+      return false;
+    }
+  };
+  const auto plan_stages = [&](pipeline_plan& q, const std::vector<graph::node_range>& cuts) {
+    q.stages = plan_stages_with(cuts, o.synth);
+    if (o.synth.search.recompute == synth::search_options::recomputation::when_needed && !fits(q)) {
+      synth::synth_options again = o.synth;
+      again.search.recompute = synth::search_options::recomputation::always;
+      q.stages = plan_stages_with(cuts, again);
+    }
   };
   if (!o.first_blocks.empty()) {
     if (o.first_blocks.size() != stages)
@@ -333,14 +353,14 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
                              std::to_string(stages) + " stages (devices x chunks)",
                          "give one first block per stage");
     p.first_blocks = o.first_blocks;
-    p.stages = plan_stages(p.cuts(g));
+    plan_stages(p, p.cuts(g));
     check_memory(p, g, c);
     return p;
   }
   // Cut on the groups' summed speeds and plan the stages; then cut again on the speeds the
   // stage plans reach -- a stage's FLOPs over its predicted time, communication and the
   // plan's overheads included -- while that moves a cut (at most `refine` times): the fastest
-  // simulated step stays.
+  // simulated step of those that fit in memory stays.
   std::vector<double> speeds;
   for (std::size_t k = 0; k < stages; ++k) {
     const std::size_t d = k % p.devices(), first = p.first_rank(d);
@@ -351,6 +371,7 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
   }
   std::optional<pipeline_plan> best;
   double best_step = 0.0;
+  bool best_fits = false;
   std::vector<std::vector<std::size_t>> tried;
   for (std::size_t pass = 0; pass <= o.refine; ++pass) {
     const std::vector<graph::node_range> cuts = graph::balanced_stages(g, speeds, p.block_prefix);
@@ -359,7 +380,8 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
     if (std::ranges::find(tried, q.first_blocks) != tried.end())
       break;
     tried.push_back(q.first_blocks);
-    q.stages = plan_stages(cuts);
+    plan_stages(q, cuts);
+    const bool q_fits = fits(q);
     const double step = simulate(q.make(), predicted_costs(q, g, c)).step;
     for (std::size_t k = 0; k < stages; ++k) {
       double flops = 0.0;
@@ -368,9 +390,10 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
       if (flops > 0.0 && q.stages[k].step_time > 0.0)
         speeds[k] = flops / q.stages[k].step_time;
     }
-    if (!best || step < best_step) {
+    if (!best || (q_fits && !best_fits) || (q_fits == best_fits && step < best_step)) {
       best = std::move(q);
       best_step = step;
+      best_fits = q_fits;
     }
   }
   p = std::move(*best);

@@ -154,13 +154,16 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
 }
 
 TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B at any m, GPipe "
-          "m, a device too small for the schedule is refused, named") {
+          "m, a device too small for the schedule recomputes, or is refused, named") {
   const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(4), 2);
   cluster c = test::make_cluster({1e9, 1e9});
-  const auto plan = [&](program::schedule_kind s, std::size_t m) {
+  using recomputation = synth::search_options::recomputation;
+  const auto plan = [&](program::schedule_kind s, std::size_t m,
+                        recomputation r = recomputation::when_needed) {
     program::pipeline_options o = plan_options({1, 1});
     o.schedule = s;
     o.micro = m;
+    o.synth.search.recompute = r;
     return program::make_pipeline_plan(g, c, o);
   };
   double first_1f1b = 0.0, last_gpipe = 0.0;
@@ -185,10 +188,14 @@ TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B 
     CHECK(b.peak[0][0] > last_gpipe);          // GPipe: grows with m
     last_gpipe = b.peak[0][0];
   }
-  // a device that holds 1F1B's peak at m = 8 but not GPipe's
+  // a device that holds 1F1B's peak at m = 8 but not GPipe's: 1F1B as before; GPipe's stages
+  // planned again recomputing their blocks (they fit), or refused where that is not allowed
   c.devices[0].memory = static_cast<std::uint64_t>((first_1f1b + last_gpipe) / 2.0);
-  CHECK_NOTHROW(plan(program::schedule_kind::one_f_one_b, 8));
-  CHECK_THROWS_WITH(plan(program::schedule_kind::gpipe, 8),
+  CHECK(!plan(program::schedule_kind::one_f_one_b, 8).stages[0].recompute);
+  const program::pipeline_plan again = plan(program::schedule_kind::gpipe, 8);
+  CHECK(again.stages[0].recompute);
+  CHECK(program::memory_of(again, g, c).device[0][0] <= static_cast<double>(c.devices[0].memory));
+  CHECK_THROWS_WITH(plan(program::schedule_kind::gpipe, 8, recomputation::never),
                     Catch::Contains("device d0") && Catch::Contains("under gpipe") &&
                         Catch::Contains("holds 8 micro-batches") &&
                         Catch::Contains("1f1b holds at most p"));
