@@ -528,11 +528,14 @@ TEST_CASE("pipeline: stages that recompute their blocks equal the single process
     return;
   const auto groups = layouts_at(p).front();
   const std::size_t layers = 2 * p, rows = 4, m = 2 * groups.size(), batch = m * rows;
+  // every case at np 2; BERT under 1F1B on the groups of 1 and 2 (3 and 4 ranks on 2 cores are
+  // slow)
   for (const std::string model : {"bert", "llama"}) {
+    if (model == "llama" && p > 2)
+      continue;
     const graph::graph whole = models::trace_model<double>(model, small(layers), batch);
     const graph::graph micro = models::trace_model<double>(model, small(layers), rows);
     const test::result<double> want = test::single<double>(whole, 24, pipeline_steps);
-    // interleaved at np 2 only (3 and 4 ranks on 2 cores are slow)
     for (const auto kind :
          {program::schedule_kind::one_f_one_b, program::schedule_kind::interleaved}) {
       if (kind == program::schedule_kind::interleaved && p > 2)
