@@ -81,6 +81,14 @@ program::pipeline_plan agreed(mpi_communicator& comm, const graph::graph& micro_
                                           "the plan from rank 0");
 }
 
+// A group of two devices runs at 3:1 (the suite's uneven group).
+void three_to_one(program::pipeline_plan& plan) {
+  for (synth::plan& sp : plan.stages)
+    if (sp.device_names.size() == 2)
+      for (auto& r : sp.ratios)
+        r = {0.75, 0.25};
+}
+
 // The groups the suite runs at `ranks`: one device a stage, and groups of two (at 3:1).
 std::vector<std::vector<std::size_t>> layouts_at(std::size_t ranks) {
   if (ranks == 3)
@@ -134,10 +142,7 @@ void pipeline_equivalence(const std::string& model, const models::model_options&
         planned.emplace(key, agreed(comm, micro_graph, po));
       program::pipeline_plan plan = planned.at(key);
       plan.schedule = x.kind;
-      for (synth::plan& sp : plan.stages) // a group of two at 3:1
-        if (sp.device_names.size() == 2)
-          for (auto& r : sp.ratios)
-            r = {0.75, 0.25};
+      three_to_one(plan);
       const test::result<T> got =
           pipeline_steps_of<T>(whole, micro_graph, plan, comm, 0, pipeline_steps, {}, {}, id_limit);
       REQUIRE(got.losses.size() == want.losses.size());
@@ -443,10 +448,7 @@ TEST_CASE("pipeline: a checkpoint saved under a pipeline plan resumes under DP-E
   po.strategy = "synth";
   po.model = "bert";
   program::pipeline_plan plan = agreed(world, micro_graph, po);
-  for (synth::plan& sp : plan.stages)
-    if (sp.device_names.size() == 2)
-      for (auto& r : sp.ratios)
-        r = {0.75, 0.25};
+  three_to_one(plan);
   const std::filesystem::path root =
       std::filesystem::temp_directory_path() / ("hspmd-pipeline-ckpt-np" + std::to_string(n));
   if (world.rank() == 0)
@@ -485,10 +487,7 @@ TEST_CASE("pipeline: a group that splits a boundary value receives its pieces on
   po.strategy = "dp-ev";
   po.block_prefix = "fc";
   program::pipeline_plan plan = agreed(world, micro, po);
-  for (synth::plan& sp : plan.stages)
-    if (sp.device_names.size() == 2)
-      for (auto& r : sp.ratios)
-        r = {0.75, 0.25};
+  three_to_one(plan);
   exec::pipeline_executor<double, mpi_communicator> px(micro, plan, world, 7);
   feed_step<double>(px, models::trace_model<double>("mlp", o, m * rows), 0, 4);
   (void)px.forward_backward();
