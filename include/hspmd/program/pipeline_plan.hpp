@@ -338,13 +338,17 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
       return false;
     }
   };
+  // (returns whether the plan fits)
   const auto plan_stages = [&](pipeline_plan& q, const std::vector<graph::node_range>& cuts) {
     q.stages = plan_stages_with(cuts, o.synth);
-    if (o.synth.search.recompute == synth::search_options::recomputation::when_needed && !fits(q)) {
-      synth::synth_options again = o.synth;
-      again.search.recompute = synth::search_options::recomputation::always;
-      q.stages = plan_stages_with(cuts, again);
-    }
+    if (fits(q))
+      return true;
+    if (o.synth.search.recompute != synth::search_options::recomputation::when_needed)
+      return false;
+    synth::synth_options again = o.synth;
+    again.search.recompute = synth::search_options::recomputation::always;
+    q.stages = plan_stages_with(cuts, again);
+    return fits(q);
   };
   if (!o.first_blocks.empty()) {
     if (o.first_blocks.size() != stages)
@@ -353,8 +357,8 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
                              std::to_string(stages) + " stages (devices x chunks)",
                          "give one first block per stage");
     p.first_blocks = o.first_blocks;
-    plan_stages(p, p.cuts(g));
-    check_memory(p, g, c);
+    if (!plan_stages(p, p.cuts(g)))
+      check_memory(p, g, c); // (throws, naming the device)
     return p;
   }
   // Cut on the groups' summed speeds and plan the stages; then cut again on the speeds the
@@ -380,8 +384,7 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
     if (std::ranges::find(tried, q.first_blocks) != tried.end())
       break;
     tried.push_back(q.first_blocks);
-    plan_stages(q, cuts);
-    const bool q_fits = fits(q);
+    const bool q_fits = plan_stages(q, cuts);
     const double step = simulate(q.make(), predicted_costs(q, g, c)).step;
     for (std::size_t k = 0; k < stages; ++k) {
       double flops = 0.0;
@@ -397,7 +400,8 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
     }
   }
   p = std::move(*best);
-  check_memory(p, g, c);
+  if (!best_fits)
+    check_memory(p, g, c); // (throws, naming the device)
   return p;
 }
 
@@ -575,10 +579,11 @@ inline std::uint64_t pipeline_plan::hash() const {
                 *std::ranges::max_element(busy), mean,
                 mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0);
   out += line;
-  const pipeline_timeline t = simulate(s, predicted_costs(p, g, c));
+  const stage_costs costs = predicted_costs(p, g, c);
+  const pipeline_timeline t = simulate(s, costs);
   std::snprintf(line, sizeof line,
                 "predicted step %.4g s, bubble %.1f %% of device time (boundary send %.3g ms)\n",
-                t.step, 100.0 * t.bubble, 1e3 * predicted_costs(p, g, c).transfer);
+                t.step, 100.0 * t.bubble, 1e3 * costs.transfer);
   out += line;
   return out;
 }
