@@ -140,6 +140,9 @@ struct stage_costs {
   /// Per stage, its forward and whole backward (a plan's predictions, a measurement); where
   /// given, they replace `forward` and `backward` (which a device's chunks divide).
   std::vector<double> stage_forward, stage_backward;
+  /// Per stage (empty: none), work done once a step after its device's last pass -- the
+  /// stage's gradient reduction across its group.
+  std::vector<double> stage_sync;
 };
 
 /// What `simulate` found.
@@ -279,6 +282,10 @@ struct finish_times {
       --inflight[d];
     ++next[d];
     --remaining;
+  }
+  for (std::size_t k = 0; k < c.stage_sync.size() && k < stages; ++k) {
+    free_at[device_of(k)] += c.stage_sync[k];
+    t.busy[device_of(k)] += c.stage_sync[k];
   }
   for (std::size_t d = 0; d < p; ++d)
     t.step = std::max(t.step, free_at[d]);

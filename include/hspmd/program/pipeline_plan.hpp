@@ -385,13 +385,15 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
       break;
     tried.push_back(q.first_blocks);
     const bool q_fits = plan_stages(q, cuts);
-    const double step = simulate(q.make(), predicted_costs(q, g, c)).step;
+    const stage_costs costs = predicted_costs(q, g, c);
+    const double step = simulate(q.make(), costs).step;
     for (std::size_t k = 0; k < stages; ++k) {
       double flops = 0.0;
       for (graph::node_id i = cuts[k].first; i <= cuts[k].second; ++i)
         flops += graph::cost_of(g, i).forward_flops + graph::cost_of(g, i).backward_flops;
-      if (flops > 0.0 && q.stages[k].step_time > 0.0)
-        speeds[k] = flops / q.stages[k].step_time;
+      const double passes = costs.stage_forward[k] + costs.stage_backward[k];
+      if (flops > 0.0 && passes > 0.0)
+        speeds[k] = flops / passes;
     }
     if (!best || (q_fits && !best_fits) || (q_fits == best_fits && step < best_step)) {
       best = std::move(q);
@@ -501,18 +503,30 @@ inline std::uint64_t pipeline_plan::hash() const {
   return c;
 }
 
-/// The same with the boundary sends priced on cluster `c` (micro-batch graph `g`): `transfer`
-/// is the slowest send between two stages on different groups -- the values one stage sends
-/// another, whole, over the link between the groups' first devices (latency + bytes over
-/// bandwidth; the ranks' boxes travel in parallel, so this is an upper bound).
+/// The same on cluster `c` (micro-batch graph `g`), with what a stage does once a step apart:
+/// each stage's exposed gradient all-reduce (synth::exposed_gradient_sync) is its `stage_sync`,
+/// after its last pass, and its passes split the rest of its plan's step. `transfer` is the
+/// slowest send between two stages on different groups -- the values one stage sends another,
+/// whole, over the link between the groups' first devices (latency + bytes over bandwidth; the
+/// ranks' boxes travel in parallel, so this is an upper bound).
 [[nodiscard]] inline stage_costs predicted_costs(const pipeline_plan& p, const graph::graph& g,
                                                  const cluster& c) {
-  stage_costs out = predicted_costs(p);
+  stage_costs out;
   const auto cuts = p.cuts(g);
   std::vector<std::size_t> stage_of(g.size(), 0);
-  for (std::size_t k = 0; k < cuts.size(); ++k)
+  for (std::size_t k = 0; k < cuts.size(); ++k) {
     for (graph::node_id i = cuts[k].first; i <= cuts[k].second; ++i)
       stage_of[i] = k;
+    const synth::plan& sp = p.stages[k];
+    const std::size_t d = k % p.devices();
+    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+    const synth::cost_model m(sg.g, sub_cluster(c, p.first_rank(d), p.group_sizes[d]),
+                              synth::segment_map(sg.g, sp.segments));
+    const double sync = std::min(sp.step_time, synth::exposed_gradient_sync(sp, m));
+    out.stage_forward.push_back((sp.step_time - sync) / 3.0);
+    out.stage_backward.push_back(2.0 * (sp.step_time - sync) / 3.0);
+    out.stage_sync.push_back(sync);
+  }
   for (std::size_t r = 0; r < cuts.size(); ++r) {
     std::vector<double> bytes(cuts.size(), 0.0); // per producing stage
     for (const auto& [local, global] : graph::extract_stage(g, cuts, r).received)
@@ -529,16 +543,53 @@ inline std::uint64_t pipeline_plan::hash() const {
   return out;
 }
 
-/// The stage table on cluster `c`: blocks, group, devices, shares, predicted step of a
-/// micro-batch, the micro-batches each stage holds at once under the schedule and its peak
-/// memory with them (`memory_of`), and the pipeline's simulated step and bubble.
+/// The idle share of device time an ideal pipeline of equal stages has under schedule `kind`
+/// with `p` devices, `m` micro-batches and `v` chunks a device (forward, input and weight
+/// gradient passes equally long): (p - 1) / (m + p - 1) for GPipe and 1F1B, m v for
+/// interleaved, 3 m for ZB-H1 (whose weight passes fill two thirds of the 1F1B bubble).
+[[nodiscard]] inline double theory_bubble(schedule_kind kind, std::size_t p, std::size_t m,
+                                          std::size_t v = 1) {
+  const double idle = static_cast<double>(p - 1);
+  const double work = kind == schedule_kind::interleaved ? static_cast<double>(m * v)
+                      : kind == schedule_kind::zero_bubble ? 3.0 * static_cast<double>(m)
+                                                           : static_cast<double>(m);
+  return idle / (work + idle);
+}
+
+/// The devices of `names` in words: "32 x H100 (h100-0.0 .. h100-3.7)" per kind of `c`, or the
+/// names themselves where there are few.
+[[nodiscard]] inline std::string devices_text(const cluster& c, std::size_t first, std::size_t n) {
+  if (n <= 3) {
+    std::string out;
+    for (std::size_t r = first; r < first + n; ++r)
+      out += (r > first ? "," : "") + c.devices[r].name;
+    return out;
+  }
+  std::string out;
+  for (std::size_t r = first; r < first + n;) {
+    std::size_t e = r;
+    while (e + 1 < first + n && c.devices[e + 1].kind == c.devices[r].kind)
+      ++e;
+    out += (out.empty() ? "" : " + ") + std::to_string(e - r + 1) + " x " + c.devices[r].kind +
+           " (" + c.devices[r].name + ".." + c.devices[e].name + ")";
+    r = e + 1;
+  }
+  return out;
+}
+
+/// The stage table on cluster `c`: blocks, group, devices, shares, each stage's predicted
+/// micro-batch pass (forward + backward) and once-a-step gradient sync, the micro-batches each
+/// stage holds at once under the schedule and its peak memory with them (`memory_of`); then why
+/// the step is what it is: the slowest group against the mean, the simulated step and bubble
+/// against the schedule's ideal bubble, and the slowest stage's binding rows.
 [[nodiscard]] inline std::string explain(const pipeline_plan& p, const graph::graph& g,
                                          const cluster& c) {
   const pipeline_memory mem = memory_of(p, g, c);
   const pipeline_schedule s = p.make();
+  const stage_costs costs = predicted_costs(p, g, c);
   const auto blocks = graph::block_ranges(g, p.block_prefix);
   std::string out;
-  char line[256];
+  char line[512];
   std::snprintf(line, sizeof line,
                 "pipeline plan: %zu stages on %zu groups (%zu devices), schedule %s, %zu "
                 "micro-batches%s\n",
@@ -546,45 +597,63 @@ inline std::uint64_t pipeline_plan::hash() const {
                 p.micro,
                 p.chunks > 1 ? (", " + std::to_string(p.chunks) + " chunks a group").c_str() : "");
   out += line;
-  std::snprintf(line, sizeof line, "%-6s %-8s %-6s %-22s %-16s %-12s %-12s %s\n", "stage", "blocks",
-                "group", "devices", "shares", "micro (s)", "peak (MB)", "in flight");
+  std::snprintf(line, sizeof line, "%-6s %-8s %-6s %-11s %-11s %-10s %-9s %-12s %s\n", "stage",
+                "blocks", "group", "pass (s)", "sync (s)", "peak (MB)", "in flight",
+                "shares", "devices");
   out += line;
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
     const synth::plan& sp = p.stages[k];
     const std::size_t d = k % p.devices();
     const std::size_t last_block =
         k + 1 < p.first_blocks.size() ? p.first_blocks[k + 1] - 1 : blocks.size() - 1;
-    std::string devices, shares;
-    for (std::size_t r = 0; r < sp.device_names.size(); ++r) {
-      devices += (r > 0 ? "," : "") + sp.device_names[r];
-      char share[16];
-      std::snprintf(share, sizeof share, "%s%.2f", r > 0 ? " " : "",
-                    sp.ratios.empty() ? 1.0 : sp.ratios[0][r]);
-      shares += share;
+    std::string shares;
+    if (!sp.ratios.empty()) {
+      const auto [lo, hi] = std::ranges::minmax(sp.ratios[0]);
+      char share[48];
+      std::snprintf(share, sizeof share, lo == hi ? "%.3g" : "%.3g-%.3g", lo, hi);
+      shares = share;
     }
     const double memory = *std::ranges::max_element(mem.peak[k]);
-    std::snprintf(line, sizeof line, "%-6zu %-8s %-6zu %-22s %-16s %-12.4g %-12.1f %zu\n", k,
-                  (std::to_string(p.first_blocks[k]) + "-" + std::to_string(last_block)).c_str(), d,
-                  devices.c_str(), shares.c_str(), sp.step_time, memory / 1e6, mem.in_flight[k]);
+    std::snprintf(line, sizeof line, "%-6zu %-8s %-6zu %-11.4g %-11.4g %-10.1f %-9zu %-12s %s\n",
+                  k, (std::to_string(p.first_blocks[k]) + "-" + std::to_string(last_block)).c_str(),
+                  d, costs.stage_forward[k] + costs.stage_backward[k], costs.stage_sync[k],
+                  memory / 1e6, mem.in_flight[k], shares.c_str(),
+                  devices_text(c, p.first_rank(d), p.group_sizes[d]).c_str());
     out += line;
   }
   std::vector<double> busy(p.devices(), 0.0); // per group: its stages' micro-batch passes
-  for (std::size_t k = 0; k < p.stages.size(); ++k)
-    busy[k % p.devices()] += p.stages[k].step_time;
+  std::size_t slowest_stage = 0;
+  for (std::size_t k = 0; k < p.stages.size(); ++k) {
+    const double pass = costs.stage_forward[k] + costs.stage_backward[k];
+    busy[k % p.devices()] += pass;
+    if (pass > costs.stage_forward[slowest_stage] + costs.stage_backward[slowest_stage])
+      slowest_stage = k;
+  }
   const double mean =
       std::accumulate(busy.begin(), busy.end(), 0.0) / static_cast<double>(busy.size());
+  const auto slowest = std::ranges::max_element(busy);
   std::snprintf(line, sizeof line,
-                "stage balance: the slowest group's stages take %.4g s a micro-batch, the mean "
-                "%.4g s (%.2fx)\n",
-                *std::ranges::max_element(busy), mean,
-                mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0);
+                "stage balance: group %zu's stages take %.4g s a micro-batch (the slowest), the "
+                "mean %.4g s: imbalance %.3fx\n",
+                static_cast<std::size_t>(slowest - busy.begin()), *slowest, mean,
+                mean > 0.0 ? *slowest / mean : 1.0);
   out += line;
-  const stage_costs costs = predicted_costs(p, g, c);
   const pipeline_timeline t = simulate(s, costs);
   std::snprintf(line, sizeof line,
-                "predicted step %.4g s, bubble %.1f %% of device time (boundary send %.3g ms)\n",
-                t.step, 100.0 * t.bubble, 1e3 * costs.transfer);
+                "predicted step %.4g s, bubble %.1f %% of device time (the schedule's ideal with "
+                "equal stages: %.1f %%; boundary send %.3g ms; gradient sync after the last "
+                "micro-batch up to %.4g s)\n",
+                t.step, 100.0 * t.bubble,
+                100.0 * theory_bubble(p.schedule, p.devices(), p.micro, p.chunks),
+                1e3 * costs.transfer, *std::ranges::max_element(costs.stage_sync));
   out += line;
+  const synth::plan& sp = p.stages[slowest_stage];
+  if (!sp.binding.empty()) {
+    out += "slowest stage " + std::to_string(slowest_stage) + "'s binding rows:";
+    for (const std::string& b : sp.binding)
+      out += " " + b + ";";
+    out += "\n";
+  }
   return out;
 }
 

@@ -202,6 +202,18 @@ inline constexpr double backward_share = 2.0 / 3.0;
 }
 } // namespace detail
 
+/// Seconds of plan `p`'s gradient all-reduce (its replicated parameters' gradients summed
+/// across the devices, once a step) that its overlap with the backward leaves exposed: what a
+/// pipeline stage spends once a step after its last micro-batch, not once a micro-batch.
+[[nodiscard]] inline double exposed_gradient_sync(const plan& p, const cost_model& m) {
+  double t = 0.0;
+  for (const plan_step& s : p.steps)
+    for (const transfer& tr : s.transfers)
+      if (m.is_gradient_all_reduce(tr))
+        t += m.comm_max(tr, p.ratios);
+  return std::max(0.0, t - p.overlap_time);
+}
+
 /// What each device keeps for plan `p` (besides the FSDP copies of `gathered_parameter_peak`):
 /// calls `f(tensor, placement, bytes, block)` for every output and transfer copy the memory
 /// model counts (bytes: the same function of a device's shares on every device), with `block` the

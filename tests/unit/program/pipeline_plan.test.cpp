@@ -133,10 +133,11 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
   CHECK(text.find("2 stages on 2 groups (3 devices), schedule 1f1b, 6 micro-batches") !=
         std::string::npos);
   CHECK(text.find("d1,d2") != std::string::npos);
-  CHECK(text.find("0.50 0.50") != std::string::npos); // dp-ev: even shares in the group
+  CHECK(text.find(" 0.5 ") != std::string::npos); // dp-ev: even shares in the group
   CHECK(text.find("predicted step") != std::string::npos);
   // 1F1B: stage 0 holds p = 2 micro-batches, stage 1 one
-  CHECK(text.find(" 2\n1 ") != std::string::npos);
+  CHECK(text.find(" 2         1 ") != std::string::npos);
+  CHECK(text.find(" 1         0.5 ") != std::string::npos);
   const program::pipeline_timeline t = program::simulate(p.make(), program::predicted_costs(p));
   CHECK(t.step > 0.0);
   CHECK(t.bubble > 0.0);
@@ -148,9 +149,24 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
     bytes += 4.0 * static_cast<double>(g[global].out.size());
   REQUIRE(bytes > 0.0);
   CHECK(priced.transfer == Approx(c.intra_node.latency + bytes / c.intra_node.bandwidth));
-  CHECK(program::simulate(p.make(), priced).step > t.step);
+  // stage 1's group of two all-reduces its gradients once a step, after its last pass, not once
+  // a micro-batch; stage 0's group of one has none
+  REQUIRE(priced.stage_sync.size() == 2);
+  CHECK(priced.stage_sync[0] == 0.0);
+  CHECK(priced.stage_sync[1] > 0.0);
+  program::stage_costs unsynced = priced;
+  unsynced.stage_sync.clear();
+  const double with_sync = program::simulate(p.make(), priced).step;
+  const double unsynced_step = program::simulate(p.make(), unsynced).step;
+  CHECK(with_sync > unsynced_step); // (device 1 ends first: what stays is what passes device 0)
+  CHECK(with_sync <= unsynced_step + priced.stage_sync[1] * (1.0 + 1e-9));
+  program::stage_costs unsent = priced;
+  unsent.transfer = 0.0;
+  CHECK(with_sync > program::simulate(p.make(), unsent).step);
   CHECK(text.find("boundary send") != std::string::npos);
-  CHECK(text.find("stage balance: the slowest group's stages take") != std::string::npos);
+  CHECK(text.find("stage balance: group 1's stages take") != std::string::npos);
+  // (p - 1) / (m + p - 1) = 1 / 7
+  CHECK(text.find("the schedule's ideal with equal stages: 14.3 %") != std::string::npos);
 }
 
 TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B at any m, GPipe "
