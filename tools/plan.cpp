@@ -290,7 +290,8 @@ int main(int argc, char** argv) {
                  "(repeat the flag to change several things)");
   app.add_option("--pipeline", pr.groups,
                  "also plan a pipeline: P equal groups of consecutive devices, the groups' sizes "
-                 "(2,1,1), or auto (the fastest of 2, 4, 8, ... equal groups); each stage "
+                 "(2,1,1), or auto (the fastest of 2, 4, 8, ... groups of as many devices or "
+                 "of equal summed speed, beside the pipeline-only baseline); each stage "
                  "synthesized over its group (--json writes it)");
   app.add_option("--micro", pr.micro, "with --pipeline: micro-batches a step (default 4 a stage)");
   app.add_option("--pipeline-schedule", pr.schedule,

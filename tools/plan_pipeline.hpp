@@ -58,16 +58,30 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
                                 "the depth's micro-batches are chosen with it (4 a stage)",
                                 "drop --micro, or give --pipeline the groups");
     const program::pipeline_choice ch = program::choose_pipeline(trace_at, batch, c, po);
-    std::printf("\npipeline depths tried (%s, equal groups of consecutive devices):\n",
+    std::printf("\npipelines tried (%s; groups: equal = as many devices each, speed = whole "
+                "nodes of equal summed speed, pipeline-only = equal groups, even cuts, DP-EV "
+                "inside):\n",
                 r.schedule.c_str());
-    std::printf("%-8s %-6s %14s %10s %12s\n", "stages", "m", "step time", "bubble", "planned in");
-    for (const program::pipeline_candidate& k : ch.tried)
+    std::printf("%-7s %-14s %-6s %12s %8s %10s %11s  %s\n", "stages", "groups", "m", "step time",
+                "bubble", "imbalance", "planned in", "group sizes");
+    for (const program::pipeline_candidate& k : ch.tried) {
+      std::string sizes;
+      for (std::size_t x = 0; x < k.group_sizes.size() && x < 8; ++x)
+        sizes += (x > 0 ? "," : "") + std::to_string(k.group_sizes[x]);
+      if (k.group_sizes.size() > 8)
+        sizes += ",...";
+      const std::string how(program::name(k.groups));
       if (k.plan)
-        std::printf("%-8zu %-6zu %14s %9.1f%% %10.3f s\n", k.stages, k.micro,
-                    hspmd::synth::seconds_text(k.step).c_str(), 100.0 * k.bubble, k.seconds);
+        std::printf("%-7zu %-14s %-6zu %12s %7.1f%% %9.3fx %9.3f s  %s\n", k.stages, how.c_str(),
+                    k.micro, hspmd::synth::seconds_text(k.step).c_str(), 100.0 * k.bubble,
+                    k.imbalance, k.seconds, sizes.c_str());
       else
-        std::printf("%-8zu %-6zu %14s %10s %10.3f s  %s\n", k.stages, k.micro, "-", "-", k.seconds,
-                    k.refused.c_str());
+        std::printf("%-7zu %-14s %-6zu %12s %8s %10s %9.3f s  %s: %s\n", k.stages, how.c_str(),
+                    k.micro, "-", "-", "-", k.seconds, sizes.c_str(), k.refused.c_str());
+    }
+    std::printf("(%zu stage plans synthesized, %zu reused for a stage that was the same "
+                "problem)\n",
+                ch.stage_plans_made, ch.stage_plans_reused);
     if (!ch.best)
       throw hspmd::plan_error("--pipeline auto", "no pipeline depth could be planned (above)",
                               "give the groups, or a model with more blocks");

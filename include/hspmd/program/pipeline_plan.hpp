@@ -26,6 +26,7 @@
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/stages.hpp>
 #include <hspmd/program/pipeline.hpp>
+#include <hspmd/program/pipeline_stages.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -145,14 +146,6 @@ struct pipeline_options {
   std::size_t refine = 2;
 };
 
-/// The devices [first, first + n) of `c` as a cluster of their own (links and costs kept).
-[[nodiscard]] inline cluster sub_cluster(const cluster& c, std::size_t first, std::size_t n) {
-  cluster out = c;
-  out.devices.assign(c.devices.begin() + static_cast<std::ptrdiff_t>(first),
-                     c.devices.begin() + static_cast<std::ptrdiff_t>(first + n));
-  return out;
-}
-
 /// The first block of each of `cuts` (stage 0: block 0).
 [[nodiscard]] inline std::vector<std::size_t>
 first_blocks_of(const graph::graph& g, std::span<const graph::node_range> cuts,
@@ -185,6 +178,27 @@ inline void check_groups(const pipeline_plan& p, std::size_t devices, const std:
 }
 } // namespace detail
 
+/// Devices [first, first + n) of `c` in words: "32 x H100 (h100-0.0 .. h100-3.7)" per kind of `c`,
+/// or the names themselves where there are few.
+[[nodiscard]] inline std::string devices_text(const cluster& c, std::size_t first, std::size_t n) {
+  if (n <= 3) {
+    std::string out;
+    for (std::size_t r = first; r < first + n; ++r)
+      out += (r > first ? "," : "") + c.devices[r].name;
+    return out;
+  }
+  std::string out;
+  for (std::size_t r = first; r < first + n;) {
+    std::size_t e = r;
+    while (e + 1 < first + n && c.devices[e + 1].kind == c.devices[r].kind)
+      ++e;
+    out += (out.empty() ? "" : " + ") + std::to_string(e - r + 1) + " x " + c.devices[r].kind +
+           " (" + c.devices[r].name + ".." + c.devices[e].name + ")";
+    r = e + 1;
+  }
+  return out;
+}
+
 /// What the stages of a pipeline plan hold at their peak under its schedule, in bytes as the
 /// stage plans' memory model counts them (synth::plan::memory, synth::visit_memory).
 struct pipeline_memory {
@@ -192,8 +206,8 @@ struct pipeline_memory {
   /// the nodes that depend on the data (recomputed ones only while their block runs), what an
   /// activation slot holds.
   std::vector<std::vector<double>> activations;
-  /// Per stage, per device of its group: the plan's memory for one micro-batch plus the
-  /// activations of each further micro-batch the schedule holds on the stage at once.
+  /// Per stage, per device of its group: the plan's memory with the activations of every
+  /// micro-batch the schedule holds on the stage at once (cost_model::set_activation_copies).
   std::vector<std::vector<double>> peak;
   /// Per pipeline device, per device of its group: its chunks' peaks added.
   std::vector<std::vector<double>> device;
@@ -228,10 +242,15 @@ struct pipeline_memory {
               act[r] += synth::value_at(bytes, sp.ratios, r);
         });
     const std::size_t held = std::max<std::size_t>(in_flight_per_chunk(s, d)[k / p.devices()], 1);
+    // the plan's memory with `held` copies of what it keeps of the data
+    synth::cost_model held_m(sg.g, sub, synth::segment_map(sg.g, sp.segments));
+    held_m.set_activation_copies(static_cast<double>(held));
+    synth::plan with_held = sp;
+    synth::evaluate(with_held, held_m, sp.ratios);
     std::vector<double> peak(n, 0.0);
     for (std::size_t r = 0; r < n; ++r) {
       peak[r] =
-          (r < sp.memory.size() ? sp.memory[r] : act[r]) + static_cast<double>(held - 1) * act[r];
+          r < with_held.memory.size() ? with_held.memory[r] : static_cast<double>(held) * act[r];
       out.device[d][r] += peak[r];
     }
     out.activations.push_back(std::move(act));
@@ -291,9 +310,11 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
 
 /// Plans each stage of micro-batch graph `g` over its group of `c`'s devices (see the file
 /// comment). Throws `config_error` naming the option at fault, or the device that would not hold
-/// its stages' micro-batches in flight (`check_memory`).
+/// its stages' micro-batches in flight (`check_memory`). `planner` (may be null): the stage
+/// plans made so far in a search, reused for a stage that is the same problem.
 [[nodiscard]] inline pipeline_plan make_pipeline_plan(const graph::graph& g, const cluster& c,
-                                                      const pipeline_options& o) {
+                                                      const pipeline_options& o,
+                                                      stage_planner* planner = nullptr) {
   pipeline_plan p;
   p.model = o.model;
   p.block_prefix = o.block_prefix;
@@ -303,29 +324,40 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
   p.chunks = o.chunks;
   detail::check_groups(p, c.size(), "pipeline plan");
   (void)p.make(); // the schedule's own bounds (m, v) first
+  const stage_strategy strategy = parse_stage_strategy(o.strategy);
+  stage_planner own;
+  stage_planner& sp = planner != nullptr ? *planner : own;
   const std::size_t stages = p.devices() * p.chunks;
-  // The stages at `cuts` planned; where a device would not hold its stages' micro-batches in
-  // flight and the options let the synthesizer recompute when needed, planned again with every
-  // stage recomputing its blocks (what a one-level plan does when it does not fit).
+  // The stages at `cuts` planned with `so`, each holding its micro-batches in flight: the
+  // synthesizer counts that many copies of the activations it keeps.
+  const std::vector<std::size_t> held = [&] {
+    const pipeline_schedule sched = p.make();
+    std::vector<std::size_t> out;
+    for (std::size_t k = 0; k < stages; ++k)
+      out.push_back(
+          std::max<std::size_t>(in_flight_per_chunk(sched, k % p.devices())[k / p.devices()], 1));
+    return out;
+  }();
   const auto plan_stages_with = [&](const std::vector<graph::node_range>& cuts,
-                                    const synth::synth_options& so) {
+                                    synth::synth_options so) {
     std::vector<synth::plan> out;
     for (std::size_t k = 0; k < stages; ++k) {
       const std::size_t d = k % p.devices();
       const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
-      const cluster sub = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
-      const std::string name = o.model + ".stage" + std::to_string(k);
-      if (o.strategy == "synth") {
-        out.push_back(synth::synthesize(sg.g, sub, so, name));
-      } else {
-        const synth::baseline b =
-            o.strategy == "dp-ev"   ? synth::baseline::dp_ev
-            : o.strategy == "dp-cp" ? synth::baseline::dp_cp
-            : o.strategy == "tp"
-                ? synth::baseline::tp
-                : throw config_error("pipeline plan strategy \"" + o.strategy + "\"",
-                                     "not one of synth, dp-ev, dp-cp, tp");
-        out.push_back(synth::make_baseline(sg.g, sub, b, so, name));
+      so.activation_copies = static_cast<double>(held[k]);
+      const cluster group = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
+      try {
+        out.push_back(sp.plan(sg.g, group, so, strategy, o.model + ".stage" + std::to_string(k)));
+      } catch (const plan_error& e) {
+        if (held[k] <= 1)
+          throw;
+        throw config_error(
+            "pipeline plan: stage " + std::to_string(k) + " on group " + std::to_string(d) + " (" +
+                devices_text(c, p.first_rank(d), p.group_sizes[d]) + ")",
+            std::string(e.what()) + "; the stage holds " + std::to_string(held[k]) +
+                " micro-batches at once under " + std::string(name(p.schedule)),
+            "hold fewer micro-batches at once (1f1b holds at most p, gpipe m), recompute "
+            "activations, give the pipeline more stages or the group more devices");
       }
     }
     return out;
@@ -338,16 +370,10 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
       return false;
     }
   };
-  // (returns whether the plan fits)
+  // The stages at `cuts` (returns whether they fit; the synthesizer, counting the micro-batches
+  // in flight, recomputes blocks where the options let it and nothing fits without).
   const auto plan_stages = [&](pipeline_plan& q, const std::vector<graph::node_range>& cuts) {
     q.stages = plan_stages_with(cuts, o.synth);
-    if (fits(q))
-      return true;
-    if (o.synth.search.recompute != synth::search_options::recomputation::when_needed)
-      return false;
-    synth::synth_options again = o.synth;
-    again.search.recompute = synth::search_options::recomputation::always;
-    q.stages = plan_stages_with(cuts, again);
     return fits(q);
   };
   if (!o.first_blocks.empty()) {
@@ -384,7 +410,14 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
     if (std::ranges::find(tried, q.first_blocks) != tried.end())
       break;
     tried.push_back(q.first_blocks);
-    const bool q_fits = plan_stages(q, cuts);
+    bool q_fits = false;
+    try {
+      q_fits = plan_stages(q, cuts);
+    } catch (const config_error&) { // (a stage that cannot hold its micro-batches)
+      if (!best)
+        throw;
+      break;
+    }
     const stage_costs costs = predicted_costs(q, g, c);
     const double step = simulate(q.make(), costs).step;
     for (std::size_t k = 0; k < stages; ++k) {
@@ -520,8 +553,8 @@ inline std::uint64_t pipeline_plan::hash() const {
     const synth::plan& sp = p.stages[k];
     const std::size_t d = k % p.devices();
     const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
-    const synth::cost_model m(sg.g, sub_cluster(c, p.first_rank(d), p.group_sizes[d]),
-                              synth::segment_map(sg.g, sp.segments));
+    const cluster group = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
+    const synth::cost_model m(sg.g, group, synth::segment_map(sg.g, sp.segments));
     const double sync = std::min(sp.step_time, synth::exposed_gradient_sync(sp, m));
     out.stage_forward.push_back((sp.step_time - sync) / 3.0);
     out.stage_backward.push_back(2.0 * (sp.step_time - sync) / 3.0);
@@ -550,31 +583,10 @@ inline std::uint64_t pipeline_plan::hash() const {
 [[nodiscard]] inline double theory_bubble(schedule_kind kind, std::size_t p, std::size_t m,
                                           std::size_t v = 1) {
   const double idle = static_cast<double>(p - 1);
-  const double work = kind == schedule_kind::interleaved ? static_cast<double>(m * v)
+  const double work = kind == schedule_kind::interleaved   ? static_cast<double>(m * v)
                       : kind == schedule_kind::zero_bubble ? 3.0 * static_cast<double>(m)
                                                            : static_cast<double>(m);
   return idle / (work + idle);
-}
-
-/// The devices of `names` in words: "32 x H100 (h100-0.0 .. h100-3.7)" per kind of `c`, or the
-/// names themselves where there are few.
-[[nodiscard]] inline std::string devices_text(const cluster& c, std::size_t first, std::size_t n) {
-  if (n <= 3) {
-    std::string out;
-    for (std::size_t r = first; r < first + n; ++r)
-      out += (r > first ? "," : "") + c.devices[r].name;
-    return out;
-  }
-  std::string out;
-  for (std::size_t r = first; r < first + n;) {
-    std::size_t e = r;
-    while (e + 1 < first + n && c.devices[e + 1].kind == c.devices[r].kind)
-      ++e;
-    out += (out.empty() ? "" : " + ") + std::to_string(e - r + 1) + " x " + c.devices[r].kind +
-           " (" + c.devices[r].name + ".." + c.devices[e].name + ")";
-    r = e + 1;
-  }
-  return out;
 }
 
 /// The stage table on cluster `c`: blocks, group, devices, shares, each stage's predicted
@@ -598,8 +610,8 @@ inline std::uint64_t pipeline_plan::hash() const {
                 p.chunks > 1 ? (", " + std::to_string(p.chunks) + " chunks a group").c_str() : "");
   out += line;
   std::snprintf(line, sizeof line, "%-6s %-8s %-6s %-11s %-11s %-10s %-9s %-12s %s\n", "stage",
-                "blocks", "group", "pass (s)", "sync (s)", "peak (MB)", "in flight",
-                "shares", "devices");
+                "blocks", "group", "pass (s)", "sync (s)", "peak (MB)", "in flight", "shares",
+                "devices");
   out += line;
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
     const synth::plan& sp = p.stages[k];
@@ -614,9 +626,9 @@ inline std::uint64_t pipeline_plan::hash() const {
       shares = share;
     }
     const double memory = *std::ranges::max_element(mem.peak[k]);
-    std::snprintf(line, sizeof line, "%-6zu %-8s %-6zu %-11.4g %-11.4g %-10.1f %-9zu %-12s %s\n",
-                  k, (std::to_string(p.first_blocks[k]) + "-" + std::to_string(last_block)).c_str(),
-                  d, costs.stage_forward[k] + costs.stage_backward[k], costs.stage_sync[k],
+    std::snprintf(line, sizeof line, "%-6zu %-8s %-6zu %-11.4g %-11.4g %-10.1f %-9zu %-12s %s\n", k,
+                  (std::to_string(p.first_blocks[k]) + "-" + std::to_string(last_block)).c_str(), d,
+                  costs.stage_forward[k] + costs.stage_backward[k], costs.stage_sync[k],
                   memory / 1e6, mem.in_flight[k], shares.c_str(),
                   devices_text(c, p.first_rank(d), p.group_sizes[d]).c_str());
     out += line;

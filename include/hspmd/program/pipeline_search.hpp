@@ -1,25 +1,37 @@
 #pragma once
-// The pipeline depth chosen: pipelines of P = 2, 4, 8, ... equal groups of consecutive devices
-// (whole nodes where the cluster has several and P does not exceed them), each with m = 4P
-// micro-batches where the batch splits so (else the most micro-batches up to 4P that split it,
-// at least P), planned (program/pipeline_plan.hpp: cuts on the groups' speeds, each stage
-// synthesized over its group, memory checked under the schedule) and simulated with its
-// boundary sends priced; the fastest wins. A depth that cannot be planned (too few blocks, a
-// device out of memory, no stage plan) is reported with its reason, not fatal.
+// The pipeline chosen: for each depth P = 2, 4, 8, ... the devices are grouped two ways --
+//
+//   equal   P groups of as many consecutive devices (whole nodes where there are enough), the
+//           cuts then giving a faster group more blocks;
+//   speed   P groups of consecutive whole nodes (devices, on one node) whose summed speeds are
+//           as equal as the nodes allow, so a group of slow devices gets more of them -- and as
+//           much memory -- and the cuts come out near even;
+//
+// each with the most micro-batches up to m = 4P that split the batch into micro-batches of at
+// least a group's devices in rows (else the most up to 4P that split it, at least P), planned
+// (program/pipeline_plan.hpp: cuts on the groups' speeds, refined on the stage plans' reached
+// speeds, each stage synthesized over its group counting its micro-batches in flight, a stage
+// that is the same problem as one planned before planned once) and simulated with its boundary
+// sends and gradient syncs priced; the fastest wins. Beside them, at each depth, the
+// pipeline-only baseline: equal groups, even cuts, data parallel inside each stage (DP-EV). A
+// candidate that cannot be planned (too few blocks, a device out of memory, no stage plan) is
+// reported with its reason, not fatal.
 //
 //     const auto at = [&](std::size_t rows) { return models::trace_model<float>("llama", o, rows);
 //     }; const program::pipeline_choice ch = program::choose_pipeline(at, 256, cluster, options);
-//     ch.tried[ch.best].plan;   // the fastest depth's plan
+//     ch.tried[*ch.best].plan;   // the fastest candidate's plan
 //
-// The groups are equal and consecutive and the schedule is the options': the joint search of
-// depth, uneven groups, device-to-stage mapping and schedule is still to come.
+// Not yet searched: the schedule (the options'), kinds mapped to stages in another order than
+// the cluster's, two-level programs inside a stage.
 
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -27,34 +39,94 @@
 
 namespace hspmd::program {
 
-/// One depth `choose_pipeline` tried.
+/// How a candidate groups the devices (see the file comment).
+enum class grouping : std::uint8_t { equal, speed, pipeline_only };
+[[nodiscard]] constexpr std::string_view name(grouping g) noexcept {
+  return g == grouping::equal ? "equal" : g == grouping::speed ? "speed" : "pipeline-only";
+}
+
+/// One candidate `choose_pipeline` tried.
 struct pipeline_candidate {
   std::size_t stages = 0, micro = 0;
+  grouping groups = grouping::equal;
+  std::vector<std::size_t> group_sizes;
   std::optional<pipeline_plan> plan; ///< none: refused (see `refused`)
-  double step = 0.0, bubble = 0.0;   ///< simulated, boundary sends priced
+  double step = 0.0, bubble = 0.0;   ///< simulated, boundary sends and gradient syncs priced
+  double imbalance = 1.0;            ///< the slowest group's passes over the mean
   double seconds = 0.0;              ///< planning time
   std::string refused;
 };
 
-/// What `choose_pipeline` found: every depth it tried, and the fastest planned one.
+/// What `choose_pipeline` found: every candidate it tried, and the fastest planned one (of the
+/// equal and speed groupings; the pipeline-only baselines are beside them, never chosen).
 struct pipeline_choice {
   std::vector<pipeline_candidate> tried;
-  std::optional<std::size_t> best; ///< index in `tried`; none: no depth could be planned
+  std::optional<std::size_t> best; ///< index in `tried`; none: no candidate could be planned
+  std::size_t stage_plans_made = 0, stage_plans_reused = 0; ///< (stage_planner)
 };
 
+/// `p` groups of consecutive devices of `c` with summed speeds as equal as whole nodes allow
+/// (whole devices where the cluster has fewer nodes than `p`); empty where that cannot be done.
+[[nodiscard]] inline std::vector<std::size_t> speed_groups(const cluster& c, std::size_t p) {
+  std::vector<std::size_t> units; // devices per unit, in order
+  std::vector<double> speed;
+  for (std::size_t r = 0; r < c.size();) {
+    std::size_t e = r + 1;
+    if (c.nodes().size() >= p)
+      while (e < c.size() && c.devices[e].node == c.devices[r].node)
+        ++e;
+    units.push_back(e - r);
+    double s = 0.0;
+    for (std::size_t x = r; x < e; ++x)
+      s += c.devices[x].speed;
+    speed.push_back(s);
+    r = e;
+  }
+  if (units.size() < p)
+    return {};
+  std::vector<double> prefix{0.0};
+  for (double s : speed)
+    prefix.push_back(prefix.back() + s);
+  std::vector<std::size_t> sizes;
+  std::size_t at = 0; // units taken
+  for (std::size_t k = 1; k <= p; ++k) {
+    std::size_t end = units.size();
+    if (k < p) { // the boundary nearest k / p of the speed, leaving a unit for each group after
+      const double target = prefix.back() * static_cast<double>(k) / static_cast<double>(p);
+      end = at + 1;
+      for (std::size_t e = at + 1; e <= units.size() - (p - k); ++e)
+        if (std::abs(prefix[e] - target) < std::abs(prefix[end] - target))
+          end = e;
+    }
+    std::size_t devices = 0;
+    for (std::size_t u = at; u < end; ++u)
+      devices += units[u];
+    sizes.push_back(devices);
+    at = end;
+  }
+  return sizes;
+}
+
 /// See the file comment. `trace_at(rows)`: the model traced for a micro-batch of `rows`;
-/// `batch`: the step's rows; `o`: the options each depth is planned with (its group sizes,
+/// `batch`: the step's rows; `o`: the options each candidate is planned with (its group sizes,
 /// micro-batch count and first blocks are chosen here).
 template <class TraceAt>
 [[nodiscard]] pipeline_choice choose_pipeline(TraceAt&& trace_at, std::size_t batch,
                                               const cluster& c, pipeline_options o) {
   const std::size_t n = c.size(), nodes = c.nodes().size();
   pipeline_choice out;
-  for (std::size_t p = 2; p <= n; p *= 2) {
-    if (n % p != 0 || (nodes > 1 && p <= nodes && nodes % p != 0))
-      continue; // (equal groups; whole nodes where there are enough)
+  stage_planner planner;
+  const auto attempt = [&](std::size_t p, grouping how, std::vector<std::size_t> sizes) {
     pipeline_candidate k;
     k.stages = p * o.chunks;
+    k.groups = how;
+    k.group_sizes = sizes;
+    const std::size_t widest = *std::ranges::max_element(sizes);
+    // the most micro-batches up to 4P whose rows still cover a group's devices (a batch split
+    // over more devices than rows leaves whole rows on a few); else the most that split it
+    for (std::size_t m = 4 * p; m >= p && k.micro == 0; --m)
+      if (batch % m == 0 && batch / m >= widest)
+        k.micro = m;
     for (std::size_t m = 4 * p; m >= p && k.micro == 0; --m)
       if (batch % m == 0)
         k.micro = m;
@@ -65,26 +137,54 @@ template <class TraceAt>
                            "splits into no count of micro-batches from " + std::to_string(p) +
                                " to " + std::to_string(4 * p));
       const graph::graph g = trace_at(batch / k.micro);
-      if (graph::block_ranges(g, o.block_prefix).size() < k.stages)
+      const std::size_t blocks = graph::block_ranges(g, o.block_prefix).size();
+      if (blocks < k.stages)
         throw config_error("the model",
                            "has fewer blocks than " + std::to_string(k.stages) + " stages");
       pipeline_options po = o;
-      po.group_sizes.assign(p, n / p);
+      po.group_sizes = sizes;
       po.micro = k.micro;
       po.first_blocks.clear();
-      pipeline_plan plan = make_pipeline_plan(g, c, po);
-      const pipeline_timeline t = simulate(plan.make(), predicted_costs(plan, g, c));
+      if (how == grouping::pipeline_only) {
+        po.strategy = "dp-ev";
+        po.refine = 0;
+        for (std::size_t s = 0; s < k.stages; ++s)
+          po.first_blocks.push_back(s * blocks / k.stages);
+      }
+      pipeline_plan plan = make_pipeline_plan(g, c, po, &planner);
+      const stage_costs costs = predicted_costs(plan, g, c);
+      const pipeline_timeline t = simulate(plan.make(), costs);
+      std::vector<double> busy(plan.devices(), 0.0);
+      for (std::size_t s = 0; s < plan.stages.size(); ++s)
+        busy[s % plan.devices()] += costs.stage_forward[s] + costs.stage_backward[s];
+      double mean = 0.0;
+      for (double b : busy)
+        mean += b / static_cast<double>(busy.size());
+      k.imbalance = mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0;
       k.step = t.step;
       k.bubble = t.bubble;
       k.plan = std::move(plan);
-    } catch (const error& e) { // (a depth that cannot be planned: said, not fatal)
+    } catch (const error& e) { // (a candidate that cannot be planned: said, not fatal)
       k.refused = e.what();
     }
     k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (k.plan && (!out.best || k.step < out.tried[*out.best].step))
+    if (k.plan && how != grouping::pipeline_only &&
+        (!out.best || k.step < out.tried[*out.best].step))
       out.best = out.tried.size();
     out.tried.push_back(std::move(k));
+  };
+  for (std::size_t p = 2; p <= n; p *= 2) {
+    const bool equal = n % p == 0 && !(nodes > 1 && p <= nodes && nodes % p != 0);
+    if (equal)
+      attempt(p, grouping::equal, std::vector<std::size_t>(p, n / p));
+    if (const std::vector<std::size_t> s = speed_groups(c, p);
+        !s.empty() && (!equal || s != std::vector<std::size_t>(p, n / p)))
+      attempt(p, grouping::speed, s);
+    if (equal && o.strategy == "synth")
+      attempt(p, grouping::pipeline_only, std::vector<std::size_t>(p, n / p));
   }
+  out.stage_plans_made = planner.made();
+  out.stage_plans_reused = planner.reused();
   return out;
 }
 

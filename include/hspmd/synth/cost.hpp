@@ -535,6 +535,26 @@ public:
     return c;
   }
 
+  /// Copies of every kept value that depends on the data (a pipeline stage keeps one set of
+  /// activations per micro-batch it holds at once, program/pipeline_plan.hpp); 1 by default.
+  /// Values a recomputed block holds only while it runs are not multiplied (one block runs at
+  /// a time). The search, the ratio LP's memory rows and a plan's memory all count them so.
+  void set_activation_copies(double k) {
+    activation_copies_ = k;
+    if (data_.empty() && g_->size() > 0) {
+      data_.assign(g_->size(), 0);
+      for (graph::node_id i = 0; i < g_->size(); ++i)
+        data_[i] =
+            (*g_)[i].kind == graph::op::input ||
+            std::ranges::any_of((*g_)[i].inputs, [&](graph::node_id x) { return data_[x] != 0; });
+    }
+  }
+  [[nodiscard]] double activation_copies() const noexcept { return activation_copies_; }
+  /// The copies of `t` kept all step (see set_activation_copies).
+  [[nodiscard]] double kept_copies(graph::node_id t) const {
+    return activation_copies_ != 1.0 && data_[t] != 0 ? activation_copies_ : 1.0;
+  }
+
   /// Bytes a device keeps for tensor `t` at placement `p` (parameters: 4 copies), as a function
   /// of its share: the same on every device.
   [[nodiscard]] linear_cost memory_of(graph::node_id t, placement p) const {
@@ -763,7 +783,9 @@ private:
   std::vector<bool> swapped_;                            // graph::swapped_values: strided views
   std::array<std::vector<double>, op_class_count> rate_; // [class][device] flop/s
   bool sixteen_bit_ = false;                             // GEMMs at the devices' bf16 rates
-  bool use_rates_ = false;                               // ops at the devices' class rates
+  double activation_copies_ = 1.0;
+  std::vector<char> data_;       // per node: depends on the data (set_activation_copies)
+  bool use_rates_ = false;       // ops at the devices' class rates
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
 };
 

@@ -218,7 +218,8 @@ inline constexpr double backward_share = 2.0 / 3.0;
 /// calls `f(tensor, placement, bytes, block)` for every output and transfer copy the memory
 /// model counts (bytes: the same function of a device's shares on every device), with `block` the
 /// recomputation block that holds it only while it runs
-/// (`cost_model::none`: kept all step). A device needs what is kept plus its largest block's.
+/// (`cost_model::none`: kept all step; a value of the data so kept counts
+/// `cost_model::kept_copies` times). A device needs what is kept plus its largest block's.
 template <class F>
 void visit_memory(const plan& p, const cost_model& m, F&& f) {
   constexpr std::size_t none = cost_model::none;
@@ -236,14 +237,23 @@ void visit_memory(const plan& p, const cost_model& m, F&& f) {
                ? none
                : b;
   };
+  // (a kept value of the data counts cost_model::kept_copies times)
+  const auto visit = [&](graph::node_id t, placement at, linear_cost bytes, std::size_t block) {
+    if (const double k = m.kept_copies(t); block == none && k != 1.0) {
+      bytes.constant *= k;
+      for (auto& term : bytes.terms)
+        term.second *= k;
+    }
+    f(t, at, bytes, block);
+  };
   for (const plan_step& s : p.steps) {
     for (const transfer& t : s.transfers)
       if (t.kind != transfer_kind::to_partial || t.tensor != s.node)
-        f(t.tensor, t.to, m.transfer_memory_of(t),
-          block_of(t.tensor, t.to, m.recomputed_copy_block(t, s.node)));
+        visit(t.tensor, t.to, m.transfer_memory_of(t),
+              block_of(t.tensor, t.to, m.recomputed_copy_block(t, s.node)));
     if (!detail::is_view(m, s.node))
-      f(s.node, s.rule.out, m.memory_of(s.node, s.rule.out),
-        block_of(s.node, s.rule.out, m.recomputed_block(s.node)));
+      visit(s.node, s.rule.out, m.memory_of(s.node, s.rule.out),
+            block_of(s.node, s.rule.out, m.recomputed_block(s.node)));
   }
 }
 

@@ -454,9 +454,10 @@ private:
       const std::size_t b = output && recompute_ ? m_->recomputed_block(t) : cost_model::none;
       std::vector<double>& to = b == cost_model::none ? floor_ : block_floor[b];
       to.resize(floor_.size(), 0.0);
+      const double copies = b == cost_model::none ? m_->kept_copies(t) : 1.0;
       for (std::size_t d = 0; d < floor_.size(); ++d)
         if (std::isfinite(best[d]))
-          to[d] += best[d];
+          to[d] += copies * best[d];
     };
     for (std::size_t k = 0; k < order_.size(); ++k) {
       std::vector<placement> outs;
@@ -840,7 +841,8 @@ private:
     // A loaded parameter keeps its value, gradient and optimizer state; a converted copy of it
     // is a working copy like any activation. `block`: held only while the block runs.
     const auto add_memory = [&](graph::node_id t, placement p, bool loaded, bool block) {
-      const double b = m_->bytes(t) * (loaded && m_->is_parameter(t) ? parameter_copies : 1.0);
+      const double b = m_->bytes(t) * (loaded && m_->is_parameter(t) ? parameter_copies : 1.0) *
+                       (block ? 1.0 : m_->kept_copies(t));
       const std::size_t at = block ? 3 : 0;
       if (p.is_split())
         mem[at + 1 + m_->segments().of(t, p.dim())] += b;

@@ -56,6 +56,9 @@ struct synth_options {
   /// A second opinion on a plan's step time in seconds (sim::judge); see the file comment.
   std::function<double(const plan&, const cost_model&)> judge;
   double judge_margin = 0.01; ///< how much faster the judge must find a plan to overrule
+  /// Copies of the data's kept values a device holds at once (a pipeline stage's micro-batches
+  /// in flight; cost_model::set_activation_copies): memory is checked with them.
+  double activation_copies = 1.0;
 };
 
 /// The baselines.
@@ -451,7 +454,8 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
 /// ratios.
 [[nodiscard]] inline plan synthesize(const graph::graph& g, const cluster& c,
                                      const synth_options& opt = {}, std::string model = "model") {
-  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
+  cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
+  m.set_activation_copies(opt.activation_copies);
   ratio_table r = proportional_ratios(c, m.segments().count());
   plan best;
   bool have = false;
@@ -597,7 +601,8 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
 [[nodiscard]] inline plan make_baseline(const graph::graph& g, const cluster& c, baseline b,
                                         const synth_options& opt = {},
                                         std::string model = "model") {
-  const cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
+  cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
+  m.set_activation_copies(opt.activation_copies);
   const search_options so = detail::baseline_search(g, m.segments(), b, opt.search);
   const ratio_table r = b == baseline::dp_cp ? proportional_ratios(c, m.segments().count())
                                              : even_ratios(c, m.segments().count());

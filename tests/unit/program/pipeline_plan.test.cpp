@@ -2,6 +2,7 @@
 // stage over its group's devices, the JSON round trip and its hash, the refusals of a damaged
 // file, and the stage table `explain` prints.
 #include <hspmd/models/bert.hpp>
+#include <hspmd/models/llama.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
 #include <hspmd/program/pipeline_search.hpp>
 
@@ -182,13 +183,22 @@ TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B 
     o.synth.search.recompute = r;
     return program::make_pipeline_plan(g, c, o);
   };
+  // a stage plan's memory for one micro-batch (its plan counts its micro-batches in flight)
+  const auto one_micro_batch = [&](const program::pipeline_plan& x) {
+    const graph::stage_graph sg = graph::extract_stage(g, x.cuts(g), 0);
+    const cluster group = program::sub_cluster(c, 0, 1);
+    const synth::cost_model m(sg.g, group, synth::segment_map(sg.g, x.stages[0].segments));
+    synth::plan q = x.stages[0];
+    synth::evaluate(q, m, q.ratios);
+    return q.memory[0];
+  };
   double first_1f1b = 0.0, last_gpipe = 0.0;
   for (const std::size_t m : {std::size_t{2}, std::size_t{4}, std::size_t{8}}) {
     const program::pipeline_plan one = plan(program::schedule_kind::one_f_one_b, m);
     const program::pipeline_plan all = plan(program::schedule_kind::gpipe, m);
     const program::pipeline_memory a = program::memory_of(one, g, c);
     const program::pipeline_memory b = program::memory_of(all, g, c);
-    const double act = a.activations[0][0], plan_memory = one.stages[0].memory[0];
+    const double act = a.activations[0][0], plan_memory = one_micro_batch(one);
     CAPTURE(m, act, plan_memory, a.peak[0][0], b.peak[0][0]);
     REQUIRE(act > 0.0);
     CHECK(act < plan_memory); // (the plan's memory adds parameters and their state)
@@ -198,6 +208,9 @@ TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B 
     CHECK(a.peak[0][0] == Approx(plan_memory + act)); // p = 2 in flight
     CHECK(b.peak[0][0] == Approx(plan_memory + static_cast<double>(m - 1) * act));
     CHECK(a.device[0][0] == Approx(a.peak[0][0])); // one chunk a group
+    // the synthesizer planned each stage counting its micro-batches in flight
+    CHECK(one.stages[0].memory[0] == Approx(a.peak[0][0]));
+    CHECK(all.stages[0].memory[0] == Approx(b.peak[0][0]));
     if (m == 2)
       first_1f1b = a.peak[0][0];
     CHECK(a.peak[0][0] == Approx(first_1f1b)); // 1F1B: the same at every m
@@ -217,29 +230,118 @@ TEST_CASE("pipeline plan: stage 0 holds p micro-batches' activations under 1F1B 
                         Catch::Contains("1f1b holds at most p"));
 }
 
-TEST_CASE("pipeline depth: every power of two the devices split into is planned or refused with "
+TEST_CASE("pipeline search: every depth grouped equally and by speed is planned or refused with "
           "its reason, and the fastest planned one is chosen") {
   const cluster c = test::make_cluster({3e9, 3e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9});
   const auto at = [](std::size_t rows) {
     return models::trace_bert_lm<float>(test::tiny_bert(4), rows);
   };
+  CHECK(program::speed_groups(c, 2) == std::vector<std::size_t>{2, 6});
+  CHECK(program::speed_groups(c, 4) == std::vector<std::size_t>{1, 1, 3, 3});
+  CHECK(program::speed_groups(c, 8) == std::vector<std::size_t>(8, 1));
+  CHECK(program::speed_groups(c, 16).empty());
   program::pipeline_options o = plan_options({});
   const program::pipeline_choice ch = program::choose_pipeline(at, 32, c, o);
-  REQUIRE(ch.tried.size() == 3); // 2, 4 and 8 groups
+  // 2 and 4 groups, equal and by speed; 8 groups of one device (by speed the same)
+  REQUIRE(ch.tried.size() == 5);
   REQUIRE(ch.best);
+  const std::vector<std::vector<std::size_t>> sizes{
+      {4, 4}, {2, 6}, {2, 2, 2, 2}, {1, 1, 3, 3}, std::vector<std::size_t>(8, 1)};
   for (std::size_t k = 0; k < ch.tried.size(); ++k) {
     const program::pipeline_candidate& x = ch.tried[k];
-    CAPTURE(x.stages, x.micro, x.refused);
-    CHECK(x.stages == std::size_t{2} << k);
+    CAPTURE(k, x.stages, x.micro, x.refused);
+    CHECK(x.group_sizes == sizes[k]);
+    CHECK(x.groups == (k % 2 == 1 ? program::grouping::speed : program::grouping::equal));
     CHECK(32 % x.micro == 0);
     CHECK(x.micro >= x.stages);
-    if (x.stages == 8) { // 4 blocks
+    CHECK(32 / x.micro >= *std::ranges::max_element(x.group_sizes)); // rows cover a group
+    if (x.stages == 8) {                                             // 4 blocks
       CHECK(!x.plan);
       CHECK_THAT(x.refused, Catch::Contains("fewer blocks than 8 stages"));
       continue;
     }
     REQUIRE(x.plan);
-    CHECK(x.plan->group_sizes == std::vector<std::size_t>(x.stages, 8 / x.stages));
+    CHECK(x.plan->group_sizes == sizes[k]);
+    CHECK(x.imbalance >= 1.0);
     CHECK(x.step >= ch.tried[*ch.best].step);
   }
+  // with the synthesizer inside, the pipeline-only baseline (equal groups, even cuts, DP-EV)
+  // is tried beside at each depth and never chosen
+  o.strategy = "synth";
+  const program::pipeline_choice with = program::choose_pipeline(at, 32, c, o);
+  std::size_t baselines = 0;
+  for (const program::pipeline_candidate& x : with.tried)
+    if (x.groups == program::grouping::pipeline_only) {
+      ++baselines;
+      if (x.plan) {
+        CHECK(x.plan->stages.front().strategy == "dp-ev");
+        const std::size_t stages = x.plan->first_blocks.size();
+        for (std::size_t s = 0; s < stages; ++s)
+          CHECK(x.plan->first_blocks[s] == s * 4 / stages); // (4 blocks, even)
+      }
+    }
+  CHECK(baselines == 3);
+  REQUIRE(with.best);
+  CHECK(with.tried[*with.best].groups != program::grouping::pipeline_only);
+}
+
+TEST_CASE("pipeline stage planner: a stage that is the same problem as one planned before gets "
+          "its plan, renamed for its own nodes and devices") {
+  const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(8), 4);
+  const cluster c = test::make_cluster(std::vector<double>(8, 1e9));
+  program::pipeline_options o = plan_options({2, 2, 2, 2});
+  o.strategy = "synth";
+  o.first_blocks = {0, 2, 4, 6};
+  program::stage_planner planner;
+  const program::pipeline_plan p = program::make_pipeline_plan(g, c, o, &planner);
+  // stages 1 and 2 (two blocks each, no embedding or head) on two devices alike: one synthesis
+  CHECK(planner.made() == 3);
+  CHECK(planner.reused() == 1);
+  const auto cuts = p.cuts(g);
+  for (const std::size_t k : {std::size_t{1}, std::size_t{2}}) {
+    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+    const cluster group = program::sub_cluster(c, 2 * k, 2);
+    synth::plan fresh = synth::synthesize(sg.g, group, o.synth, "bert.stage" + std::to_string(k));
+    // (the pipeline's plan counts its micro-batches in flight in its memory)
+    synth::cost_model m(sg.g, group, synth::segment_map(sg.g, fresh.segments));
+    m.set_activation_copies(4.0 - static_cast<double>(k));
+    synth::evaluate(fresh, m, fresh.ratios);
+    CAPTURE(k);
+    CHECK(p.stages[k].device_names ==
+          std::vector<std::string>{"d" + std::to_string(2 * k), "d" + std::to_string(2 * k + 1)});
+    CHECK(p.stages[k].steps.front().name == sg.g[p.stages[k].steps.front().node].name);
+    CHECK(synth::to_json(p.stages[k], false).dump() == synth::to_json(fresh, false).dump());
+  }
+  // another search's stage that is the same problem: nothing new made
+  const program::pipeline_plan again = program::make_pipeline_plan(g, c, o, &planner);
+  CHECK(planner.made() == 3);
+  CHECK(again.hash() == p.hash());
+}
+
+TEST_CASE("pipeline plan: on two kinds at 3:1 the fast group takes three quarters of the blocks, "
+          "the stages balance within 5 % and the bubble is within 10 % of 1F1B's") {
+  models::llama_config lc;
+  lc.layers = 24;
+  lc.hidden = 64;
+  lc.heads = 2;
+  lc.ffn = 172;
+  lc.seq = 16;
+  lc.vocab = 128;
+  const graph::graph g = models::trace_llama_lm<float>(lc, 4);
+  const cluster c = test::make_cluster({3e9, 3e9, 1e9, 1e9}, 1e10);
+  program::pipeline_options o;
+  o.group_sizes = {2, 2};
+  o.micro = 8;
+  o.model = "llama";
+  const program::pipeline_plan p = program::make_pipeline_plan(g, c, o);
+  const program::stage_costs costs = program::predicted_costs(p, g, c);
+  const program::pipeline_timeline t = program::simulate(p.make(), costs);
+  const double fast = costs.stage_forward[0] + costs.stage_backward[0];
+  const double slow = costs.stage_forward[1] + costs.stage_backward[1];
+  const double theory = program::theory_bubble(p.schedule, 2, p.micro);
+  CAPTURE(p.first_blocks, fast, slow, t.bubble, theory);
+  CHECK(p.first_blocks == std::vector<std::size_t>{0, 18});
+  CHECK(std::max(fast, slow) / ((fast + slow) / 2.0) <= 1.05);
+  CHECK(std::abs(t.bubble - theory) <= 0.1 * theory);
+  CHECK(theory == Approx(1.0 / 9.0));
 }

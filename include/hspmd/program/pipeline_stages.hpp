@@ -1,0 +1,201 @@
+#pragma once
+// A pipeline stage's SPMD plan over its group, made once for every stage that is the same
+// problem: the stage planner (make_pipeline_plan, choose_pipeline) asks `stage_planner::plan`
+// for each stage of each candidate, and a stage whose graph has the same structure (the same
+// ops, shapes, inputs and attributes; names equal but for their numbers -- layers.3 and
+// layers.7 of the same width) on a group of the same devices (kinds, speeds, memory, the same
+// node layout; names and node ids aside) under the same options gets the plan made for the
+// first, renamed for its own nodes and devices. Equal groups of one kind with as many blocks
+// each are one synthesis, whatever the depth; so is the same stage tried again by another
+// candidate of a search.
+//
+//     program::stage_planner planner;
+//     const synth::plan s = planner.plan(stage_graph, group, options, "llama.stage3");
+//     planner.made();  planner.reused();   // syntheses run, and plans reused
+//
+// One planner serves one search: the options it is given may differ in recomputation and
+// memory checks only (the rest -- profile, load rules -- are taken to be the same).
+
+#include <hspmd/cluster/cluster.hpp>
+#include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/graph/io.hpp>
+#include <hspmd/synth/plan.hpp>
+#include <hspmd/synth/synthesize.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hspmd::program {
+
+/// The devices [first, first + n) of `c` as a cluster of their own (links and costs kept).
+[[nodiscard]] inline cluster sub_cluster(const cluster& c, std::size_t first, std::size_t n) {
+  cluster out = c;
+  out.devices.assign(c.devices.begin() + static_cast<std::ptrdiff_t>(first),
+                     c.devices.begin() + static_cast<std::ptrdiff_t>(first + n));
+  return out;
+}
+
+/// Each stage plan's strategy: the synthesizer, or a baseline.
+enum class stage_strategy : std::uint8_t { synth, dp_ev, dp_cp, tp };
+
+/// The strategy named `text` ("synth", "dp-ev", "dp-cp", "tp"); throws `config_error`.
+[[nodiscard]] inline stage_strategy parse_stage_strategy(const std::string& text) {
+  if (text == "synth")
+    return stage_strategy::synth;
+  if (text == "dp-ev")
+    return stage_strategy::dp_ev;
+  if (text == "dp-cp")
+    return stage_strategy::dp_cp;
+  if (text == "tp")
+    return stage_strategy::tp;
+  throw config_error("pipeline plan strategy \"" + text + "\"",
+                     "not one of synth, dp-ev, dp-cp, tp");
+}
+
+/// See the file comment.
+class stage_planner {
+public:
+  /// The plan of stage graph `g` over `group` with `so`, named `model`. Throws what
+  /// synth::synthesize or make_baseline throws. With `so.activation_copies` k > 1 (micro-batches
+  /// in flight): the plan made for one copy where it holds k within every device's memory (the
+  /// synthesizer's pick under a looser limit, so its pick under this one), else one made for k
+  /// -- stages that differ only in their micro-batches in flight share a plan where it fits.
+  [[nodiscard]] synth::plan plan(const graph::graph& g, const cluster& group,
+                                 const synth::synth_options& so, stage_strategy strategy,
+                                 const std::string& model) {
+    synth::synth_options one = so;
+    one.activation_copies = 1.0;
+    synth::plan base = made_for(g, group, one, strategy, model);
+    if (so.activation_copies == 1.0)
+      return base;
+    synth::cost_model m(g, group, synth::segment_map(g, base.segments), so.profile, so.gemm_type);
+    m.set_activation_copies(so.activation_copies);
+    synth::evaluate(base, m, base.ratios);
+    const std::vector<double> whole = synth::whole_shard_memory(base, m, base.ratios);
+    bool fits = true;
+    for (std::size_t d = 0; d < group.size() && d < whole.size(); ++d)
+      fits = fits && (group.devices[d].memory == 0 ||
+                      whole[d] <= static_cast<double>(group.devices[d].memory));
+    if (fits || !so.search.check_memory)
+      return base;
+    return made_for(g, group, so, strategy, model);
+  }
+  /// Syntheses (or baselines) run, and plans reused for a stage that was the same problem.
+  [[nodiscard]] std::size_t made() const noexcept { return made_; }
+  [[nodiscard]] std::size_t reused() const noexcept { return reused_; }
+
+private:
+  // The plan for exactly these options, made or reused.
+  [[nodiscard]] synth::plan made_for(const graph::graph& g, const cluster& c,
+                                     const synth::synth_options& so, stage_strategy strategy,
+                                     const std::string& model) {
+    const std::uint64_t key = key_of(g, c, so, strategy);
+    if (const auto hit = plans_.find(key); hit != plans_.end()) {
+      ++reused_;
+      return renamed(hit->second, g, c, model);
+    }
+    ++made_;
+    synth::plan p;
+    switch (strategy) {
+    case stage_strategy::synth:
+      p = synth::synthesize(g, c, so, model);
+      break;
+    case stage_strategy::dp_ev:
+      p = synth::make_baseline(g, c, synth::baseline::dp_ev, so, model);
+      break;
+    case stage_strategy::dp_cp:
+      p = synth::make_baseline(g, c, synth::baseline::dp_cp, so, model);
+      break;
+    case stage_strategy::tp:
+      p = synth::make_baseline(g, c, synth::baseline::tp, so, model);
+      break;
+    }
+    plans_.emplace(key, p);
+    return p;
+  }
+
+  // A name with its digits dropped: layers.3.mlp.up.matmul95 and layers.7.mlp.up.matmul223
+  // are the same node of the same block structure.
+  [[nodiscard]] static std::string shape_of_name(const std::string& name) {
+    std::string out;
+    for (char ch : name)
+      if (std::isdigit(static_cast<unsigned char>(ch)) == 0)
+        out += ch;
+    return out;
+  }
+  [[nodiscard]] static std::uint64_t key_of(const graph::graph& g, const cluster& c,
+                                            const synth::synth_options& so,
+                                            stage_strategy strategy) {
+    nlohmann::json gj = graph::to_json(g);
+    for (auto& n : gj["nodes"])
+      n["name"] = shape_of_name(n["name"].get<std::string>());
+    cluster anonymous = c;
+    const std::int64_t first_node = c.devices.empty() ? 0 : c.devices.front().node;
+    for (device_spec& d : anonymous.devices) {
+      d.name.clear();
+      d.node -= first_node;
+    }
+    anonymous.name.clear();
+    anonymous.source.clear();
+    std::string text = gj.dump() + "|" + to_json(anonymous).dump() + "|" +
+                       std::to_string(static_cast<int>(strategy)) + "|" +
+                       std::to_string(static_cast<int>(so.search.recompute)) + "|" +
+                       std::to_string(static_cast<int>(so.segments)) + "|" +
+                       std::to_string(static_cast<int>(so.gemm_type)) + "|" +
+                       std::to_string(so.search.check_memory) + "|" +
+                       std::to_string(so.activation_copies);
+    return fnv1a64(text);
+  }
+  // `p` (made for a stage of the same structure) for stage graph `g` on `c`.
+  [[nodiscard]] static synth::plan renamed(synth::plan p, const graph::graph& g, const cluster& c,
+                                           const std::string& model) {
+    p.model = model;
+    p.graph_hash = synth::graph_hash(g);
+    p.graph_nodes = g.size();
+    p.cluster_name = c.name;
+    p.cluster_fingerprint = fingerprint(c);
+    std::map<std::string, std::string> names; // old -> new, devices and nodes
+    for (std::size_t d = 0; d < p.device_names.size() && d < c.size(); ++d)
+      names[p.device_names[d]] = c.devices[d].name;
+    p.device_names.clear();
+    for (const device_spec& d : c.devices)
+      p.device_names.push_back(d.name);
+    for (synth::plan_step& s : p.steps) {
+      names[s.name] = g[s.node].name;
+      s.name = g[s.node].name;
+    }
+    // the binding rows in words name devices and nodes: each whole name replaced
+    for (std::string& text : p.binding) {
+      std::string out;
+      for (std::size_t i = 0; i < text.size();) {
+        std::size_t e = i;
+        while (e < text.size() && (std::isalnum(static_cast<unsigned char>(text[e])) != 0 ||
+                                   std::string_view("_.:-").find(text[e]) != std::string::npos))
+          ++e;
+        if (e == i) {
+          out += text[i++];
+          continue;
+        }
+        const std::string token = text.substr(i, e - i);
+        const auto to = names.find(token);
+        out += to != names.end() ? to->second : token;
+        i = e;
+      }
+      text = std::move(out);
+    }
+    return p;
+  }
+
+  std::map<std::uint64_t, synth::plan> plans_;
+  std::size_t made_ = 0, reused_ = 0;
+};
+
+} // namespace hspmd::program
