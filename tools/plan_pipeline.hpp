@@ -82,6 +82,17 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
     std::printf("(%zu stage plans synthesized, %zu reused for a stage that was the same "
                 "problem)\n",
                 ch.stage_plans_made, ch.stage_plans_reused);
+    const program::pipeline_candidate* only = nullptr; // the fastest pipeline-only baseline
+    for (const program::pipeline_candidate& k : ch.tried)
+      if (k.plan && k.groups == program::grouping::pipeline_only && (!only || k.step < only->step))
+        only = &k;
+    if (ch.best && only)
+      std::printf("chosen: %zu stages grouped by %s, %zu micro-batches: %.2fx the fastest "
+                  "pipeline-only baseline (%zu stages, %s)\n",
+                  ch.tried[*ch.best].stages,
+                  std::string(program::name(ch.tried[*ch.best].groups)).c_str(),
+                  ch.tried[*ch.best].micro, only->step / ch.tried[*ch.best].step, only->stages,
+                  hspmd::synth::seconds_text(only->step).c_str());
     if (!ch.best)
       throw hspmd::plan_error("--pipeline auto", "no pipeline depth could be planned (above)",
                               "give the groups, or a model with more blocks");

@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -308,6 +309,28 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
 [[nodiscard]] inline stage_costs predicted_costs(const pipeline_plan& p, const graph::graph& g,
                                                  const cluster& c);
 
+/// How stage `k` (graph `sg`) of `p` on `c` prices loading the values it receives -- an
+/// earlier stage's outputs, a later one's gradients (synth_options::received): over the link
+/// to its neighbour's group, which its devices on one node share.
+[[nodiscard]] inline synth::synth_options::received_values
+received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const cluster& c,
+                 std::size_t k) {
+  synth::synth_options::received_values out;
+  for (const auto& [local, global] : sg.received)
+    out.inputs.push_back(local);
+  for (graph::node_id t : sg.gradient_inputs)
+    out.inputs.push_back(t);
+  const std::size_t d = k % p.devices();
+  const std::size_t next = k > 0 ? (k - 1) % p.devices() : (k + 1) % p.devices();
+  out.link = c.link_between(p.first_rank(d), p.first_rank(next));
+  if (c.devices[p.first_rank(d)].node != c.devices[p.first_rank(next)].node) {
+    std::map<std::int64_t, double> per_node;
+    for (std::size_t r = p.first_rank(d); r < p.first_rank(d) + p.group_sizes[d]; ++r)
+      out.sharing = std::max(out.sharing, per_node[c.devices[r].node] += 1.0);
+  }
+  return out;
+}
+
 /// Plans each stage of micro-batch graph `g` over its group of `c`'s devices (see the file
 /// comment). Throws `config_error` naming the option at fault, or the device that would not hold
 /// its stages' micro-batches in flight (`check_memory`). `planner` (may be null): the stage
@@ -345,6 +368,7 @@ inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const clus
       const std::size_t d = k % p.devices();
       const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
       so.activation_copies = static_cast<double>(held[k]);
+      so.received = received_pricing(p, sg, c, k);
       const cluster group = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
       try {
         out.push_back(sp.plan(sg.g, group, so, strategy, o.model + ".stage" + std::to_string(k)));
@@ -539,9 +563,12 @@ inline std::uint64_t pipeline_plan::hash() const {
 /// The same on cluster `c` (micro-batch graph `g`), with what a stage does once a step apart:
 /// each stage's exposed gradient all-reduce (synth::exposed_gradient_sync) is its `stage_sync`,
 /// after its last pass, and its passes split the rest of its plan's step. `transfer` is the
-/// slowest send between two stages on different groups -- the values one stage sends another,
-/// whole, over the link between the groups' first devices (latency + bytes over bandwidth; the
-/// ranks' boxes travel in parallel, so this is an upper bound).
+/// slowest send between two stages on different groups, box to box as the executor sends
+/// (exec/pipeline_transfers.hpp): each receiving device takes its box of each value (its share
+/// of a value its plan splits, all of one it holds whole) from the devices that hold it (their
+/// shares; a value held whole, from every holder in turn), and the node that sends or receives
+/// the most bytes sets the time over the link between the groups (latency + bytes over its
+/// bandwidth, one link a node: a node's devices share it).
 [[nodiscard]] inline stage_costs predicted_costs(const pipeline_plan& p, const graph::graph& g,
                                                  const cluster& c) {
   stage_costs out;
@@ -555,24 +582,76 @@ inline std::uint64_t pipeline_plan::hash() const {
     const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
     const cluster group = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
     const synth::cost_model m(sg.g, group, synth::segment_map(sg.g, sp.segments));
-    const double sync = std::min(sp.step_time, synth::exposed_gradient_sync(sp, m));
-    out.stage_forward.push_back((sp.step_time - sync) / 3.0);
-    out.stage_backward.push_back(2.0 * (sp.step_time - sync) / 3.0);
+    // (evaluated again without the price its search gave the received values' loads: the
+    // boundary sends are `transfer`'s)
+    synth::plan q = sp;
+    synth::evaluate(q, m, sp.ratios);
+    const double sync = std::min(q.step_time, synth::exposed_gradient_sync(q, m));
+    out.stage_forward.push_back((q.step_time - sync) / 3.0);
+    out.stage_backward.push_back(2.0 * (q.step_time - sync) / 3.0);
     out.stage_sync.push_back(sync);
   }
-  for (std::size_t r = 0; r < cuts.size(); ++r) {
-    std::vector<double> bytes(cuts.size(), 0.0); // per producing stage
-    for (const auto& [local, global] : graph::extract_stage(g, cuts, r).received)
-      bytes[stage_of[global]] +=
-          static_cast<double>(g[global].out.size() * size_of(g[global].type));
-    for (std::size_t k = 0; k < cuts.size(); ++k) {
-      const std::size_t a = k % p.devices(), b = r % p.devices();
-      if (bytes[k] == 0.0 || a == b)
-        continue;
-      const link_spec& l = c.link_between(p.first_rank(a), p.first_rank(b));
-      out.transfer = std::max(out.transfer, l.latency + bytes[k] / l.bandwidth);
+  // Per stage: its graph, and for each of its nodes whether its plan holds it whole
+  // (replicated, partial) on every device or split by its shares.
+  std::vector<graph::stage_graph> graphs;
+  std::vector<std::vector<bool>> whole(cuts.size());
+  for (std::size_t k = 0; k < cuts.size(); ++k) {
+    graphs.push_back(graph::extract_stage(g, cuts, k));
+    whole[k].assign(graphs[k].g.size(), true);
+    for (const synth::plan_step& st : p.stages[k].steps) {
+      whole[k][st.node] = !st.rule.out.is_split();
+      for (const synth::transfer& t : st.transfers)
+        if (t.kind == synth::transfer_kind::load && graphs[k].g[t.tensor].kind == graph::op::input)
+          whole[k][t.tensor] = !t.to.is_split() && whole[k][t.tensor];
     }
   }
+  const auto share = [&](std::size_t k, std::size_t r) {
+    const synth::ratio_table& t = p.stages[k].ratios;
+    return t.empty() || t[0].size() <= r ? 1.0 / static_cast<double>(p.group_sizes[k % p.devices()])
+                                         : t[0][r];
+  };
+  for (std::size_t r = 0; r < cuts.size(); ++r)
+    for (std::size_t k = 0; k < cuts.size(); ++k) {
+      const std::size_t a = k % p.devices(), b = r % p.devices();
+      if (a == b)
+        continue;
+      // bytes each node of the sending group sends and each of the receiving one receives:
+      // a receiving device takes its box (all of a value its plan loads whole), split values
+      // come from the devices that hold them, a whole one from its holders in turn
+      std::map<std::int64_t, double> sent, received;
+      for (const auto& [local, global] : graphs[r].received) {
+        if (stage_of[global] != k)
+          continue;
+        const double bytes = static_cast<double>(g[global].out.size() * size_of(g[global].type));
+        double needed = 0.0;
+        for (std::size_t x = 0; x < p.group_sizes[b]; ++x) {
+          const double box = whole[r][local] ? bytes : bytes * share(r, x);
+          received[c.devices[p.first_rank(b) + x].node] += box;
+          needed += box;
+        }
+        const auto at = std::ranges::find(graphs[k].global, global);
+        const std::size_t producer = static_cast<std::size_t>(at - graphs[k].global.begin());
+        std::map<std::int64_t, double> holders; // a whole value's: devices per node
+        for (std::size_t x = 0; x < p.group_sizes[a]; ++x) {
+          const std::int64_t node = c.devices[p.first_rank(a) + x].node;
+          if (producer < whole[k].size() && whole[k][producer])
+            holders[node] += 1.0;
+          else
+            sent[node] += needed * share(k, x);
+        }
+        for (const auto& [node, count] : holders)
+          sent[node] += needed * count / static_cast<double>(p.group_sizes[a]);
+      }
+      if (sent.empty())
+        continue;
+      double most = 0.0;
+      for (const auto& [node, bytes] : sent)
+        most = std::max(most, bytes);
+      for (const auto& [node, bytes] : received)
+        most = std::max(most, bytes);
+      const link_spec& l = c.link_between(p.first_rank(a), p.first_rank(b));
+      out.transfer = std::max(out.transfer, l.latency + most / l.bandwidth);
+    }
   return out;
 }
 

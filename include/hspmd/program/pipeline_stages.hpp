@@ -78,6 +78,8 @@ public:
       return base;
     synth::cost_model m(g, group, synth::segment_map(g, base.segments), so.profile, so.gemm_type);
     m.set_activation_copies(so.activation_copies);
+    if (so.received)
+      m.set_received(so.received->inputs, so.received->link, so.received->sharing);
     synth::evaluate(base, m, base.ratios);
     const std::vector<double> whole = synth::whole_shard_memory(base, m, base.ratios);
     bool fits = true;
@@ -152,6 +154,14 @@ private:
                        std::to_string(static_cast<int>(so.gemm_type)) + "|" +
                        std::to_string(so.search.check_memory) + "|" +
                        std::to_string(so.activation_copies);
+    if (so.received) {
+      text += "|received";
+      for (graph::node_id t : so.received->inputs)
+        text += "," + std::to_string(t);
+      text += "|" + std::to_string(so.received->link.bandwidth) + "," +
+              std::to_string(so.received->link.latency) + "," +
+              std::to_string(so.received->sharing);
+    }
     return fnv1a64(text);
   }
   // `p` (made for a stage of the same structure) for stage graph `g` on `c`.

@@ -535,6 +535,23 @@ public:
     return c;
   }
 
+  /// A pipeline stage's received values (the inputs an earlier stage sends it, the gradients a
+  /// later one sends back): loading one at a placement costs its box over `link`, which
+  /// `sharing` devices share (latency + the box's bytes x sharing / bandwidth), what the
+  /// boundary send takes -- so the search loads them split rather than whole where that is
+  /// cheaper. Other inputs load free.
+  void set_received(const std::vector<graph::node_id>& inputs, const link_spec& link,
+                    double sharing) {
+    received_.assign(g_->size(), 0);
+    for (graph::node_id t : inputs)
+      received_.at(t) = 1;
+    received_link_ = link;
+    received_sharing_ = sharing;
+  }
+  [[nodiscard]] bool is_received(graph::node_id t) const {
+    return !received_.empty() && received_[t] != 0;
+  }
+
   /// Copies of every kept value that depends on the data (a pipeline stage keeps one set of
   /// activations per micro-batch it holds at once, program/pipeline_plan.hpp); 1 by default.
   /// Values a recomputed block holds only while it runs are not multiplied (one block runs at
@@ -784,6 +801,9 @@ private:
   std::array<std::vector<double>, op_class_count> rate_; // [class][device] flop/s
   bool sixteen_bit_ = false;                             // GEMMs at the devices' bf16 rates
   double activation_copies_ = 1.0;
+  std::vector<char> received_; // per node: a pipeline stage's received value (set_received)
+  link_spec received_link_;
+  double received_sharing_ = 1.0;
   std::vector<char> data_;       // per node: depends on the data (set_activation_copies)
   bool use_rates_ = false;       // ops at the devices' class rates
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
@@ -818,6 +838,13 @@ cost_model::comm_of_kind<transfer_kind::to_partial>(const transfer& /*t*/,
 template <>
 inline std::optional<linear_cost>
 cost_model::comm_of_kind<transfer_kind::load>(const transfer& t, const share_range& range) const {
+  if (is_received(t.tensor)) { // (set_received)
+    const double per_byte = received_sharing_ / received_link_.bandwidth;
+    const double b = bytes(t.tensor) * per_byte;
+    if (t.to.is_split())
+      return linear_cost{received_link_.latency, {{segments_.of(t.tensor, t.to.dim()), b}}};
+    return linear_cost{received_link_.latency + b, {}};
+  }
   if (!is_parameter(t.tensor) || !t.to.is_replicated() || devices() == 1)
     return std::nullopt;
   const double b = bytes(t.tensor);

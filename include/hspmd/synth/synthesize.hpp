@@ -59,6 +59,13 @@ struct synth_options {
   /// Copies of the data's kept values a device holds at once (a pipeline stage's micro-batches
   /// in flight; cost_model::set_activation_copies): memory is checked with them.
   double activation_copies = 1.0;
+  /// A pipeline stage's received values and their link (cost_model::set_received).
+  struct received_values {
+    std::vector<graph::node_id> inputs;
+    link_spec link;
+    double sharing = 1.0;
+  };
+  std::optional<received_values> received;
 };
 
 /// The baselines.
@@ -456,6 +463,8 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
                                      const synth_options& opt = {}, std::string model = "model") {
   cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
   m.set_activation_copies(opt.activation_copies);
+  if (opt.received)
+    m.set_received(opt.received->inputs, opt.received->link, opt.received->sharing);
   ratio_table r = proportional_ratios(c, m.segments().count());
   plan best;
   bool have = false;
@@ -603,6 +612,8 @@ inline void weigh(plan& best, std::vector<plan>& weighed, const graph::graph& g,
                                         std::string model = "model") {
   cost_model m(g, c, segment_map(g, opt.segments), opt.profile, opt.gemm_type);
   m.set_activation_copies(opt.activation_copies);
+  if (opt.received)
+    m.set_received(opt.received->inputs, opt.received->link, opt.received->sharing);
   const search_options so = detail::baseline_search(g, m.segments(), b, opt.search);
   const ratio_table r = b == baseline::dp_cp ? proportional_ratios(c, m.segments().count())
                                              : even_ratios(c, m.segments().count());
