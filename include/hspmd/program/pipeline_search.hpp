@@ -9,14 +9,14 @@
 //
 // each with the most micro-batches up to m = 4P that split the batch into micro-batches of at
 // least a group's devices in rows (else the most up to 4P that split it, at least P), planned
-// (program/pipeline_plan.hpp: cuts on the groups' speeds, refined on the stage plans' reached
-// speeds, each stage synthesized over its group counting its micro-batches in flight, on a
-// budget of states (stage_search_expansions), a stage that is the same problem as one planned
-// before planned once) and simulated with its boundary sends and gradient syncs priced; the
-// fastest wins. Beside them, at each depth, the pipeline-only baseline: equal groups, even
-// cuts, data parallel inside each stage (DP-EV). A candidate that cannot be planned (too few
-// blocks, a device out of memory, no stage plan) is reported with its reason, not fatal; the
-// search stops at the first depth with more stages than the model has blocks.
+// (program/pipeline_plan.hpp: cuts on the groups' speeds -- refined on the stage plans' reached
+// speeds for the three fastest candidates --, each stage synthesized over its group counting its
+// micro-batches in flight, on a budget of states (stage_search_expansions), a stage that is the
+// same problem as one planned before planned once) and simulated with its boundary sends and
+// gradient syncs priced; the fastest wins. Beside them, at each depth, the pipeline-only baseline:
+// equal groups, even cuts, data parallel inside each stage (DP-EV). A candidate that cannot be
+// planned (too few blocks, a device out of memory, no stage plan) is reported with its reason, not
+// fatal; the search stops at the first depth with more stages than the model has blocks.
 //
 //     const auto at = [&](std::size_t rows) {
 //       return models::trace_model<float>("llama", mo, rows);
@@ -112,6 +112,8 @@ struct pipeline_choice {
 
 /// The budget of each stage plan's search in `choose_pipeline`, in states expanded.
 inline constexpr std::size_t stage_search_expansions = 20'000;
+/// How many of the fastest candidates `choose_pipeline` refines the cuts of.
+inline constexpr std::size_t refined_candidates = 3;
 
 /// See the file comment. `trace_at(rows)`: the model traced for a micro-batch of `rows`;
 /// `batch`: the step's rows; `o`: the options each candidate is planned with (its group sizes,
@@ -127,6 +129,39 @@ template <class TraceAt>
   // 1024 devices, P = 2 by speed: 4.9 s -> 0.7 s a candidate, its step 1 % slower.
   o.synth.search.max_expansions =
       std::min<std::size_t>(o.synth.search.max_expansions, stage_search_expansions);
+  // (`refine`: the cut refinements; the search plans every candidate with none first)
+  const auto plan_candidate = [&](pipeline_candidate& k, std::size_t refine) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const graph::graph g = trace_at(batch / k.micro);
+    pipeline_options po = o;
+    po.group_sizes = k.group_sizes;
+    po.micro = k.micro;
+    po.first_blocks.clear();
+    po.refine = refine;
+    if (k.groups == grouping::pipeline_only) {
+      const std::size_t blocks = graph::block_ranges(g, o.block_prefix).size();
+      po.strategy = "dp-ev";
+      po.refine = 0;
+      for (std::size_t s = 0; s < k.stages; ++s)
+        po.first_blocks.push_back(s * blocks / k.stages);
+    }
+    pipeline_plan plan = make_pipeline_plan(g, c, po, &planner);
+    const stage_costs costs = predicted_costs(plan, g, c);
+    const pipeline_timeline t = simulate(plan.make(), costs);
+    std::vector<double> busy(plan.devices(), 0.0);
+    for (std::size_t s = 0; s < plan.stages.size(); ++s)
+      busy[s % plan.devices()] += costs.stage_forward[s] + costs.stage_backward[s];
+    double mean = 0.0;
+    for (double b : busy)
+      mean += b / static_cast<double>(busy.size());
+    if (!k.plan || t.step < k.step) {
+      k.imbalance = mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0;
+      k.step = t.step;
+      k.bubble = t.bubble;
+      k.plan = std::move(plan);
+    }
+    k.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   const auto attempt = [&](std::size_t p, grouping how, std::vector<std::size_t> sizes) {
     pipeline_candidate k;
     k.stages = p * o.chunks;
@@ -147,38 +182,16 @@ template <class TraceAt>
         throw config_error("batch " + std::to_string(batch),
                            "splits into no count of micro-batches from " + std::to_string(p) +
                                " to " + std::to_string(4 * p));
-      const graph::graph g = trace_at(batch / k.micro);
-      const std::size_t blocks = graph::block_ranges(g, o.block_prefix).size();
+      const std::size_t blocks =
+          graph::block_ranges(trace_at(batch / k.micro), o.block_prefix).size();
       if (blocks < k.stages)
         throw config_error("the model",
                            "has fewer blocks than " + std::to_string(k.stages) + " stages");
-      pipeline_options po = o;
-      po.group_sizes = sizes;
-      po.micro = k.micro;
-      po.first_blocks.clear();
-      if (how == grouping::pipeline_only) {
-        po.strategy = "dp-ev";
-        po.refine = 0;
-        for (std::size_t s = 0; s < k.stages; ++s)
-          po.first_blocks.push_back(s * blocks / k.stages);
-      }
-      pipeline_plan plan = make_pipeline_plan(g, c, po, &planner);
-      const stage_costs costs = predicted_costs(plan, g, c);
-      const pipeline_timeline t = simulate(plan.make(), costs);
-      std::vector<double> busy(plan.devices(), 0.0);
-      for (std::size_t s = 0; s < plan.stages.size(); ++s)
-        busy[s % plan.devices()] += costs.stage_forward[s] + costs.stage_backward[s];
-      double mean = 0.0;
-      for (double b : busy)
-        mean += b / static_cast<double>(busy.size());
-      k.imbalance = mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0;
-      k.step = t.step;
-      k.bubble = t.bubble;
-      k.plan = std::move(plan);
+      plan_candidate(k, 0);
     } catch (const error& e) { // (a candidate that cannot be planned: said, not fatal)
       k.refused = e.what();
+      k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (k.plan && how != grouping::pipeline_only &&
         (!out.best || k.step < out.tried[*out.best].step))
       out.best = out.tried.size();
@@ -201,6 +214,23 @@ template <class TraceAt>
     if (equal && o.strategy == "synth")
       attempt(p, grouping::pipeline_only, std::vector<std::size_t>(p, n / p));
   }
+  // The cuts refined (o.refine times) for the fastest candidates only: a candidate that the
+  // first cuts leave far behind is not made up by moving them.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < out.tried.size(); ++i)
+    if (out.tried[i].plan && out.tried[i].groups != grouping::pipeline_only)
+      order.push_back(i);
+  std::ranges::sort(
+      order, [&](std::size_t a, std::size_t b) { return out.tried[a].step < out.tried[b].step; });
+  if (o.refine > 0)
+    for (std::size_t r = 0; r < order.size() && r < refined_candidates; ++r) {
+      try {
+        plan_candidate(out.tried[order[r]], o.refine);
+      } catch (const error&) { // (the first cuts' plan stands)
+      }
+      if (out.tried[order[r]].step < out.tried[*out.best].step)
+        out.best = order[r];
+    }
   out.stage_plans_made = planner.made();
   out.stage_plans_reused = planner.reused();
   return out;
