@@ -293,6 +293,10 @@ int main(int argc, char** argv) {
                  "(2,1,1), or auto (the fastest of 2, 4, 8, ... groups of as many devices or "
                  "of equal summed speed, beside the pipeline-only baseline); each stage "
                  "synthesized over its group (--json writes it)");
+  app.add_option("--svg", pr.svg_out,
+                 "with --pipeline: draw the pipeline plan's stage layout (groups' devices by "
+                 "kind down, blocks across, each stage's pass, in-flight count and shares) as "
+                 "an SVG file");
   app.add_option("--micro", pr.micro, "with --pipeline: micro-batches a step (default 4 a stage)");
   app.add_option("--pipeline-schedule", pr.schedule,
                  "with --pipeline: gpipe, 1f1b, interleaved, zb")
@@ -308,6 +312,8 @@ int main(int argc, char** argv) {
     if (!pr.groups.empty() && !graph_file.empty())
       throw hspmd::config_error("--pipeline", "traces the model at the micro-batch",
                                 "use --model instead of --graph");
+    if (!pr.svg_out.empty() && pr.groups.empty())
+      throw hspmd::config_error("--svg", "draws a pipeline plan's stage layout", "add --pipeline");
     if (!trace_file.empty() && !simulate)
       throw hspmd::config_error("--trace", "writes the simulated step", "add --simulate");
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one

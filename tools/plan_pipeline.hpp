@@ -12,6 +12,7 @@
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
 #include <hspmd/program/pipeline_search.hpp>
+#include <hspmd/program/pipeline_svg.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -31,6 +32,7 @@ struct pipeline_request {
   std::size_t micro = 0; ///< m; 0: four per stage
   std::size_t chunks = 1;
   std::string block_prefix = "layers.";
+  std::string svg_out; ///< where to draw the stage layout (empty: nowhere)
 };
 
 /// Plans, prints and (with `json_out`) writes the pipeline plan of `model` (options `mo`) at
@@ -124,6 +126,13 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
               "sends; vs synth: the one-level plan's predicted step over it)\n");
   if (explain)
     std::cout << "\n" << program::explain(p, micro, c);
+  if (!r.svg_out.empty()) {
+    std::ofstream f(r.svg_out);
+    f << program::layout_svg(p, micro, c);
+    if (!f)
+      throw hspmd::config_error("--svg " + r.svg_out, "cannot write", "a writable path");
+    std::printf("stage layout drawn in %s\n", r.svg_out.c_str());
+  }
   if (!json_out.empty()) {
     std::ofstream f(json_out);
     f << program::to_json(p).dump(1) << "\n";

@@ -5,6 +5,7 @@
 #include <hspmd/models/llama.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
 #include <hspmd/program/pipeline_search.hpp>
+#include <hspmd/program/pipeline_svg.hpp>
 
 #include "../../support/test_cluster.hpp"
 #include "../../support/tiny_bert.hpp"
@@ -165,6 +166,16 @@ TEST_CASE("pipeline plan: explain prints a row per stage, what each holds in fli
   unsent.transfer = 0.0;
   CHECK(with_sync > program::simulate(p.make(), unsent).step);
   CHECK(text.find("boundary send") != std::string::npos);
+  // the stage layout: a box per stage, the kinds of each group, well-formed text
+  const std::string svg = program::layout_svg(p, g, c);
+  std::size_t boxes = 0;
+  for (std::size_t at = svg.find("class=\"stage\""); at != std::string::npos;
+       at = svg.find("class=\"stage\"", at + 1))
+    ++boxes;
+  CHECK(boxes == 2);
+  CHECK(svg.find("stage 1: blocks 1-3 on group 1") != std::string::npos);
+  CHECK(svg.find("2 x test") != std::string::npos);
+  CHECK(svg.rfind("</svg>") != std::string::npos);
   CHECK(text.find("stage balance: group 1's stages take") != std::string::npos);
   // (p - 1) / (m + p - 1) = 1 / 7
   CHECK(text.find("the schedule's ideal with equal stages: 14.3 %") != std::string::npos);
