@@ -6,11 +6,12 @@
 
 Builds nothing: run `cmake --build --preset release --target hspmd-plan` first. For each device
 count it writes bench/synth_scale.py's cluster (n/8 nodes of 8 GPUs, a quarter each H100, A100,
-V100, T4) and runs `hspmd-plan --pipeline auto --hierarchical` for each model ("model@R": R rows
-a device, the batch R x n). It prints, per model and count: the one-level plan's predicted step,
-the two-level plan's, the best pipeline-only baseline's (equal groups, even cuts, DP-EV inside),
-the joint search's pick (depth, grouping, m) with its simulated step and bubble, the fastest of
-all and its lead over the best baseline, and the pipeline search's own time (hspmd-plan's
+V100, T4) and runs `hspmd-plan --pipeline auto --hierarchical --simulate` for each model
+("model@R": R rows a device, the batch R x n). It prints, per model and count: the one-level
+plan's predicted / simulated step, the two-level plan's predicted one (hspmd-plan does not
+simulate it), the best pipeline-only baseline's (equal groups, even cuts, DP-EV inside;
+simulated), the joint search's pick (depth, grouping, m; ranked by the simulated step) with its
+predicted and simulated steps and simulated bubble, its lead over the best baseline, and the pipeline search's own time (hspmd-plan's
 "planned in") with the whole run's wall time and peak memory. --svg plots the pipeline search's
 time against devices (log-log, one line per model).
 """
@@ -42,13 +43,16 @@ def parse(out):
     r = {}
     m = re.search(r"^synth +(\S+ \S+)", out, re.M)
     r["one"] = seconds(m.group(1)) if m else None
+    m = re.search(r"^synth +\S+ \S+ +(\S+ \S+) +[0-9.]+x ", out, re.M)
+    r["one_sim"] = seconds(m.group(1)) if m else None
     m = re.search(r"^two-lvl +(\S+ \S+)", out, re.M)
     r["two"] = seconds(m.group(1)) if m else None
     only, joint = [], []
-    for m in re.finditer(r"^(\d+) +(equal|speed|pipeline-only) +(\d+) +(\S+ \S+) +([0-9.]+)%",
-                         out, re.M):
-        row = (seconds(m.group(4)), int(m.group(1)), m.group(2), int(m.group(3)),
-               float(m.group(5)))
+    for m in re.finditer(r"^(\d+) +(equal|speed|pipeline-only) +(\d+) +(\S+ \S+) +([0-9.]+)% +"
+                         r"(\S+ \S+) +([0-9.]+)%", out, re.M):
+        # (simulated step, stages, grouping, m, simulated bubble, predicted step)
+        row = (seconds(m.group(6)), int(m.group(1)), m.group(2), int(m.group(3)),
+               float(m.group(7)), seconds(m.group(4)))
         (only if m.group(2) == "pipeline-only" else joint).append(row)
     r["only"] = min(only) if only else None
     r["joint"] = min(joint) if joint else None
@@ -75,9 +79,9 @@ def main():
     a = ap.parse_args()
     tool = os.path.join(ROOT, "build/release/tools/hspmd-plan")
     series = {}
-    print(f"{'model':>10} {'devices':>7} {'one-level':>10} {'two-level':>10} {'pipe-only':>10} "
-          f"{'joint pick':>26} {'step':>10} {'bubble':>7} {'lead':>6} {'search':>9} {'run':>8} "
-          f"{'MiB':>6}  stage plans made/reused")
+    print(f"{'model':>10} {'devices':>7} {'one-level':>21} {'two-level':>10} {'pipe-only':>10} "
+          f"{'joint pick':>20} {'predicted':>10} {'simulated':>10} {'bubble':>7} {'lead':>6} "
+          f"{'search':>8} {'run':>8} {'MiB':>5}  made/reused")
     with tempfile.TemporaryDirectory() as d:
         for spec in a.model.split(","):
             model, _, rows = spec.partition("@")
@@ -85,25 +89,28 @@ def main():
                 path = os.path.join(d, f"c{n}.json")
                 scale.cluster(n, path)
                 cmd = [tool, "--model", model, "--cluster", path, "--per-device", rows or "1",
-                       "--no-baselines", "--pipeline", "auto"] + a.extra
+                       "--no-baselines", "--pipeline", "auto", "--simulate"] + a.extra
                 if not a.no_hierarchical:
                     cmd.append("--hierarchical")
                 rc, out, wall, peak = scale.run(cmd)
                 r = parse(out)
-                base = [x for x in (r["one"], r["two"], r["only"] and r["only"][0]) if x]
+                # the best baseline: one-level simulated (else predicted), two-level predicted
+                # (no simulation of it), pipeline-only simulated
+                base = [x for x in (r["one_sim"] or r["one"], r["two"],
+                                    r["only"] and r["only"][0]) if x]
                 pick = r["joint"]
-                lead = (f"{min(base) / pick[0]:.2f}x" if pick and base else "-")
-                pick_text = (f"P={pick[1]} {pick[2]} m={pick[3]}" if pick else "none")
+                lead = f"{min(base) / pick[0]:.2f}x" if pick and base else "-"
+                pick_text = f"P={pick[1]} {pick[2]} m={pick[3]}" if pick else "none"
                 made = f"{r['made'][0]}/{r['made'][1]}" if r["made"] else "-"
                 search = f"{r['search']:.2f} s" if r["search"] is not None else "-"
                 if r["search"] is not None:
                     series.setdefault(model, []).append((n, r["search"]))
-                print(f"{model:>10} {n:>7} {text(r['one']):>10} {text(r['two']):>10} "
-                      f"{text(r['only'] and r['only'][0]):>10} {pick_text:>26} "
-                      f"{text(pick and pick[0]):>10} "
-                      f"{(f'{pick[4]:.1f}%' if pick else '-'):>7} {lead:>6} "
-                      f"{search:>9} "
-                      f"{wall:>6.1f} s {peak / 1024:>6.0f}  {made}"
+                one = f"{text(r['one'])} / {text(r['one_sim'])}"
+                print(f"{model:>10} {n:>7} {one:>21} {text(r['two']):>10} "
+                      f"{text(r['only'] and r['only'][0]):>10} {pick_text:>20} "
+                      f"{text(pick and pick[5]):>10} {text(pick and pick[0]):>10} "
+                      f"{(f'{pick[4]:.1f}%' if pick else '-'):>7} {lead:>6} {search:>8} "
+                      f"{wall:>6.1f} s {peak / 1024:>5.0f}  {made}"
                       + ("" if rc == 0 else f"  (exit {rc}: {out.strip().splitlines()[-1]})"),
                       flush=True)
     if a.svg and series:

@@ -510,6 +510,7 @@ int main(int argc, char** argv) {
                     "the plan)\n");
     }
     if (!pr.groups.empty()) {
+      pr.simulate = simulate;
       hspmd_plan::plan_pipeline(pr, model, mo, batch, c, so,
                                 one_level_error.empty() ? &plan : nullptr, json_out, explain);
       return 0;

@@ -13,6 +13,7 @@
 #include <hspmd/program/pipeline_plan.hpp>
 #include <hspmd/program/pipeline_search.hpp>
 #include <hspmd/program/pipeline_svg.hpp>
+#include <hspmd/sim/pipeline.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -32,7 +33,8 @@ struct pipeline_request {
   std::size_t micro = 0; ///< m; 0: four per stage
   std::size_t chunks = 1;
   std::string block_prefix = "layers.";
-  std::string svg_out; ///< where to draw the stage layout (empty: nowhere)
+  std::string svg_out;   ///< where to draw the stage layout (empty: nowhere)
+  bool simulate = false; ///< also simulate the stages device by device (sim/pipeline.hpp)
 };
 
 /// Plans, prints and (with `json_out`) writes the pipeline plan of `model` (options `mo`) at
@@ -59,13 +61,15 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
       throw hspmd::config_error("--micro with --pipeline auto",
                                 "the depth's micro-batches are chosen with it (4 a stage)",
                                 "drop --micro, or give --pipeline the groups");
-    const program::pipeline_choice ch = program::choose_pipeline(trace_at, batch, c, po);
+    const program::pipeline_choice ch =
+        program::choose_pipeline(trace_at, batch, c, po, hspmd::sim::pipeline_costs);
     std::printf("\npipelines tried (%s; groups: equal = as many devices each, speed = whole "
                 "nodes of equal summed speed, pipeline-only = equal groups, even cuts, DP-EV "
                 "inside):\n",
                 r.schedule.c_str());
-    std::printf("%-7s %-14s %-6s %12s %8s %10s %11s  %s\n", "stages", "groups", "m", "step time",
-                "bubble", "imbalance", "planned in", "group sizes");
+    std::printf("%-7s %-14s %-6s %12s %8s %12s %8s %10s %11s  %s\n", "stages", "groups", "m",
+                "predicted", "bubble", "simulated", "bubble", "imbalance", "planned in",
+                "group sizes");
     for (const program::pipeline_candidate& k : ch.tried) {
       std::string sizes;
       for (std::size_t x = 0; x < k.group_sizes.size() && x < 8; ++x)
@@ -74,27 +78,30 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
         sizes += ",...";
       const std::string how(program::name(k.groups));
       if (k.plan)
-        std::printf("%-7zu %-14s %-6zu %12s %7.1f%% %9.3fx %9.3f s  %s\n", k.stages, how.c_str(),
-                    k.micro, hspmd::synth::seconds_text(k.step).c_str(), 100.0 * k.bubble,
-                    k.imbalance, k.seconds, sizes.c_str());
+        std::printf("%-7zu %-14s %-6zu %12s %7.1f%% %12s %7.1f%% %9.3fx %9.3f s  %s\n", k.stages,
+                    how.c_str(), k.micro, hspmd::synth::seconds_text(k.step).c_str(),
+                    100.0 * k.bubble, hspmd::synth::seconds_text(k.simulated).c_str(),
+                    100.0 * k.simulated_bubble, k.imbalance, k.seconds, sizes.c_str());
       else
-        std::printf("%-7zu %-14s %-6zu %12s %8s %10s %9.3f s  %s: %s\n", k.stages, how.c_str(),
-                    k.micro, "-", "-", "-", k.seconds, sizes.c_str(), k.refused.c_str());
+        std::printf("%-7zu %-14s %-6zu %12s %8s %12s %8s %10s %9.3f s  %s: %s\n", k.stages,
+                    how.c_str(), k.micro, "-", "-", "-", "-", "-", k.seconds, sizes.c_str(),
+                    k.refused.c_str());
     }
     std::printf("(%zu stage plans synthesized, %zu reused for a stage that was the same "
                 "problem)\n",
                 ch.stage_plans_made, ch.stage_plans_reused);
     const program::pipeline_candidate* only = nullptr; // the fastest pipeline-only baseline
     for (const program::pipeline_candidate& k : ch.tried)
-      if (k.plan && k.groups == program::grouping::pipeline_only && (!only || k.step < only->step))
+      if (k.plan && k.groups == program::grouping::pipeline_only &&
+          (!only || k.simulated < only->simulated))
         only = &k;
     if (ch.best && only)
       std::printf("chosen: %zu stages grouped by %s, %zu micro-batches: %.2fx the fastest "
-                  "pipeline-only baseline (%zu stages, %s)\n",
+                  "pipeline-only baseline (%zu stages, %s), simulated\n",
                   ch.tried[*ch.best].stages,
                   std::string(program::name(ch.tried[*ch.best].groups)).c_str(),
-                  ch.tried[*ch.best].micro, only->step / ch.tried[*ch.best].step, only->stages,
-                  hspmd::synth::seconds_text(only->step).c_str());
+                  ch.tried[*ch.best].micro, only->simulated / ch.tried[*ch.best].simulated,
+                  only->stages, hspmd::synth::seconds_text(only->simulated).c_str());
     if (!ch.best)
       throw hspmd::plan_error("--pipeline auto", "no pipeline depth could be planned (above)",
                               "give the groups, or a model with more blocks");
@@ -122,8 +129,24 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
   std::printf("%-8s %14s %10s %10s\n", "plan", "step time", "bubble", "vs synth");
   std::printf("%-8s %14s %9.1f%% %10s\n", "pipeline", hspmd::synth::seconds_text(t.step).c_str(),
               100.0 * t.bubble, vs);
+  if (r.simulate) {
+    const auto t1 = std::chrono::steady_clock::now();
+    const program::pipeline_timeline ts =
+        program::simulate(p.make(), hspmd::sim::pipeline_costs(p, micro, c));
+    char svs[32] = "-";
+    if (one_level != nullptr)
+      std::snprintf(svs, sizeof svs, "%.2fx", one_level->step_time / ts.step);
+    std::printf("%-8s %14s %9.1f%% %10s  (simulated device by device: %.3f s, %+.1f %% of the "
+                "predicted)\n",
+                "sim", hspmd::synth::seconds_text(ts.step).c_str(), 100.0 * ts.bubble, svs,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(),
+                100.0 * (ts.step / t.step - 1.0));
+  }
   std::printf("(step: the schedule simulated over the stage plans' predicted passes and boundary "
-              "sends; vs synth: the one-level plan's predicted step over it)\n");
+              "sends%s; vs synth: the one-level plan's predicted step over it)\n",
+              r.simulate ? "; sim: over each stage's micro-batch step simulated device by device "
+                           "(sim/pipeline.hpp)"
+                         : "");
   if (explain)
     std::cout << "\n" << program::explain(p, micro, c);
   if (!r.svg_out.empty()) {

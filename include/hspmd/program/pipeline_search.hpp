@@ -13,10 +13,13 @@
 // speeds for the three fastest candidates --, each stage synthesized over its group counting its
 // micro-batches in flight, on a budget of states (stage_search_expansions), a stage that is the
 // same problem as one planned before planned once) and simulated with its boundary sends and
-// gradient syncs priced; the fastest wins. Beside them, at each depth, the pipeline-only baseline:
-// equal groups, even cuts, data parallel inside each stage (DP-EV). A candidate that cannot be
-// planned (too few blocks, a device out of memory, no stage plan) is reported with its reason, not
-// fatal; the search stops at the first depth with more stages than the model has blocks.
+// gradient syncs priced -- over the stage costs the cost model predicts and, given a judge (the
+// tool's: sim::pipeline_costs, each stage simulated device by device at whole shards), over the
+// judge's, which rank the candidates; the fastest wins. Beside them, at each depth, the
+// pipeline-only baseline: equal groups, even cuts, data parallel inside each stage (DP-EV). A
+// candidate that cannot be planned (too few blocks, a device out of memory, no stage plan) is
+// reported with its reason, not fatal; the search stops at the first depth with more stages than
+// the model has blocks.
 //
 //     const auto at = [&](std::size_t rows) {
 //       return models::trace_model<float>("llama", mo, rows);
@@ -36,6 +39,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,9 +58,12 @@ struct pipeline_candidate {
   grouping groups = grouping::equal;
   std::vector<std::size_t> group_sizes;
   std::optional<pipeline_plan> plan; ///< none: refused (see `refused`)
-  double step = 0.0, bubble = 0.0;   ///< simulated, boundary sends and gradient syncs priced
-  double imbalance = 1.0;            ///< the slowest group's passes over the mean
-  double seconds = 0.0;              ///< planning time
+  double step = 0.0, bubble = 0.0;   ///< predicted: the schedule over predicted_costs
+  /// The same over the judge's stage costs (`choose_pipeline`'s `judge`; without one, the
+  /// predicted): what candidates are ranked by.
+  double simulated = 0.0, simulated_bubble = 0.0;
+  double imbalance = 1.0; ///< the slowest group's passes over the mean
+  double seconds = 0.0;   ///< planning time
   std::string refused;
 };
 
@@ -118,9 +125,16 @@ inline constexpr std::size_t refined_candidates = 3;
 /// See the file comment. `trace_at(rows)`: the model traced for a micro-batch of `rows`;
 /// `batch`: the step's rows; `o`: the options each candidate is planned with (its group sizes,
 /// micro-batch count and first blocks are chosen here).
+/// `judge` (may be empty): a second opinion on a plan's stage costs -- sim::pipeline_costs,
+/// which simulates each stage device by device at whole shards -- by which the candidates are
+/// ranked; the cost model's (`predicted_costs`) stands beside it.
+using stage_judge =
+    std::function<stage_costs(const pipeline_plan&, const graph::graph&, const cluster&)>;
+
 template <class TraceAt>
 [[nodiscard]] pipeline_choice choose_pipeline(TraceAt&& trace_at, std::size_t batch,
-                                              const cluster& c, pipeline_options o) {
+                                              const cluster& c, pipeline_options o,
+                                              const stage_judge& judge = {}) {
   const std::size_t n = c.size(), nodes = c.nodes().size();
   pipeline_choice out;
   stage_planner planner;
@@ -154,10 +168,13 @@ template <class TraceAt>
     double mean = 0.0;
     for (double b : busy)
       mean += b / static_cast<double>(busy.size());
-    if (!k.plan || t.step < k.step) {
+    const pipeline_timeline judged = judge ? simulate(plan.make(), judge(plan, g, c)) : t;
+    if (!k.plan || judged.step < k.simulated) {
       k.imbalance = mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0;
       k.step = t.step;
       k.bubble = t.bubble;
+      k.simulated = judged.step;
+      k.simulated_bubble = judged.bubble;
       k.plan = std::move(plan);
     }
     k.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -193,7 +210,7 @@ template <class TraceAt>
       k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (k.plan && how != grouping::pipeline_only &&
-        (!out.best || k.step < out.tried[*out.best].step))
+        (!out.best || k.simulated < out.tried[*out.best].simulated))
       out.best = out.tried.size();
     out.tried.push_back(std::move(k));
   };
@@ -220,15 +237,16 @@ template <class TraceAt>
   for (std::size_t i = 0; i < out.tried.size(); ++i)
     if (out.tried[i].plan && out.tried[i].groups != grouping::pipeline_only)
       order.push_back(i);
-  std::ranges::sort(
-      order, [&](std::size_t a, std::size_t b) { return out.tried[a].step < out.tried[b].step; });
+  std::ranges::sort(order, [&](std::size_t a, std::size_t b) {
+    return out.tried[a].simulated < out.tried[b].simulated;
+  });
   if (o.refine > 0)
     for (std::size_t r = 0; r < order.size() && r < refined_candidates; ++r) {
       try {
         plan_candidate(out.tried[order[r]], o.refine);
       } catch (const error&) { // (the first cuts' plan stands)
       }
-      if (out.tried[order[r]].step < out.tried[*out.best].step)
+      if (out.tried[order[r]].simulated < out.tried[*out.best].simulated)
         out.best = order[r];
     }
   out.stage_plans_made = planner.made();

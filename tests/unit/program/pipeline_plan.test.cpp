@@ -294,6 +294,26 @@ TEST_CASE("pipeline search: every depth grouped equally and by speed is planned 
   CHECK(baselines == 2); // (8 stages: past the 4 blocks, said once, the search stops)
   REQUIRE(with.best);
   CHECK(with.tried[*with.best].groups != program::grouping::pipeline_only);
+
+  // a judge ranks the candidates: one that finds the cost model's pick 100x slower moves it
+  REQUIRE(ch.best);
+  const std::vector<std::size_t> picked = ch.tried[*ch.best].group_sizes;
+  const program::stage_judge judge = [&](const program::pipeline_plan& x, const graph::graph& xg,
+                                         const cluster& xc) {
+    program::stage_costs s = program::predicted_costs(x, xg, xc);
+    if (x.group_sizes == picked)
+      for (double& f : s.stage_forward)
+        f *= 100.0;
+    return s;
+  };
+  const program::pipeline_choice judged = program::choose_pipeline(at, 32, c, o, judge);
+  REQUIRE(judged.best);
+  CHECK(judged.tried[*judged.best].group_sizes != picked);
+  for (const program::pipeline_candidate& x : judged.tried)
+    if (x.plan) {
+      CHECK(x.simulated >= judged.tried[*judged.best].simulated);
+      CHECK((x.group_sizes == picked) == (x.simulated > 10.0 * x.step));
+    }
 }
 
 TEST_CASE("pipeline stage planner: a stage that is the same problem as one planned before gets "
