@@ -471,7 +471,7 @@ int main(int argc, char** argv) {
       print_what_if(hspmd::sim::what_if(g, c, *changed, so, model, plan), c);
     }
     // Where one level has a plan and two levels do not, the one-level plan stands (said, not
-    // fatal); with neither, the two-level error ends the run.
+    // fatal); with neither, the two-level error ends the run -- unless a pipeline is asked for.
     std::optional<hspmd::synth::hierarchical_plan> two_level;
     if (hierarchical) {
       hspmd::synth::hierarchical_options ho;
@@ -481,9 +481,11 @@ int main(int argc, char** argv) {
             [&](std::size_t rows) { return hspmd::models::trace_model<float>(model, mo, rows); },
             batch, c, ho, model);
       } catch (const hspmd::plan_error& e) {
-        if (!one_level_error.empty())
+        if (!one_level_error.empty() && pr.groups.empty())
           throw;
-        std::printf("\ntwo-level plan: none (the one-level plan stands): %s\n", e.what());
+        std::printf("\ntwo-level plan: none (%s): %s\n",
+                    one_level_error.empty() ? "the one-level plan stands" : "a pipeline is tried",
+                    e.what());
       }
     }
     if (two_level) {
