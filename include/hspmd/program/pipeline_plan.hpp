@@ -230,15 +230,11 @@ struct pipeline_memory {
     const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
     const cluster sub = sub_cluster(c, p.first_rank(d), n);
     const synth::cost_model m(sg.g, sub, synth::segment_map(sg.g, sp.segments));
-    std::vector<bool> data(sg.g.size(), false); // depends on the data (nodes in order)
-    for (graph::node_id i = 0; i < sg.g.size(); ++i)
-      data[i] = sg.g[i].kind == graph::op::input ||
-                std::ranges::any_of(sg.g[i].inputs, [&](graph::node_id x) { return data[x]; });
     std::vector<double> act(n, 0.0);
     synth::visit_memory(
         sp, m,
         [&](graph::node_id t, placement, const synth::linear_cost& bytes, std::size_t block) {
-          if (block == synth::cost_model::none && data[t])
+          if (block == synth::cost_model::none && m.depends_on_data(t))
             for (std::size_t r = 0; r < n; ++r)
               act[r] += synth::value_at(bytes, sp.ratios, r);
         });
@@ -655,6 +651,23 @@ inline std::uint64_t pipeline_plan::hash() const {
   return out;
 }
 
+/// Per group of `p`, its stages' passes of one micro-batch (forward + backward, `costs`): the
+/// slowest over their mean is the plan's stage imbalance.
+[[nodiscard]] inline std::vector<double> group_busy(const pipeline_plan& p,
+                                                    const stage_costs& costs) {
+  std::vector<double> busy(p.devices(), 0.0);
+  for (std::size_t k = 0; k < p.stages.size(); ++k)
+    busy[k % p.devices()] += costs.stage_forward[k] + costs.stage_backward[k];
+  return busy;
+}
+
+/// The slowest of `busy` (group_busy) over their mean; 1 where all are 0.
+[[nodiscard]] inline double imbalance(const std::vector<double>& busy) {
+  const double mean =
+      std::accumulate(busy.begin(), busy.end(), 0.0) / static_cast<double>(busy.size());
+  return mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0;
+}
+
 /// The idle share of device time an ideal pipeline of equal stages has under schedule `kind`
 /// with `p` devices, `m` micro-batches and `v` chunks a device (forward, input and weight
 /// gradient passes equally long): (p - 1) / (m + p - 1) for GPipe and 1F1B, m v for
@@ -712,14 +725,12 @@ inline std::uint64_t pipeline_plan::hash() const {
                   devices_text(c, p.first_rank(d), p.group_sizes[d]).c_str());
     out += line;
   }
-  std::vector<double> busy(p.devices(), 0.0); // per group: its stages' micro-batch passes
+  const std::vector<double> busy = group_busy(p, costs);
   std::size_t slowest_stage = 0;
-  for (std::size_t k = 0; k < p.stages.size(); ++k) {
-    const double pass = costs.stage_forward[k] + costs.stage_backward[k];
-    busy[k % p.devices()] += pass;
-    if (pass > costs.stage_forward[slowest_stage] + costs.stage_backward[slowest_stage])
+  for (std::size_t k = 0; k < p.stages.size(); ++k)
+    if (costs.stage_forward[k] + costs.stage_backward[k] >
+        costs.stage_forward[slowest_stage] + costs.stage_backward[slowest_stage])
       slowest_stage = k;
-  }
   const double mean =
       std::accumulate(busy.begin(), busy.end(), 0.0) / static_cast<double>(busy.size());
   const auto slowest = std::ranges::max_element(busy);

@@ -162,15 +162,9 @@ template <class TraceAt>
     pipeline_plan plan = make_pipeline_plan(g, c, po, &planner);
     const stage_costs costs = predicted_costs(plan, g, c);
     const pipeline_timeline t = simulate(plan.make(), costs);
-    std::vector<double> busy(plan.devices(), 0.0);
-    for (std::size_t s = 0; s < plan.stages.size(); ++s)
-      busy[s % plan.devices()] += costs.stage_forward[s] + costs.stage_backward[s];
-    double mean = 0.0;
-    for (double b : busy)
-      mean += b / static_cast<double>(busy.size());
     const pipeline_timeline judged = judge ? simulate(plan.make(), judge(plan, g, c)) : t;
     if (!k.plan || judged.step < k.simulated) {
-      k.imbalance = mean > 0.0 ? *std::ranges::max_element(busy) / mean : 1.0;
+      k.imbalance = imbalance(group_busy(plan, costs));
       k.step = t.step;
       k.bubble = t.bubble;
       k.simulated = judged.step;

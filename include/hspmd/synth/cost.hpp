@@ -265,6 +265,10 @@ public:
         profile_(std::move(profile)), blocks_(graph::layout_blocks(g, graph::block_ranges(g))),
         swapped_(graph::swapped_values(g)),
         sixteen_bit_(gemm_type == dtype::bf16 || gemm_type == dtype::f16) {
+    data_.assign(g.size(), 0);
+    for (graph::node_id i = 0; i < g.size(); ++i)
+      data_[i] = g[i].kind == graph::op::input ||
+                 std::ranges::any_of(g[i].inputs, [&](graph::node_id x) { return data_[x] != 0; });
     if (profile_ &&
         (profile_->seconds.size() != g.size() || !(profile_->speed > 0.0) ||
          !(profile_->optimizer_seconds_per_element >= 0.0) ||
@@ -556,21 +560,15 @@ public:
   /// activations per micro-batch it holds at once, program/pipeline_plan.hpp); 1 by default.
   /// Values a recomputed block holds only while it runs are not multiplied (one block runs at
   /// a time). The search, the ratio LP's memory rows and a plan's memory all count them so.
-  void set_activation_copies(double k) {
-    activation_copies_ = k;
-    if (data_.empty() && g_->size() > 0) {
-      data_.assign(g_->size(), 0);
-      for (graph::node_id i = 0; i < g_->size(); ++i)
-        data_[i] =
-            (*g_)[i].kind == graph::op::input ||
-            std::ranges::any_of((*g_)[i].inputs, [&](graph::node_id x) { return data_[x] != 0; });
-    }
-  }
+  void set_activation_copies(double k) { activation_copies_ = k; }
   [[nodiscard]] double activation_copies() const noexcept { return activation_copies_; }
   /// The copies of `t` kept all step (see set_activation_copies).
   [[nodiscard]] double kept_copies(graph::node_id t) const {
-    return activation_copies_ != 1.0 && data_[t] != 0 ? activation_copies_ : 1.0;
+    return activation_copies_ != 1.0 && depends_on_data(t) ? activation_copies_ : 1.0;
   }
+  /// Whether `t` is an input or computed from one (a value a micro-batch brings), not from
+  /// parameters alone.
+  [[nodiscard]] bool depends_on_data(graph::node_id t) const { return data_.at(t) != 0; }
 
   /// Bytes a device keeps for tensor `t` at placement `p` (parameters: 4 copies), as a function
   /// of its share: the same on every device.
@@ -804,7 +802,7 @@ private:
   std::vector<char> received_; // per node: a pipeline stage's received value (set_received)
   link_spec received_link_;
   double received_sharing_ = 1.0;
-  std::vector<char> data_;       // per node: depends on the data (set_activation_copies)
+  std::vector<char> data_;       // per node: depends_on_data
   bool use_rates_ = false;       // ops at the devices' class rates
   std::size_t link_sharing_ = 1; ///< devices behind one inter-node link (all-to-all)
 };
