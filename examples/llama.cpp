@@ -19,6 +19,11 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", c.hidden, "model width")->capture_default_str();
   app.add_option("--ffn", c.ffn, "SwiGLU width")->capture_default_str();
   app.add_option("--heads", c.heads, "attention heads (even head size)")->capture_default_str();
+  app.add_option("--kv-heads", c.kv_heads,
+                 "key/value heads, dividing --heads (grouped-query attention; 0: one per head)")
+      ->capture_default_str();
+  app.add_flag("--fused-attention", c.fused_attention,
+               "attention as one fused op that keeps no (S, S) scores");
   app.add_option("--seq", c.seq, "tokens per sequence")->capture_default_str();
   app.add_option("--vocab", c.vocab, "vocabulary")->capture_default_str();
   app.add_option("--rope-base", c.rope_base, "rotary embedding base")->capture_default_str();

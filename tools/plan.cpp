@@ -225,12 +225,16 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", mo.hidden, "hidden size (default 768; mlp 1024)");
   app.add_option("--ffn", mo.ffn, "feed-forward size (default 4 x hidden; llama 8/3 x hidden)");
   app.add_option("--heads", mo.heads, "attention heads (default hidden / 64)");
+  app.add_option("--kv-heads", mo.kv_heads,
+                 "llama: key/value heads, fewer than --heads for grouped-query attention "
+                 "(default one per head; llama-70b: 8)");
   app.add_option("--seq", mo.seq, "sequence length (bert, bert-moe; default 128)");
   app.add_option("--vocab", mo.vocab, "vocabulary (bert, bert-moe, llama; default 30522)");
   app.add_option("--experts", mo.experts, "experts per MoE layer (bert-moe; default 8)");
   app.add_option("--width", mo.width, "channel multiplier (vgg19)")->capture_default_str();
   app.add_flag("--fused-attention", mo.fused_attention,
-               "llama: attention as one fused op that keeps no scores (on for the llama presets)");
+               "llama, bert: attention as one fused op that keeps no scores (on for the llama "
+               "presets and gpt3-175b)");
   app.add_option("--segments", segments,
                  "ratio vectors: one (every split shares the batch's) or batch-model")
       ->capture_default_str()

@@ -5,7 +5,9 @@
 // score from q and k. The backward runs per query row for dq and per key row for dk and dv, so
 // no two functor indices write one gradient row (no atomics, the same order on every backend).
 // A query piece (queries split among ranks) masks by its global positions, as the causal
-// softmax does.
+// softmax does. Grouped-query attention: with fewer key/value heads than query heads, query
+// head h reads key/value head h / (query heads / key/value heads), and a key row's gradient sums
+// over the query heads of its group.
 
 #include <hspmd/core/hd.hpp>
 #include <hspmd/kernels/common.hpp>
@@ -17,10 +19,15 @@ namespace hspmd::exec {
 
 /// Sizes of one attention node's local tensors: `rows` (the product of the leading dimensions)
 /// times `s` queries of width `d` over `t` keys; values of width `e`; `q0`: the global position
-/// of the first query (causal: query i sees keys j <= q0 + i).
+/// of the first query (causal: query i sees keys j <= q0 + i); `hq` query heads share the
+/// `hk` key/value heads of one leading index (hk divides hq; both 1 without a head dimension).
 struct attention_dims {
-  std::size_t rows, s, t, d, e, q0;
+  std::size_t rows, s, t, d, e, q0, hq, hk;
   bool causal;
+  /// The key/value row that query row `row` (of `rows`) reads.
+  [[nodiscard]] HSPMD_HD std::size_t kv_row(std::size_t row) const {
+    return row / hq * hk + row % hq / (hq / hk);
+  }
   /// Keys query i of a row sees.
   [[nodiscard]] HSPMD_HD std::size_t seen(std::size_t i) const {
     const std::size_t n = q0 + i + 1;
@@ -52,8 +59,9 @@ struct attention_forward {
   HSPMD_HD void operator()(std::size_t qr) const {
     const std::size_t e = n.e;
     const T* qi = q + qr * n.d;
-    const T* kb = k + qr / n.s * n.t * n.d;
-    const T* vb = v + qr / n.s * n.t * e;
+    const std::size_t kv = n.kv_row(qr / n.s);
+    const T* kb = k + kv * n.t * n.d;
+    const T* vb = v + kv * n.t * e;
     T* o = out + qr * e;
     for (std::size_t x = 0; x < e; ++x)
       o[x] = T{0};
@@ -114,8 +122,9 @@ struct attention_dq {
     const std::size_t d = n.d;
     const T* qi = q + qr * d;
     const T* gi = dout + qr * n.e;
-    const T* kb = k + qr / n.s * n.t * d;
-    const T* vb = v + qr / n.s * n.t * n.e;
+    const std::size_t kv = n.kv_row(qr / n.s);
+    const T* kb = k + kv * n.t * d;
+    const T* vb = v + kv * n.t * n.e;
     T* dqi = dq + qr * d;
     const std::size_t keys = n.seen(qr % n.s);
     for (std::size_t j = 0; j < keys; ++j) {
@@ -128,7 +137,8 @@ struct attention_dq {
   }
 };
 
-/// dk and dv of key row kr (row kr / t, key kr % t): sums over the queries that see it.
+/// dk and dv of key row kr (row kr / t, key kr % t): sums over the queries that see it, in
+/// every query head of its group.
 template <class T>
 struct attention_dkv {
   const T* q;
@@ -145,21 +155,24 @@ struct attention_dkv {
     const std::size_t d = n.d;
     const std::size_t e = n.e;
     const std::size_t row = kr / n.t;
+    const std::size_t group = n.hq / n.hk;
+    const std::size_t first_row = row / n.hk * n.hq + row % n.hk * group;
     const T* kj = k + kr * d;
     const T* vj = v + kr * e;
     T* dkj = dk + kr * d;
     T* dvj = dv + kr * e;
-    for (std::size_t i = n.first_query(kr % n.t); i < n.s; ++i) {
-      const std::size_t qr = row * n.s + i;
-      const T* qi = q + qr * d;
-      const T* gi = dout + qr * e;
-      const T p = math::exp(scaled_dot(qi, kj, d, scale) - lse[qr]);
-      for (std::size_t x = 0; x < e; ++x)
-        dvj[x] += p * gi[x];
-      const T ds = scale * p * (scaled_dot(gi, vj, e, T{1}) - delta[qr]);
-      for (std::size_t x = 0; x < d; ++x)
-        dkj[x] += ds * qi[x];
-    }
+    for (std::size_t h = 0; h < group; ++h)
+      for (std::size_t i = n.first_query(kr % n.t); i < n.s; ++i) {
+        const std::size_t qr = (first_row + h) * n.s + i;
+        const T* qi = q + qr * d;
+        const T* gi = dout + qr * e;
+        const T p = math::exp(scaled_dot(qi, kj, d, scale) - lse[qr]);
+        for (std::size_t x = 0; x < e; ++x)
+          dvj[x] += p * gi[x];
+        const T ds = scale * p * (scaled_dot(gi, vj, e, T{1}) - delta[qr]);
+        for (std::size_t x = 0; x < d; ++x)
+          dkj[x] += ds * qi[x];
+      }
   }
 };
 
@@ -175,6 +188,10 @@ struct kernel<graph::op::attention> {
     n.t = c.in_shape(1).dims[r - 2];
     n.e = c.in_shape(2).dims[r - 1];
     n.rows = n.s * n.d == 0 ? 0 : q.size() / (n.s * n.d);
+    n.hq = r > 3 ? q.dims[r - 3] : 1;
+    n.hk = r > 3 ? c.in_shape(1).dims[r - 3] : 1;
+    if (n.hq == 0 || n.hk == 0 || n.hq % n.hk != 0) // a piece without heads computes nothing
+      n.hq = n.hk = 1;
     const program::node_layout* l = c.layout();
     n.q0 = l != nullptr ? l->offset_of(r - 2) : 0;
     n.causal = c.attrs().flag;
@@ -201,7 +218,8 @@ struct kernel<graph::op::attention> {
     for_each_index(
         c.backend(), queries,
         attention_dq<T>{c.in(0), c.in(1), c.in(2), c.dout(), lse, delta, c.din(0), n, scale});
-    for_each_index(c.backend(), n.rows * n.t,
+    const std::size_t kv_rows = n.rows / n.hq * n.hk;
+    for_each_index(c.backend(), kv_rows * n.t,
                    attention_dkv<T>{c.in(0), c.in(1), c.in(2), c.dout(), lse, delta, c.din(1),
                                     c.din(2), n, scale});
   }

@@ -5,7 +5,7 @@
 // mixture of experts.
 //
 // Inputs: "tokens" (batch, seq) int64 and "targets" (batch * seq) int64 (tokens shifted by one).
-// Loss: the sum over all positions of -log p(target).
+// Loss: the mean over all positions of -log p(target).
 
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
@@ -32,6 +32,9 @@ struct bert_config {
   /// BERT-MoE: every second layer's FFN is a top-2 mixture of this many experts (0: plain BERT).
   std::size_t moe_experts = 0;
   double capacity_factor = 1.25;
+  /// Attention as one fused op that keeps no (S, S) scores (nn::multi_head_attention::fused);
+  /// the attention probabilities then get no dropout (the residual dropouts stay).
+  bool fused_attention = false;
 };
 
 /// Traces the BERT-LM for `batch` sequences in element type T.
@@ -54,7 +57,8 @@ template <class T>
                                                    c.hidden,
                                                    c.ffn,
                                                    i % 2 == 1 ? c.moe_experts : 0,
-                                                   c.capacity_factor};
+                                                   c.capacity_factor,
+                                                   c.fused_attention};
     h = block(t, h);
   }
   const nn::layer_norm<T, dyn> ln_f{"ln_f", 1e-5, c.hidden};

@@ -6,8 +6,13 @@
 //     models::llama_config c;  c.layers = 2;  c.hidden = 64;  c.heads = 4;  c.ffn = 176;
 //     graph::graph g = models::trace_llama_lm<float>(c, /*batch=*/8);
 //
+// Grouped-query attention (Llama-2-70B, Llama 3): `kv_heads` key/value heads, fewer than the
+// query heads, each shared by heads / kv_heads query heads in order (Hugging Face's repeat_kv).
+// The fused attention op reads the grouped keys and values as they are; the products path
+// repeats them with a broadcast first, as Hugging Face's eager attention does.
+//
 // Inputs: "tokens" (batch, seq) int64 and "targets" (batch * seq) int64 (tokens shifted by one).
-// Loss: the sum over all positions of -log p(target).
+// Loss: the mean over all positions of -log p(target).
 
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
@@ -29,7 +34,8 @@ struct llama_config {
   std::size_t layers = 2;
   std::size_t hidden = 256;
   std::size_t heads = 4;
-  std::size_t ffn = 688; ///< SwiGLU width (about 8/3 hidden, as Llama sizes it)
+  std::size_t kv_heads = 0; ///< key/value heads (grouped-query attention); 0: as many as `heads`
+  std::size_t ffn = 688;    ///< SwiGLU width (about 8/3 hidden, as Llama sizes it)
   std::size_t seq = 64;
   std::size_t vocab = 2000;
   double rope_base = 10000.0;
@@ -50,16 +56,27 @@ nn::value<T, E> llama_attention(nn::tracer& t, const nn::value<T, E>& x, const l
   const std::size_t b = x.extent(0);
   const std::size_t s = x.extent(1);
   const std::size_t d = c.hidden / c.heads;
-  const auto heads_of = [&](const char* name, bool rotate) {
-    const nn::linear<T, dyn, dyn> proj(name, c.hidden, c.hidden, /*with_bias=*/false);
-    auto v = nn::reshape(proj(t, x), extents<dyn, dyn, dyn, dyn>(b, s, c.heads, d));
+  const std::size_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads;
+  // (B, S, n d) -> (B, S, n, d), rotated or not
+  const auto heads_of = [&](const char* name, std::size_t n, bool rotate) {
+    const nn::linear<T, dyn, dyn> proj(name, c.hidden, n * d, /*with_bias=*/false);
+    auto v = nn::reshape(proj(t, x), extents<dyn, dyn, dyn, dyn>(b, s, n, d));
     if (rotate)
-      v = nn::rotary(v, c.rope_base);    // (B, S, heads, d)
-    return nn::permute(v, {0, 2, 1, 3}); // (B, heads, S, d)
+      v = nn::rotary(v, c.rope_base);
+    return v;
   };
-  const auto q = heads_of("wq", true);
-  const auto k = heads_of("wk", true);
-  const auto v = heads_of("wv", false);
+  // (B, S, kv, d) -> (B, S, heads, d): each key/value head repeated heads / kv times in place.
+  const auto repeated = [&](const auto& v) {
+    if (kv == c.heads || c.fused_attention)
+      return v;
+    const auto one = nn::reshape(v, extents<dyn, dyn, dyn, dyn, dyn>(b, s, kv, 1, d));
+    const auto all = nn::broadcast_to(
+        one, t.bind<extents<hspmd::batch, dyn, dyn, dyn, dyn>>(s, kv, c.heads / kv, d));
+    return nn::reshape(all, extents<dyn, dyn, dyn, dyn>(b, s, c.heads, d));
+  };
+  const auto q = nn::permute(heads_of("wq", c.heads, true), {0, 2, 1, 3}); // (B, heads, S, d)
+  const auto k = nn::permute(repeated(heads_of("wk", kv, true)), {0, 2, 1, 3});
+  const auto v = nn::permute(repeated(heads_of("wv", kv, false)), {0, 2, 1, 3});
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const auto attend = [&] { // (B, heads, S, d)
     if (c.fused_attention)
@@ -85,6 +102,12 @@ template <class T>
         "llama", std::to_string(c.hidden) + " features for " + std::to_string(c.heads) + " heads",
         "a head count that divides the hidden size into even head sizes "
         "(rotary embeddings rotate pairs)");
+  if (c.kv_heads != 0 && c.heads % c.kv_heads != 0)
+    throw config_error("llama",
+                       std::to_string(c.kv_heads) + " key/value heads for " +
+                           std::to_string(c.heads) + " query heads",
+                       "a key/value head count that divides the query heads (grouped-query "
+                       "attention), or 0 for one per query head");
   nn::tracer t(dtype_of<T>, batch);
   auto tokens = t.input<std::int64_t, extents<hspmd::batch, dyn>>("tokens", c.seq);
   auto targets = t.input<std::int64_t, extents<dyn>>("targets", batch * c.seq);

@@ -18,14 +18,17 @@
 
 namespace hspmd::nn {
 
-/// Self-attention over x (B, S, H) with `heads` heads of H / heads features.
+/// Self-attention over x (B, S, H) with `heads` heads of H / heads features; `fused`: one
+/// attention op that keeps no (S, S) scores (graph/ops/attention.hpp), without dropout on the
+/// probabilities (the op has none).
 template <class T, std::size_t H>
 struct multi_head_attention {
   std::string name;
   std::size_t heads = 1;
   bool causal = false;
-  double dropout = 0.0; ///< on the attention probabilities
+  double dropout = 0.0; ///< on the attention probabilities (not applied when fused)
   std::size_t hidden = H;
+  bool fused = false;
 
   // Composite layers work on the unpinned view of x: pins propagate through their nodes at
   // run time (tracer::op), not through their types.
@@ -50,11 +53,16 @@ struct multi_head_attention {
     const auto q = heads_of("wq");
     const auto k = heads_of("wk");
     const auto v = heads_of("wv");
-    const auto scores = scale(batched_matmul(q, k, /*transpose_b=*/true),
-                              1.0 / std::sqrt(static_cast<double>(d))); // (B, heads, S, S)
-    const auto probs =
-        functional::dropout(causal ? causal_softmax(scores) : softmax(scores), dropout);
-    const auto ctx = permute(batched_matmul(probs, v), {0, 2, 1, 3}); // (B, S, heads, d)
+    const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(d));
+    const auto attend = [&] { // (B, heads, S, d)
+      if (fused)
+        return attention(q, k, v, inv_sqrt_d, causal);
+      const auto scores = scale(batched_matmul(q, k, /*transpose_b=*/true), inv_sqrt_d);
+      const auto probs =
+          functional::dropout(causal ? causal_softmax(scores) : softmax(scores), dropout);
+      return batched_matmul(probs, v);
+    };
+    const auto ctx = permute(attend(), {0, 2, 1, 3}); // (B, S, heads, d)
     const value<T, E> attended(t, reshape(ctx, extents<dyn, dyn, dyn>(b, s, hidden)).id(),
                                x.extents());
     return linear<T, H, H>("wo", hidden, hidden)(t, attended);
@@ -115,6 +123,7 @@ struct transformer_block {
   std::size_t ffn = F;
   std::size_t moe_experts = 0;
   double capacity_factor = 1.25;
+  bool fused_attention = false; ///< multi_head_attention::fused
 
   template <extents_type E, class P>
   requires(E::rank() == 3) value<T, E>
@@ -123,7 +132,7 @@ struct transformer_block {
     const auto scope = t.scope(name);
     const layer_norm<T, H> ln1{"ln1", 1e-5, hidden};
     const layer_norm<T, H> ln2{"ln2", 1e-5, hidden};
-    const multi_head_attention<T, H> attn{"attn", heads, causal, dropout, hidden};
+    const multi_head_attention<T, H> attn{"attn", heads, causal, dropout, hidden, fused_attention};
     const linear<T, H, F> up("fc1", hidden, ffn);
     const linear<T, F, H> down("fc2", ffn, hidden);
     auto h = add(x, maybe_dropout(t, attn(t, ln1(t, x))));

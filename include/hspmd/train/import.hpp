@@ -4,7 +4,8 @@
 //
 //   "gpt2"  -> models::trace_bert_lm  (the shipped "BERT" is a pre-norm causal LM with learned
 //              positions: GPT-2's structure; Hugging Face's BERT is post-norm with token types)
-//   "llama" -> models::trace_llama_lm (Hugging Face's Llama without grouped-query attention)
+//   "llama" -> models::trace_llama_lm (Hugging Face's Llama, grouped-query attention included:
+//              the key/value projections keep their kv_heads heads; run with --kv-heads)
 //   "vit"   -> models::trace_vit      (Hugging Face's ViT with the 3-channel patch convolution)
 //
 // Each rule names a source tensor (a pattern with {i} for the layer), the hspmd parameter and how
@@ -225,17 +226,18 @@ struct import_tensor {
     for (std::size_t k = 0; k < a; ++k)
       from[k] = k;
     if (r.how == import_how::rotary_rows) {
-      if (a != b)
-        bad("has shape " + shape_string(t.shape) +
-                ": fewer key/value heads than query heads (grouped-query attention)",
-            "a model with as many key/value heads as query heads (the shipped llama has no "
-            "grouped-query attention)");
-      if (o.heads == 0 || a % o.heads != 0 || (a / o.heads) % 2 != 0)
-        bad(std::to_string(o.heads) + " heads for " + std::to_string(a) + " features",
+      // [heads d, hidden] for the queries; [kv_heads d, hidden] for grouped keys: the head
+      // size is the model's, hidden / heads.
+      if (o.heads == 0 || b % o.heads != 0 || (b / o.heads) % 2 != 0)
+        bad(std::to_string(o.heads) + " heads for " + std::to_string(b) + " features",
             "the source's head count (--heads, or num_attention_heads in its config.json), "
             "dividing the features into even head sizes");
-      const std::size_t d = a / o.heads;
-      for (std::size_t h = 0; h < o.heads; ++h)
+      const std::size_t d = b / o.heads;
+      if (a % d != 0 || a > b)
+        bad("has shape " + shape_string(t.shape) + ": " + std::to_string(a) +
+                " rows are not whole heads of " + std::to_string(d),
+            "the source's head count (--heads, or num_attention_heads in its config.json)");
+      for (std::size_t h = 0; h < a / d; ++h)
         for (std::size_t i = 0; i < d / 2; ++i) {
           from[h * d + 2 * i] = h * d + i;
           from[h * d + 2 * i + 1] = h * d + i + d / 2;
@@ -268,14 +270,6 @@ inline import_report import_checkpoint(const std::filesystem::path& source,
       try {
         const auto c = nlohmann::json::parse(f);
         o.heads = c.value("num_attention_heads", std::size_t{0});
-        if (c.value("num_key_value_heads", o.heads) != o.heads)
-          throw config_error((dir / "config.json").string(),
-                             "num_key_value_heads " +
-                                 std::to_string(c["num_key_value_heads"].get<std::size_t>()) +
-                                 " differs from num_attention_heads " + std::to_string(o.heads) +
-                                 " (grouped-query attention)",
-                             "import a model without grouped-query attention: the shipped llama "
-                             "has none");
       } catch (const nlohmann::json::exception& e) {
         throw config_error((dir / "config.json").string(),
                            std::string("is not valid JSON: ") + e.what(),

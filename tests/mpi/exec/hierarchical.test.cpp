@@ -163,9 +163,16 @@ TEST_CASE(
              "mlp " + p.strategy + " on 4 nodes of one device");
 }
 
-TEST_CASE("BERT-small and Llama-small: two-level plans train equal to the single process") {
+TEST_CASE("BERT-small, Llama-small and Llama with grouped-query attention: two-level plans "
+          "train equal to the single process") {
   hierarchical_equivalence<float>("bert", small(2, 16), 6, 40, 1e-5);
   hierarchical_equivalence<float>("llama", small(2, 16), 6, 40, 1e-5);
+  // Grouped-query attention: 8 heads on 2 key/value heads, fused.
+  models::model_options gqa = small(2, 16);
+  gqa.heads = 8;
+  gqa.kv_heads = 2;
+  gqa.fused_attention = true;
+  hierarchical_equivalence<float>("llama", gqa, 6, 40, 1e-5);
 }
 
 TEST_CASE("A two-level plan on a cluster it does not fit is refused on every rank") {

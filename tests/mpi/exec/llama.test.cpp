@@ -1,6 +1,6 @@
 // Llama-small trains under mpirun like the single process, for every plan and ratio vector
 // (tests/support/equivalence.hpp), f32 and f64; with fused attention in f64; with recomputed
-// blocks.
+// blocks; with grouped-query attention (8 heads, 2 key/value heads) through products and fused.
 #include <hspmd/models/llama.hpp>
 
 #include "../../support/equivalence.hpp"
@@ -50,6 +50,30 @@ TEST_CASE("Llama-small with fused attention: distributed training equals the sin
   // partial where the queries are split.
   equivalence<double>("llama-fused", models::trace_llama_lm<double>(c, 4), 40, 1e-10, 1e6,
                       {"attention:split", "all_gather", "reduce_scatter", "vocab-parallel"});
+}
+
+TEST_CASE("Llama-small with grouped-query attention: distributed training equals the single "
+          "process") {
+  // 8 query heads of 2 features share 2 key/value heads: a split along the heads divides both
+  // in whole groups (4 query heads with their key/value head), at even and uneven ratios.
+  models::llama_config c = small();
+  c.heads = 8;
+  c.kv_heads = 2;
+  equivalence<float>("llama-gqa", models::trace_llama_lm<float>(c, 4), 40, 1e-5, 1e6,
+                     {"all_gather", "reduce_scatter", "vocab-parallel"});
+  c.fused_attention = true;
+  const graph::graph fused = models::trace_llama_lm<float>(c, 4);
+  // Tensor parallelism splits the attention by heads: the key/value heads with their groups.
+  const synth::plan tp =
+      synth::make_baseline(fused, make_cluster(2, 1e6), synth::baseline::tp, {}, "llama-gqa");
+  std::size_t by_heads = 0;
+  for (const synth::plan_step& st : tp.steps)
+    if (st.kind == graph::op::attention && st.rule.in[1] == placement::split_along(1) &&
+        st.rule.in[0] == placement::split_along(1))
+      ++by_heads;
+  CHECK(by_heads == c.layers);
+  equivalence<float>("llama-gqa-fused", fused, 40, 1e-5, 1e6,
+                     {"attention:split", "all_gather", "reduce_scatter", "vocab-parallel"});
 }
 
 TEST_CASE("Llama-small with recomputed blocks: distributed training equals the single process") {

@@ -527,3 +527,82 @@ TEST_CASE("fused attention keeps no scores: its FLOPs count only the pairs a cau
   CHECK_THROWS_WITH(b.add(op::attention, {q, b.input({2, 3, 8, 5}), b.input({2, 3, 8, 6})}, a),
                     Catch::Contains("q (b..., S, d)"));
 }
+
+namespace {
+// Fused attention of q (2, 4, S, 4) over k (2, hk, S, 4) and v (2, hk, S, 3), causal, with loss
+// sum(out * R): the output and the gradients of q, k and v.
+attention_run run_grouped(std::size_t hk, const std::vector<std::vector<double>>& x) {
+  constexpr std::size_t s = 5;
+  builder b;
+  const auto q = b.input({2, 4, s, 4});
+  const auto k = b.input({2, hk, s, 4});
+  const auto v = b.input({2, hk, s, 3});
+  graph::attributes a;
+  a.scalar = 0.4;
+  a.flag = true;
+  const auto out = b.add(op::attention, {q, k, v}, a);
+  const auto r = b.input(b.g[out].out.dims);
+  b.g.set_loss(b.add(op::sum, {b.add(op::mul, {out, r})}));
+  exec::executor<double> ex(b.g);
+  for (const graph::node_id i : {q, k, v, r})
+    ex.set_input(b.g[i].name, x[i == r ? 3 : i]);
+  ex.forward();
+  ex.backward();
+  const auto host = [](std::span<const double> y) {
+    return std::vector<double>(y.begin(), y.end());
+  };
+  return {host(ex.value(out)), host(ex.grad(q)), host(ex.grad(k)), host(ex.grad(v))};
+}
+// Heads of (2, hk, S, w) repeated `times` each (head h of the result is head h / times), as
+// Hugging Face's repeat_kv lays them out.
+std::vector<double> repeat_heads(const std::vector<double>& x, std::size_t hk, std::size_t times,
+                                 std::size_t block) {
+  std::vector<double> out;
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t h = 0; h < hk * times; ++h) {
+      const auto from = x.begin() + static_cast<std::ptrdiff_t>((b * hk + h / times) * block);
+      out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(block));
+    }
+  return out;
+}
+} // namespace
+
+TEST_CASE("grouped-query attention equals attention over repeated key/value heads, and each "
+          "key/value head's gradient sums its group's") {
+  std::mt19937_64 rng(5);
+  constexpr std::size_t s = 5;
+  const std::vector<std::vector<double>> x = {
+      normal(2 * 4 * s * 4, rng), normal(2 * 2 * s * 4, rng), normal(2 * 2 * s * 3, rng),
+      normal(2 * 4 * s * 3, rng)};
+  const auto grouped = run_grouped(2, x);
+  const auto full = run_grouped(
+      4, {x[0], repeat_heads(x[1], 2, 2, s * 4), repeat_heads(x[2], 2, 2, s * 3), x[3]});
+  CHECK(worst(grouped.out, full.out) <= 1e-12);
+  CHECK(worst(grouped.dq, full.dq) <= 1e-12);
+  // dk of key/value head j = the repeated heads 2j and 2j + 1's gradients summed.
+  const auto summed = [&](const std::vector<double>& rep, std::size_t block) {
+    std::vector<double> out(2 * 2 * block, 0.0);
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t h = 0; h < 4; ++h)
+        for (std::size_t i = 0; i < block; ++i)
+          out[(b * 2 + h / 2) * block + i] += rep[(b * 4 + h) * block + i];
+    return out;
+  };
+  CHECK(worst(grouped.dk, summed(full.dk, s * 4)) <= 1e-12);
+  CHECK(worst(grouped.dv, summed(full.dv, s * 3)) <= 1e-12);
+  // One key/value head for all four query heads.
+  const std::vector<double> k1(x[1].begin(), x[1].begin() + 2 * s * 4);
+  const std::vector<double> v1(x[2].begin(), x[2].begin() + 2 * s * 3);
+  const auto one = run_grouped(1, {x[0], k1, v1, x[3]});
+  const auto one_full =
+      run_grouped(4, {x[0], repeat_heads(k1, 1, 4, s * 4), repeat_heads(v1, 1, 4, s * 3), x[3]});
+  CHECK(worst(one.out, one_full.out) <= 1e-12);
+  CHECK(worst(one.dq, one_full.dq) <= 1e-12);
+  // A key/value head count that does not divide the query heads is refused.
+  builder b;
+  graph::attributes a;
+  a.scalar = 0.5;
+  CHECK_THROWS_WITH(b.add(op::attention,
+                          {b.input({2, 4, s, 4}), b.input({2, 3, s, 4}), b.input({2, 3, s, 3})}, a),
+                    Catch::Contains("fewer heads"));
+}

@@ -178,6 +178,72 @@ TEST_CASE("Llama learns to count: loss after 50 steps <= 0.8 x the first") {
   CHECK(last <= 0.8 * first);
 }
 
+TEST_CASE("Llama with grouped-query attention equals Llama with each key/value head repeated, "
+          "through products or the fused op") {
+  auto c = tiny_llama();
+  c.heads = 4; // head size 4
+  c.kv_heads = 2;
+  const graph::graph grouped = models::trace_llama_lm<double>(c, 2);
+  c.fused_attention = true;
+  const graph::graph fused = models::trace_llama_lm<double>(c, 2);
+  c.kv_heads = 0;
+  const graph::graph full = models::trace_llama_lm<double>(c, 2);
+  const auto wk = *grouped.find("layers.0.attn.wk.weight");
+  CHECK(grouped[wk].out.dims == std::vector<std::size_t>{16, 8}); // 2 heads of 4
+  CHECK(fused.of_kind(graph::op::broadcast).empty()); // the op reads the groups as they are
+  CHECK(grouped.of_kind(graph::op::broadcast).size() == 2 * c.layers);
+  const std::vector<std::int64_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1};
+  const std::vector<std::int64_t> targets = {2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2};
+  exec::executor<double> a(grouped, 3);
+  exec::executor<double> b(fused, 3);
+  exec::executor<double> m(full, 3);
+  for (auto* ex : {&a, &b, &m}) {
+    ex->set_input("tokens", tokens);
+    ex->set_input("targets", targets);
+  }
+  // The full model's key and value weights: column h d + i is the grouped model's column
+  // (h / 2) d + i; every other parameter the same.
+  for (graph::node_id p : grouped.parameters()) {
+    const auto from = a.value(p);
+    std::ranges::copy(from, b.value(b.parameter(grouped[p].name)).begin());
+    const auto to = m.value(m.parameter(grouped[p].name));
+    if (to.size() == from.size()) {
+      std::ranges::copy(from, to.begin());
+      continue;
+    }
+    for (std::size_t r = 0; r < 16; ++r)
+      for (std::size_t col = 0; col < 16; ++col)
+        to[r * 16 + col] = from[r * 8 + (col / 4) / 2 * 4 + col % 4];
+  }
+  const double lm = m.forward();
+  CHECK(a.forward() == Approx(lm).epsilon(1e-12));
+  CHECK(b.forward() == Approx(lm).epsilon(1e-12));
+  a.backward();
+  b.backward();
+  m.backward();
+  // The grouped gradient of a key/value column is the sum over its repeats.
+  for (graph::node_id p : grouped.parameters()) {
+    CAPTURE(grouped[p].name);
+    const auto ga = a.grad(p);
+    const auto gb = b.grad(b.parameter(grouped[p].name));
+    const auto gm = m.grad(m.parameter(grouped[p].name));
+    std::vector<double> want(gm.begin(), gm.end());
+    if (gm.size() != ga.size()) {
+      want.assign(ga.size(), 0.0);
+      for (std::size_t r = 0; r < 16; ++r)
+        for (std::size_t col = 0; col < 16; ++col)
+          want[r * 8 + (col / 4) / 2 * 4 + col % 4] += gm[r * 16 + col];
+    }
+    double worst = 0.0;
+    for (std::size_t i = 0; i < ga.size(); ++i)
+      worst = std::max({worst, std::abs(ga[i] - want[i]), std::abs(gb[i] - want[i])});
+    CHECK(worst <= 1e-12);
+  }
+  c.kv_heads = 3;
+  CHECK_THROWS_WITH(models::trace_llama_lm<double>(c, 2),
+                    Catch::Contains("3 key/value heads for 4 query heads"));
+}
+
 TEST_CASE("size presets trace the big planning models without weights, given sizes win") {
   const auto parameters = [](const graph::graph& g) {
     double n = 0.0;
@@ -189,11 +255,9 @@ TEST_CASE("size presets trace the big planning models without weights, given siz
   const struct {
     const char* name;
     double billions;
-  } expect[] = {{"bert-large", 0.3654},
-                {"llama-7b", 6.74},
-                {"llama-13b", 13.02},
-                {"llama-70b", 78.37},
-                {"moe-19b", 19.33}};
+  } expect[] = {{"bert-large", 0.3654}, {"llama-7b", 6.74},
+                {"llama-13b", 13.02},   {"llama-70b", 68.98}, // 8 key/value heads
+                {"gpt3-175b", 175.2},   {"moe-19b", 19.33}};
   for (const auto& e : expect) {
     CAPTURE(e.name);
     REQUIRE(models::find_preset(e.name) != nullptr);
@@ -203,10 +267,30 @@ TEST_CASE("size presets trace the big planning models without weights, given siz
   models::model_options two;
   two.layers = 2;
   const graph::graph small = models::trace_model<float>("llama-70b", two, 1);
-  // Per layer: q, k, v, o (4 h^2) and SwiGLU (3 h ffn); embedding and head (2 vocab h).
+  // Per layer: q and o (2 h^2), k and v (2 h 1024: 8 heads of 128) and SwiGLU (3 h ffn);
+  // embedding and head (2 vocab h).
+  constexpr std::size_t h_size = 8192;
   const double h = 8192.0;
   CHECK(parameters(small) ==
-        Approx(2.0 * (4.0 * h * h + 3.0 * h * 28672.0) + 2.0 * 32000.0 * h).epsilon(0.001));
+        Approx(2.0 * (2.0 * h * h + 2.0 * h * 1024.0 + 3.0 * h * 28672.0) + 2.0 * 32000.0 * h)
+            .epsilon(0.001));
+  CHECK(small.of_kind(graph::op::attention).size() == 2);
+  // --heads alone: full multi-head attention; --kv-heads sets the groups.
+  two.heads = 32;
+  const graph::graph mha = models::trace_model<float>("llama-70b", two, 1);
+  CHECK(mha[*mha.find("layers.0.attn.wk.weight")].out.dims ==
+        std::vector<std::size_t>{h_size, h_size});
+  two.kv_heads = 4;
+  const graph::graph gqa = models::trace_model<float>("llama-70b", two, 1);
+  CHECK(gqa[*gqa.find("layers.0.attn.wk.weight")].out.dims ==
+        std::vector<std::size_t>{h_size, 4 * 256});
+  CHECK_THROWS_WITH(models::trace_model<float>("bert", two, 1),
+                    Catch::Contains("only llama has grouped-query attention"));
+  // GPT-3's preset keeps no scores either.
+  models::model_options one;
+  one.layers = 1;
+  const graph::graph gpt3 = models::trace_model<float>("gpt3-175b", one, 1);
+  CHECK(gpt3.of_kind(graph::op::attention).size() == 1);
   CHECK_THROWS_WITH(models::trace_model<float>("llama-8b", {}, 1),
                     Catch::Contains("llama-7b") && Catch::Contains("moe-19b"));
 }

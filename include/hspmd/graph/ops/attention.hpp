@@ -21,6 +21,11 @@ namespace hspmd::graph {
 /// sum_j softmax_j(attrs.scalar * q_i . k_j) v_j. attrs.flag: causal (S = T; query i sees keys
 /// j <= i). Splits along the leading dimensions (batch, heads) and the queries (each piece masks
 /// by its global positions); never the keys, the head size or the value width.
+///
+/// Grouped-query attention: k and v may have fewer heads (the dimension before T, rank >= 4)
+/// than q when theirs divide q's; query head h reads key/value head h / (H_q / H_kv), as
+/// Hugging Face's repeat_kv lays them out. The head dimensions of q, k, v and the output share one
+/// label, so a split divides them in whole groups alike (synth/shards.hpp: units of the gcd).
 template <>
 struct op_traits<op::attention> {
   static constexpr work rate = work::gemm;
@@ -33,13 +38,22 @@ struct op_traits<op::attention> {
     const auto& k = v.in(1);
     const auto& x = v.in(2);
     const std::size_t r = q.rank();
+    // The leading dimensions equal q's, but for the head dimension (r - 3), which may divide it.
     const auto lead_equal = [&](const hspmd::shape& o) {
-      return o.rank() == r && std::equal(q.dims.begin(), q.dims.end() - 2, o.dims.begin());
+      if (o.rank() != r)
+        return false;
+      for (std::size_t i = 0; i + 2 < r; ++i) {
+        const bool heads = r >= 4 && i + 3 == r;
+        if (heads ? o.dims[i] == 0 || q.dims[i] % o.dims[i] != 0 : o.dims[i] != q.dims[i])
+          return false;
+      }
+      return true;
     };
     if (r < 3 || !lead_equal(k) || !lead_equal(x) || k.dims[r - 1] != q.dims[r - 1] ||
-        x.dims[r - 2] != k.dims[r - 2])
+        x.dims[r - 2] != k.dims[r - 2] || (r >= 4 && x.dims[r - 3] != k.dims[r - 3]))
       v.fail("attention of q " + q.to_string() + ", k " + k.to_string() + ", v " + x.to_string(),
-             "q (b..., S, d), k (b..., T, d) and v (b..., T, e)");
+             "q (b..., S, d), k (b..., T, d) and v (b..., T, e); k and v may have fewer heads "
+             "(dimension -3) when theirs divide q's");
     if (v.attrs().flag && q.dims[r - 2] != k.dims[r - 2])
       v.fail("causal attention of " + std::to_string(q.dims[r - 2]) + " queries over " +
                  std::to_string(k.dims[r - 2]) + " keys",
@@ -97,7 +111,8 @@ struct op_traits<op::attention> {
     causal.scalar = 0.6;
     causal.flag = true;
     return {{"", {{{2, 3, 4}}, {{2, 5, 4}}, {{2, 5, 3}}}, a},
-            {"causal", {{{1, 2, 4, 3}}, {{1, 2, 4, 3}}, {{1, 2, 4, 2}}}, causal}};
+            {"causal", {{{1, 2, 4, 3}}, {{1, 2, 4, 3}}, {{1, 2, 4, 2}}}, causal},
+            {"grouped", {{{2, 4, 3, 2}}, {{2, 2, 3, 2}}, {{2, 2, 3, 3}}}, causal}};
   }
 };
 
