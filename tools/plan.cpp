@@ -291,7 +291,8 @@ int main(int argc, char** argv) {
   app.add_option("--what-if", what_if,
                  "plan again on the cluster changed so, and compare: \"add 2 x a100\" (copies "
                  "of a device kind), \"remove node 3\", \"remove gpu7\", \"slow gpu7 x2\" "
-                 "(repeat the flag to change several things)");
+                 "(repeat the flag to change several things); with --pipeline the pipeline is "
+                 "planned again too");
   app.add_option("--pipeline", pr.groups,
                  "also plan a pipeline: P equal groups of consecutive devices, the groups' sizes "
                  "(2,1,1), or auto (the fastest of 2, 4, 8, ... groups of as many devices or "
@@ -469,10 +470,12 @@ int main(int argc, char** argv) {
     if (simulate && one_level_error.empty())
       print_simulation(g, c, so, plan, baselines, trace_file);
     if (changed) {
-      if (!one_level_error.empty())
-        throw hspmd::config_error("--what-if", "compares one-level plans and this cluster has none",
-                                  "ask it of a model with a one-level plan here");
-      print_what_if(hspmd::sim::what_if(g, c, *changed, so, model, plan), c);
+      if (one_level_error.empty())
+        print_what_if(hspmd::sim::what_if(g, c, *changed, so, model, plan), c);
+      else if (pr.groups.empty())
+        throw hspmd::config_error(
+            "--what-if", "compares one-level plans and this cluster has none",
+            "ask it of a model with a one-level plan here, or add --pipeline");
     }
     // Where one level has a plan and two levels do not, the one-level plan stands (said, not
     // fatal); with neither, the two-level error ends the run -- unless a pipeline is asked for.
@@ -518,7 +521,8 @@ int main(int argc, char** argv) {
     if (!pr.groups.empty()) {
       pr.simulate = simulate;
       hspmd_plan::plan_pipeline(pr, model, mo, batch, c, so,
-                                one_level_error.empty() ? &plan : nullptr, json_out, explain);
+                                one_level_error.empty() ? &plan : nullptr, json_out, explain,
+                                changed ? &*changed : nullptr);
       return 0;
     }
     if (!one_level_error.empty())

@@ -37,13 +37,16 @@ struct pipeline_request {
   bool simulate = false; ///< also simulate the stages device by device (sim/pipeline.hpp)
 };
 
-/// Plans, prints and (with `json_out`) writes the pipeline plan of `model` (options `mo`) at
-/// `batch` rows a step on `c`; `one_level` (may be null): the one-level plan to compare with.
-inline void plan_pipeline(const pipeline_request& r, const std::string& model,
-                          const hspmd::models::model_options& mo, std::size_t batch,
-                          const hspmd::cluster& c, const hspmd::synth::synth_options& so,
-                          const hspmd::synth::plan* one_level, const std::string& json_out,
-                          bool explain) {
+/// The pipeline plan `r` asks for on `c` (the search's table printed when `print`), and how long
+/// planning it took.
+struct chosen_pipeline {
+  hspmd::program::pipeline_plan plan;
+  double seconds = 0.0;
+};
+inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std::string& model,
+                                            const hspmd::models::model_options& mo,
+                                            std::size_t batch, const hspmd::cluster& c,
+                                            const hspmd::synth::synth_options& so, bool print) {
   namespace program = hspmd::program;
   program::pipeline_options po;
   po.schedule = program::parse_schedule(r.schedule);
@@ -63,6 +66,12 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
                                 "drop --micro, or give --pipeline the groups");
     const program::pipeline_choice ch =
         program::choose_pipeline(trace_at, batch, c, po, hspmd::sim::pipeline_costs);
+    if (!ch.best)
+      throw hspmd::plan_error("--pipeline auto", "no pipeline depth could be planned (above)",
+                              "give the groups, or a model with more blocks");
+    if (!print)
+      return {*ch.tried[*ch.best].plan,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
     std::printf("\npipelines tried (%s; groups: equal = as many devices each, speed = whole "
                 "nodes of equal summed speed, pipeline-only = equal groups, even cuts, DP-EV "
                 "inside):\n",
@@ -102,9 +111,6 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
                   std::string(program::name(ch.tried[*ch.best].groups)).c_str(),
                   ch.tried[*ch.best].micro, only->simulated / ch.tried[*ch.best].simulated,
                   only->stages, hspmd::synth::seconds_text(only->simulated).c_str());
-    if (!ch.best)
-      throw hspmd::plan_error("--pipeline auto", "no pipeline depth could be planned (above)",
-                              "give the groups, or a model with more blocks");
     p = *ch.tried[*ch.best].plan;
   } else {
     po.group_sizes = program::parse_group_sizes("--pipeline", r.groups, c.size());
@@ -115,8 +121,72 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
                                 "give a batch of m equal micro-batches (--batch)");
     p = program::make_pipeline_plan(trace_at(batch / po.micro), c, po);
   }
+  return {std::move(p),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+/// --what-if with --pipeline: the pipeline planned again on `changed` (the same request: the
+/// depth searched again under auto, the same group sizes otherwise) beside `before`, planned on
+/// `c`; with as many devices as before, also the old plan (its stages, cuts and programs) on the
+/// changed devices. Both predicted and simulated device by device.
+inline void what_if_pipeline(const pipeline_request& r, const std::string& model,
+                             const hspmd::models::model_options& mo, std::size_t batch,
+                             const hspmd::cluster& c, const hspmd::cluster& changed,
+                             const hspmd::synth::synth_options& so,
+                             const hspmd::program::pipeline_plan& before,
+                             const hspmd::graph::graph& micro) {
+  namespace program = hspmd::program;
+  using hspmd::synth::seconds_text;
+  const auto steps = [&](const program::pipeline_plan& p, const hspmd::graph::graph& g,
+                         const hspmd::cluster& on) {
+    return std::pair{program::simulate(p.make(), program::predicted_costs(p, g, on)).step,
+                     program::simulate(p.make(), hspmd::sim::pipeline_costs(p, g, on)).step};
+  };
+  const auto shape = [](const program::pipeline_plan& p) {
+    return std::to_string(p.stages.size()) + " stages on " + std::to_string(p.devices()) +
+           " groups, " + std::to_string(p.micro) + " micro-batches";
+  };
+  const auto [pred0, sim0] = steps(before, micro, c);
+  std::printf("\nwhat if (pipeline): %s (%zu devices -> %zu)\n", changed.description.c_str(),
+              c.size(), changed.size());
+  std::printf("%-22s %14s %14s  %s\n", "", "predicted", "simulated", "plan");
+  std::printf("%-22s %14s %14s  %s\n", "before", seconds_text(pred0).c_str(),
+              seconds_text(sim0).c_str(), shape(before).c_str());
+  try {
+    const chosen_pipeline after = choose_pipeline_plan(r, model, mo, batch, changed, so, false);
+    const auto g = hspmd::models::trace_model<float>(model, mo, batch / after.plan.micro);
+    const auto [pred1, sim1] = steps(after.plan, g, changed);
+    std::printf("%-22s %14s %14s  %s; planned again in %.3f s (%+.1f %% simulated)\n",
+                "after, planned again", seconds_text(pred1).c_str(), seconds_text(sim1).c_str(),
+                shape(after.plan).c_str(), after.seconds, 100.0 * (sim1 / sim0 - 1.0));
+  } catch (const hspmd::plan_error& e) {
+    std::printf("%-22s no pipeline plan: %s\n", "after, planned again", e.what());
+  } catch (const hspmd::config_error& e) {
+    std::printf("%-22s no pipeline plan: %s\n", "after, planned again", e.what());
+  }
+  if (changed.size() == c.size()) {
+    const auto [pred2, sim2] = steps(before, micro, changed);
+    std::printf("%-22s %14s %14s  the old stages, cuts and programs on the changed devices\n",
+                "after, old plan", seconds_text(pred2).c_str(), seconds_text(sim2).c_str());
+  }
+}
+
+/// Plans, prints and (with `json_out`) writes the pipeline plan of `model` (options `mo`) at
+/// `batch` rows a step on `c`; `one_level` (may be null): the one-level plan to compare with;
+/// `changed` (may be null): the cluster a --what-if makes, planned again and compared.
+inline void plan_pipeline(const pipeline_request& r, const std::string& model,
+                          const hspmd::models::model_options& mo, std::size_t batch,
+                          const hspmd::cluster& c, const hspmd::synth::synth_options& so,
+                          const hspmd::synth::plan* one_level, const std::string& json_out,
+                          bool explain, const hspmd::cluster* changed = nullptr) {
+  namespace program = hspmd::program;
+  const auto trace_at = [&](std::size_t rows) {
+    return hspmd::models::trace_model<float>(model, mo, rows);
+  };
+  const chosen_pipeline chosen = choose_pipeline_plan(r, model, mo, batch, c, so, true);
+  const program::pipeline_plan& p = chosen.plan;
+  const double took = chosen.seconds;
   const hspmd::graph::graph micro = trace_at(batch / p.micro);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const program::pipeline_timeline t =
       program::simulate(p.make(), program::predicted_costs(p, micro, c));
   std::printf("\npipeline plan: %zu stages on %zu groups, %s, %zu micro-batches of %zu rows; "
@@ -164,6 +234,8 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
     std::printf("pipeline plan written to %s (hash %016llx)\n", json_out.c_str(),
                 static_cast<unsigned long long>(p.hash()));
   }
+  if (changed != nullptr)
+    what_if_pipeline(r, model, mo, batch, c, *changed, so, p, micro);
 }
 
 } // namespace hspmd_plan
