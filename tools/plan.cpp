@@ -302,6 +302,10 @@ int main(int argc, char** argv) {
                  "with --pipeline: draw the pipeline plan's stage layout (groups' devices by "
                  "kind down, blocks across, each stage's pass, in-flight count and shares) as "
                  "an SVG file");
+  app.add_option("--plan-threads", pr.threads,
+                 "with --pipeline auto: candidates planned at once (0: as many as the hardware "
+                 "runs; the pick is the same for every count)")
+      ->capture_default_str();
   app.add_option("--micro", pr.micro, "with --pipeline: micro-batches a step (default 4 a stage)");
   app.add_option("--pipeline-schedule", pr.schedule,
                  "with --pipeline: gpipe, 1f1b, interleaved, zb")

@@ -33,8 +33,9 @@ struct pipeline_request {
   std::size_t micro = 0; ///< m; 0: four per stage
   std::size_t chunks = 1;
   std::string block_prefix = "layers.";
-  std::string svg_out;   ///< where to draw the stage layout (empty: nowhere)
-  bool simulate = false; ///< also simulate the stages device by device (sim/pipeline.hpp)
+  std::string svg_out;     ///< where to draw the stage layout (empty: nowhere)
+  bool simulate = false;   ///< also simulate the stages device by device (sim/pipeline.hpp)
+  std::size_t threads = 0; ///< candidates planned at once under auto (0: the hardware's)
 };
 
 /// The pipeline plan `r` asks for on `c` (the search's table printed when `print`), and how long
@@ -54,6 +55,7 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
   po.synth = so;
   po.model = model;
   po.block_prefix = r.block_prefix;
+  po.threads = r.threads;
   const auto trace_at = [&](std::size_t rows) {
     return hspmd::models::trace_model<float>(model, mo, rows);
   };

@@ -145,6 +145,9 @@ struct pipeline_options {
   /// Cuts not given: how many times the cuts are made again on the speeds the stage plans
   /// reached (see make_pipeline_plan); 0: the groups' summed speeds only.
   std::size_t refine = 2;
+  /// choose_pipeline: candidates planned at once (0: as many as the hardware runs threads; 1:
+  /// one after another). The pick is the same for every count.
+  std::size_t threads = 0;
 };
 
 /// The first block of each of `cuts` (stage 0: block 0).

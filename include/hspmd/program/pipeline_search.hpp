@@ -27,6 +27,10 @@
 //     const program::pipeline_choice ch = program::choose_pipeline(at, 256, cluster, options);
 //     ch.tried[*ch.best].plan;   // the fastest candidate's plan
 //
+// The candidates are planned at once on the options' `threads` (default: the hardware's); the
+// pick, its plan and the table do not depend on the thread count (the counts of stage plans
+// made and reused may: two threads that meet one new stage problem both solve it).
+//
 // Not yet searched: the schedule (the options'), kinds mapped to stages in another order than
 // the cluster's, two-level programs inside a stage.
 
@@ -36,12 +40,16 @@
 #include <hspmd/program/pipeline_plan.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <exception>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace hspmd::program {
@@ -173,12 +181,13 @@ template <class TraceAt>
     }
     k.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const auto attempt = [&](std::size_t p, grouping how, std::vector<std::size_t> sizes) {
+  // Each candidate: its depth, grouping, group sizes and micro-batch count; planned below.
+  const auto candidate = [&](std::size_t p, grouping how, std::vector<std::size_t> sizes) {
     pipeline_candidate k;
     k.stages = p * o.chunks;
     k.groups = how;
-    k.group_sizes = sizes;
-    const std::size_t widest = *std::ranges::max_element(sizes);
+    k.group_sizes = std::move(sizes);
+    const std::size_t widest = *std::ranges::max_element(k.group_sizes);
     // the most micro-batches up to 4P whose rows still cover a group's devices (a batch split
     // over more devices than rows leaves whole rows on a few); else the most that split it
     for (std::size_t m = 4 * p; m >= p && k.micro == 0; --m)
@@ -187,15 +196,67 @@ template <class TraceAt>
     for (std::size_t m = 4 * p; m >= p && k.micro == 0; --m)
       if (batch % m == 0)
         k.micro = m;
+    out.tried.push_back(std::move(k));
+  };
+  std::optional<std::size_t> blocks; // the model's (the same at every micro-batch size)
+  for (std::size_t p = 2; p <= n; p *= 2) {
+    if (!blocks && !out.tried.empty() && out.tried.back().micro > 0)
+      blocks = graph::block_ranges(trace_at(batch / out.tried.back().micro), o.block_prefix).size();
+    if (blocks && p * o.chunks > *blocks) { // (the first depth past the blocks, said once)
+      candidate(p, grouping::equal, std::vector<std::size_t>(p, n / p));
+      break;
+    }
+    const bool equal = n % p == 0 && !(nodes > 1 && p <= nodes && nodes % p != 0);
+    if (equal)
+      candidate(p, grouping::equal, std::vector<std::size_t>(p, n / p));
+    if (const std::vector<std::size_t> s = speed_groups(c, p);
+        !s.empty() && (!equal || s != std::vector<std::size_t>(p, n / p)))
+      candidate(p, grouping::speed, s);
+    if (equal && o.strategy == "synth")
+      candidate(p, grouping::pipeline_only, std::vector<std::size_t>(p, n / p));
+  }
+  if (!blocks)
+    for (const pipeline_candidate& k : out.tried)
+      if (k.micro > 0 && !blocks)
+        blocks = graph::block_ranges(trace_at(batch / k.micro), o.block_prefix).size();
+  // Candidates are independent problems: planned at once on `o.threads` threads (each
+  // candidate's plan does not depend on which thread or when; stage plans one candidate made
+  // are reused by the others).
+  const auto in_parallel = [&](const std::vector<std::size_t>& which, const auto& work) {
+    std::size_t threads = o.threads != 0 ? o.threads : std::thread::hardware_concurrency();
+    threads = std::clamp<std::size_t>(threads, 1, which.size());
+    std::atomic<std::size_t> next{0};
+    std::vector<std::exception_ptr> failed(which.size());
+    const auto run = [&] {
+      for (std::size_t i = next++; i < which.size(); i = next++) {
+        try {
+          work(out.tried[which[i]]);
+        } catch (...) { // (not a refusal: rethrown after every thread is done)
+          failed[i] = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t)
+      pool.emplace_back(run);
+    run();
+    for (std::thread& t : pool)
+      t.join();
+    for (const std::exception_ptr& e : failed)
+      if (e)
+        std::rethrow_exception(e);
+  };
+  std::vector<std::size_t> all(out.tried.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  in_parallel(all, [&](pipeline_candidate& k) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       if (k.micro == 0)
         throw config_error("batch " + std::to_string(batch),
-                           "splits into no count of micro-batches from " + std::to_string(p) +
-                               " to " + std::to_string(4 * p));
-      const std::size_t blocks =
-          graph::block_ranges(trace_at(batch / k.micro), o.block_prefix).size();
-      if (blocks < k.stages)
+                           "splits into no count of micro-batches from " +
+                               std::to_string(k.stages / o.chunks) + " to " +
+                               std::to_string(4 * k.stages / o.chunks));
+      if (blocks && *blocks < k.stages)
         throw config_error("the model",
                            "has fewer blocks than " + std::to_string(k.stages) + " stages");
       plan_candidate(k, 0);
@@ -203,46 +264,34 @@ template <class TraceAt>
       k.refused = e.what();
       k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    if (k.plan && how != grouping::pipeline_only &&
+  });
+  for (std::size_t i = 0; i < out.tried.size(); ++i)
+    if (const pipeline_candidate& k = out.tried[i];
+        k.plan && k.groups != grouping::pipeline_only &&
         (!out.best || k.simulated < out.tried[*out.best].simulated))
-      out.best = out.tried.size();
-    out.tried.push_back(std::move(k));
-  };
-  std::optional<std::size_t> blocks; // the model's (known after the first trace)
-  for (std::size_t p = 2; p <= n; p *= 2) {
-    if (!blocks && !out.tried.empty() && out.tried.back().micro > 0)
-      blocks = graph::block_ranges(trace_at(batch / out.tried.back().micro), o.block_prefix).size();
-    if (blocks && p * o.chunks > *blocks) { // (the first depth past the blocks, said once)
-      attempt(p, grouping::equal, std::vector<std::size_t>(p, n / p));
-      break;
-    }
-    const bool equal = n % p == 0 && !(nodes > 1 && p <= nodes && nodes % p != 0);
-    if (equal)
-      attempt(p, grouping::equal, std::vector<std::size_t>(p, n / p));
-    if (const std::vector<std::size_t> s = speed_groups(c, p);
-        !s.empty() && (!equal || s != std::vector<std::size_t>(p, n / p)))
-      attempt(p, grouping::speed, s);
-    if (equal && o.strategy == "synth")
-      attempt(p, grouping::pipeline_only, std::vector<std::size_t>(p, n / p));
-  }
+      out.best = i;
   // The cuts refined (o.refine times) for the fastest candidates only: a candidate that the
   // first cuts leave far behind is not made up by moving them.
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < out.tried.size(); ++i)
     if (out.tried[i].plan && out.tried[i].groups != grouping::pipeline_only)
       order.push_back(i);
-  std::ranges::sort(order, [&](std::size_t a, std::size_t b) {
+  std::ranges::stable_sort(order, [&](std::size_t a, std::size_t b) {
     return out.tried[a].simulated < out.tried[b].simulated;
   });
-  if (o.refine > 0)
-    for (std::size_t r = 0; r < order.size() && r < refined_candidates; ++r) {
+  if (order.size() > refined_candidates)
+    order.resize(refined_candidates);
+  if (o.refine > 0) {
+    in_parallel(order, [&](pipeline_candidate& k) {
       try {
-        plan_candidate(out.tried[order[r]], o.refine);
+        plan_candidate(k, o.refine);
       } catch (const error&) { // (the first cuts' plan stands)
       }
-      if (out.tried[order[r]].simulated < out.tried[*out.best].simulated)
-        out.best = order[r];
-    }
+    });
+    for (std::size_t i : order)
+      if (out.tried[i].simulated < out.tried[*out.best].simulated)
+        out.best = i;
+  }
   out.stage_plans_made = planner.made();
   out.stage_plans_reused = planner.reused();
   return out;

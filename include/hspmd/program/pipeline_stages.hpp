@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,15 +97,22 @@ public:
 
 private:
   // The plan for exactly these options, made or reused.
+  // Safe to call from several threads (choose_pipeline plans candidates at once): the table is
+  // read and written under a lock, the synthesis runs outside it (two threads that meet one new
+  // problem both solve it, alike).
   [[nodiscard]] synth::plan made_for(const graph::graph& g, const cluster& c,
                                      const synth::synth_options& so, stage_strategy strategy,
                                      const std::string& model) {
     const std::uint64_t key = key_of(g, c, so, strategy);
-    if (const auto hit = plans_.find(key); hit != plans_.end()) {
-      ++reused_;
-      return renamed(hit->second, g, c, model);
+    {
+      std::unique_lock lock(mutex_);
+      if (const auto hit = plans_.find(key); hit != plans_.end()) {
+        ++reused_;
+        const synth::plan found = hit->second;
+        lock.unlock();
+        return renamed(found, g, c, model);
+      }
     }
-    ++made_;
     synth::plan p;
     switch (strategy) {
     case stage_strategy::synth:
@@ -120,6 +128,8 @@ private:
       p = synth::make_baseline(g, c, synth::baseline::tp, so, model);
       break;
     }
+    const std::scoped_lock lock(mutex_);
+    ++made_;
     plans_.emplace(key, p);
     return p;
   }
@@ -206,6 +216,7 @@ private:
 
   std::map<std::uint64_t, synth::plan> plans_;
   std::size_t made_ = 0, reused_ = 0;
+  std::mutex mutex_;
 };
 
 } // namespace hspmd::program

@@ -316,6 +316,37 @@ TEST_CASE("pipeline search: every depth grouped equally and by speed is planned 
     }
 }
 
+TEST_CASE("pipeline search: candidates planned on several threads give the same table, pick and "
+          "plan as one after another") {
+  const cluster c = test::make_cluster({3e9, 3e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9});
+  const auto at = [](std::size_t rows) {
+    return models::trace_bert_lm<float>(test::tiny_bert(4), rows);
+  };
+  program::pipeline_options o = plan_options({});
+  o.strategy = "synth";
+  o.threads = 1;
+  const program::pipeline_choice one = program::choose_pipeline(at, 32, c, o);
+  o.threads = 3;
+  const program::pipeline_choice three = program::choose_pipeline(at, 32, c, o);
+  REQUIRE(one.best);
+  REQUIRE(three.best);
+  CHECK(*one.best == *three.best);
+  REQUIRE(one.tried.size() == three.tried.size());
+  for (std::size_t k = 0; k < one.tried.size(); ++k) {
+    const program::pipeline_candidate& a = one.tried[k];
+    const program::pipeline_candidate& b = three.tried[k];
+    CAPTURE(k);
+    CHECK(a.group_sizes == b.group_sizes);
+    CHECK(a.micro == b.micro);
+    CHECK(a.refused == b.refused);
+    CHECK(a.simulated == b.simulated);
+    CHECK(a.step == b.step);
+    REQUIRE(a.plan.has_value() == b.plan.has_value());
+    if (a.plan)
+      CHECK(a.plan->hash() == b.plan->hash());
+  }
+}
+
 TEST_CASE("pipeline stage planner: a stage that is the same problem as one planned before gets "
           "its plan, renamed for its own nodes and devices") {
   const graph::graph g = models::trace_bert_lm<float>(test::tiny_bert(8), 4);
