@@ -42,6 +42,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -149,6 +150,35 @@ struct pipeline_options {
   /// one after another). The pick is the same for every count.
   std::size_t threads = 0;
 };
+
+/// `text` (a message about a group's devices) with each "rank N" or "rank N-M" counted from
+/// the cluster's rank `first`, where the group starts.
+[[nodiscard]] inline std::string cluster_ranks(std::string_view text, std::size_t first) {
+  std::string out;
+  std::size_t at = 0;
+  const std::string_view word = "rank ";
+  for (std::size_t hit = text.find(word); hit != std::string_view::npos;
+       hit = text.find(word, at)) {
+    out.append(text.substr(at, hit + word.size() - at));
+    at = hit + word.size();
+    for (int part = 0; part < 2; ++part) { // N, then -M
+      std::size_t end = at;
+      while (end < text.size() && text[end] >= '0' && text[end] <= '9')
+        ++end;
+      if (end == at)
+        break;
+      out += std::to_string(std::stoull(std::string(text.substr(at, end - at))) + first);
+      at = end;
+      if (part == 0 && at + 1 < text.size() && text[at] == '-' && text[at + 1] >= '0' &&
+          text[at + 1] <= '9')
+        out += text[at++];
+      else
+        break;
+    }
+  }
+  out.append(text.substr(at));
+  return out;
+}
 
 /// The first block of each of `cuts` (stage 0: block 0).
 [[nodiscard]] inline std::vector<std::size_t>
@@ -372,15 +402,21 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
       try {
         out.push_back(sp.plan(sg.g, group, so, strategy, o.model + ".stage" + std::to_string(k)));
       } catch (const plan_error& e) {
+        const std::string where = "pipeline plan: stage " + std::to_string(k) + " on group " +
+                                  std::to_string(d) + " (" +
+                                  devices_text(c, p.first_rank(d), p.group_sizes[d]) + ")";
+        // (the stage's synthesis counts ranks within its group: named as the cluster's)
+        const std::string what = cluster_ranks(e.what(), p.first_rank(d));
         if (held[k] <= 1)
-          throw;
-        throw config_error(
-            "pipeline plan: stage " + std::to_string(k) + " on group " + std::to_string(d) + " (" +
-                devices_text(c, p.first_rank(d), p.group_sizes[d]) + ")",
-            std::string(e.what()) + "; the stage holds " + std::to_string(held[k]) +
-                " micro-batches at once under " + std::string(name(p.schedule)),
-            "hold fewer micro-batches at once (1f1b holds at most p, gpipe m), recompute "
-            "activations, give the pipeline more stages or the group more devices");
+          throw plan_error(where, what,
+                           "give the group more devices or memory, or the pipeline "
+                           "more stages");
+        throw config_error(where,
+                           what + "; the stage holds " + std::to_string(held[k]) +
+                               " micro-batches at once under " + std::string(name(p.schedule)),
+                           "hold fewer micro-batches at once (1f1b holds at most p, gpipe m), "
+                           "recompute activations, give the pipeline more stages or the group "
+                           "more devices");
       }
     }
     return out;

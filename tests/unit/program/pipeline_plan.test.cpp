@@ -316,6 +316,16 @@ TEST_CASE("pipeline search: every depth grouped equally and by speed is planned 
     }
 }
 
+TEST_CASE("pipeline plan: a stage's error names the cluster's ranks, not its group's") {
+  CHECK(program::cluster_ranks("device v100-9.4 (rank 12) needs 9 GiB", 64) ==
+        "device v100-9.4 (rank 76) needs 9 GiB");
+  CHECK(program::cluster_ranks("2 x cpu (cpu0 ... cpu1, rank 0-1) need", 6) ==
+        "2 x cpu (cpu0 ... cpu1, rank 6-7) need");
+  CHECK(program::cluster_ranks("no rank here, rank x, rank 3", 2) ==
+        "no rank here, rank x, rank 5");
+  CHECK(program::cluster_ranks("rank 4", 0) == "rank 4");
+}
+
 TEST_CASE("pipeline search: candidates planned on several threads give the same table, pick and "
           "plan as one after another") {
   const cluster c = test::make_cluster({3e9, 3e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9});
