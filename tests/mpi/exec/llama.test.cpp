@@ -55,25 +55,30 @@ TEST_CASE("Llama-small with fused attention: distributed training equals the sin
 TEST_CASE("Llama-small with grouped-query attention: distributed training equals the single "
           "process") {
   // 8 query heads of 2 features share 2 key/value heads: a split along the heads divides both
-  // in whole groups (4 query heads with their key/value head), at even and uneven ratios.
+  // in whole groups (4 query heads with their key/value head), at even and uneven ratios --
+  // through products at 2 ranks, the fused op at 3 (3 steps, not the harness's 6: every step
+  // takes the same paths; the suite's time).
+  const auto n = static_cast<std::size_t>(mpi_communicator().size());
   models::llama_config c = small();
   c.heads = 8;
   c.kv_heads = 2;
-  equivalence<float>("llama-gqa", models::trace_llama_lm<float>(c, 4), 40, 1e-5, 1e6,
-                     {"all_gather", "reduce_scatter", "vocab-parallel"});
-  c.fused_attention = true;
-  const graph::graph fused = models::trace_llama_lm<float>(c, 4);
+  c.fused_attention = n != 2;
+  const graph::graph g = models::trace_llama_lm<float>(c, 4);
   // Tensor parallelism splits the attention by heads: the key/value heads with their groups.
   const synth::plan tp =
-      synth::make_baseline(fused, make_cluster(2, 1e6), synth::baseline::tp, {}, "llama-gqa");
+      synth::make_baseline(g, make_cluster(n, 1e6), synth::baseline::tp, {}, "llama-gqa");
   std::size_t by_heads = 0;
   for (const synth::plan_step& st : tp.steps)
-    if (st.kind == graph::op::attention && st.rule.in[1] == placement::split_along(1) &&
-        st.rule.in[0] == placement::split_along(1))
+    if (c.fused_attention && st.kind == graph::op::attention &&
+        st.rule.in[1] == placement::split_along(1) && st.rule.in[0] == placement::split_along(1))
       ++by_heads;
-  CHECK(by_heads == c.layers);
-  equivalence<float>("llama-gqa-fused", fused, 40, 1e-5, 1e6,
-                     {"attention:split", "all_gather", "reduce_scatter", "vocab-parallel"});
+  CHECK(by_heads == (c.fused_attention ? c.layers : 0));
+  if (c.fused_attention)
+    equivalence<float>("llama-gqa-fused", g, 40, 1e-5, 1e6,
+                       {"attention:split", "all_gather", "reduce_scatter", "vocab-parallel"}, 3);
+  else
+    equivalence<float>("llama-gqa", g, 40, 1e-5, 1e6,
+                       {"broadcast:split", "all_gather", "reduce_scatter", "vocab-parallel"}, 3);
 }
 
 TEST_CASE("Llama-small with recomputed blocks: distributed training equals the single process") {
