@@ -306,6 +306,13 @@ int main(int argc, char** argv) {
                  "with --pipeline auto: candidates planned at once (0: as many as the hardware "
                  "runs; the pick is the same for every count)")
       ->capture_default_str();
+  app.add_option("--stage-programs", pr.stage_programs,
+                 "with --pipeline: auto (a stage whose group spans whole nodes may run a "
+                 "two-level program: a program inside each node, its gradients all-reduced "
+                 "across the nodes once a step; planned and simulated, not run by the pipeline "
+                 "executor yet) or one-level (one program over each group)")
+      ->check(CLI::IsMember({"auto", "one-level"}))
+      ->capture_default_str();
   app.add_option("--micro", pr.micro, "with --pipeline: micro-batches a step (default 4 a stage)");
   app.add_option("--pipeline-schedule", pr.schedule,
                  "with --pipeline: gpipe, 1f1b, interleaved, zb")

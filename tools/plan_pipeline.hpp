@@ -36,6 +36,9 @@ struct pipeline_request {
   std::string svg_out;     ///< where to draw the stage layout (empty: nowhere)
   bool simulate = false;   ///< also simulate the stages device by device (sim/pipeline.hpp)
   std::size_t threads = 0; ///< candidates planned at once under auto (0: the hardware's)
+  /// "auto": stages on groups of whole nodes may run two-level programs (program/two_level_
+  /// stage.hpp; the search tries both); "one-level": one program over each group.
+  std::string stage_programs = "auto";
 };
 
 /// The pipeline plan `r` asks for on `c` (the search's table printed when `print`), and how long
@@ -56,9 +59,15 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
   po.model = model;
   po.block_prefix = r.block_prefix;
   po.threads = r.threads;
+  if (r.stage_programs != "auto" && r.stage_programs != "one-level")
+    throw hspmd::config_error("--stage-programs " + r.stage_programs, "is not auto or one-level",
+                              "give auto (two-level programs where a group spans whole nodes) or "
+                              "one-level");
+  po.two_level = r.stage_programs == "auto";
   const auto trace_at = [&](std::size_t rows) {
     return hspmd::models::trace_model<float>(model, mo, rows);
   };
+  po.trace = trace_at;
   const auto t0 = std::chrono::steady_clock::now();
   program::pipeline_plan p;
   if (r.groups == "auto") {
@@ -87,7 +96,7 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
         sizes += (x > 0 ? "," : "") + std::to_string(k.group_sizes[x]);
       if (k.group_sizes.size() > 8)
         sizes += ",...";
-      const std::string how(program::name(k.groups));
+      const std::string how = std::string(program::name(k.groups)) + (k.two_level ? " 2L" : "");
       if (k.plan)
         std::printf("%-7zu %-14s %-6zu %12s %7.1f%% %12s %7.1f%% %9.3fx %9.3f s  %s\n", k.stages,
                     how.c_str(), k.micro, hspmd::synth::seconds_text(k.step).c_str(),
@@ -110,7 +119,9 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
       std::printf("chosen: %zu stages grouped by %s, %zu micro-batches: %.2fx the fastest "
                   "pipeline-only baseline (%zu stages, %s), simulated\n",
                   ch.tried[*ch.best].stages,
-                  std::string(program::name(ch.tried[*ch.best].groups)).c_str(),
+                  (std::string(program::name(ch.tried[*ch.best].groups)) +
+                   (ch.tried[*ch.best].two_level ? " (two-level stages)" : ""))
+                      .c_str(),
                   ch.tried[*ch.best].micro, only->simulated / ch.tried[*ch.best].simulated,
                   only->stages, hspmd::synth::seconds_text(only->simulated).c_str());
     p = *ch.tried[*ch.best].plan;
@@ -121,6 +132,7 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
       throw hspmd::config_error("--micro " + std::to_string(po.micro),
                                 "does not divide the batch of " + std::to_string(batch),
                                 "give a batch of m equal micro-batches (--batch)");
+    po.rows = batch / po.micro;
     p = program::make_pipeline_plan(trace_at(batch / po.micro), c, po);
   }
   return {std::move(p),
@@ -139,10 +151,14 @@ inline void what_if_pipeline(const pipeline_request& r, const std::string& model
                              const hspmd::graph::graph& micro) {
   namespace program = hspmd::program;
   using hspmd::synth::seconds_text;
+  const auto trace_at = [&](std::size_t rows) {
+    return hspmd::models::trace_model<float>(model, mo, rows);
+  };
   const auto steps = [&](const program::pipeline_plan& p, const hspmd::graph::graph& g,
                          const hspmd::cluster& on) {
-    return std::pair{program::simulate(p.make(), program::predicted_costs(p, g, on)).step,
-                     program::simulate(p.make(), hspmd::sim::pipeline_costs(p, g, on)).step};
+    return std::pair{
+        program::simulate(p.make(), program::predicted_costs(p, g, on)).step,
+        program::simulate(p.make(), hspmd::sim::pipeline_costs(p, g, on, trace_at)).step};
   };
   const auto shape = [](const program::pipeline_plan& p) {
     return std::to_string(p.stages.size()) + " stages on " + std::to_string(p.devices()) +
@@ -204,7 +220,7 @@ inline void plan_pipeline(const pipeline_request& r, const std::string& model,
   if (r.simulate) {
     const auto t1 = std::chrono::steady_clock::now();
     const program::pipeline_timeline ts =
-        program::simulate(p.make(), hspmd::sim::pipeline_costs(p, micro, c));
+        program::simulate(p.make(), hspmd::sim::pipeline_costs(p, micro, c, trace_at));
     char svs[32] = "-";
     if (one_level != nullptr)
       std::snprintf(svs, sizeof svs, "%.2fx", one_level->step_time / ts.step);

@@ -52,6 +52,14 @@ void check_pipeline(const graph::graph& g, const program::pipeline_plan& p, Comm
                        std::to_string(p.stages.size()) + " stage plans for " +
                            std::to_string(p.make().stages()) + " stages",
                        "give one plan per stage");
+  for (std::size_t k = 0; k < p.stages.size(); ++k)
+    if (p.two_level_at(k) != nullptr)
+      throw config_error("pipeline",
+                         "stage " + std::to_string(k) +
+                             " runs a two-level program (its nodes' own programs, the gradients "
+                             "all-reduced across them), which the pipeline executor does not run "
+                             "yet",
+                         "plan with hspmd-plan --stage-programs one-level");
 }
 
 } // namespace hspmd::exec

@@ -27,6 +27,7 @@
 #include <hspmd/graph/stages.hpp>
 #include <hspmd/program/pipeline.hpp>
 #include <hspmd/program/pipeline_stages.hpp>
+#include <hspmd/program/two_level_stage.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -37,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -54,7 +56,11 @@ struct pipeline_plan {
   std::string block_prefix = "layers.";
   std::vector<std::size_t> first_blocks; ///< per stage, its first block
   std::vector<std::size_t> group_sizes;  ///< per pipeline device, its ranks (consecutive)
-  std::vector<synth::plan> stages;       ///< per stage, its SPMD plan over its group
+  /// per stage, its SPMD plan over its group; for a two-level stage (`two_level`), the program
+  /// of its first node that trains (a node's, not the group's)
+  std::vector<synth::plan> stages;
+  /// per stage (empty: none is): its two-level program, where it has one (two_level_stage.hpp)
+  std::vector<std::optional<two_level_stage>> two_level;
   schedule_kind schedule = schedule_kind::one_f_one_b;
   std::size_t micro = 1;  ///< m
   std::size_t chunks = 1; ///< v (interleaved)
@@ -86,6 +92,13 @@ struct pipeline_plan {
     return graph::stages_at_blocks(g, first_blocks, block_prefix);
   }
   [[nodiscard]] std::uint64_t hash() const;
+  /// Stage `k`'s two-level program, or null where it runs one program over its group.
+  [[nodiscard]] const two_level_stage* two_level_at(std::size_t k) const {
+    return k < two_level.size() && two_level[k] ? &*two_level[k] : nullptr;
+  }
+  [[nodiscard]] bool has_two_level() const {
+    return std::ranges::any_of(two_level, [](const auto& t) { return t.has_value(); });
+  }
 };
 
 /// The devices of each pipeline group from option `flag`'s `text`: "P" (P equal groups of
@@ -149,6 +162,12 @@ struct pipeline_options {
   /// choose_pipeline: candidates planned at once (0: as many as the hardware runs threads; 1:
   /// one after another). The pick is the same for every count.
   std::size_t threads = 0;
+  /// A stage whose group spans two whole nodes or more runs a two-level program
+  /// (two_level_stage.hpp) where one fits; needs `trace`. choose_pipeline tries both.
+  bool two_level = false;
+  /// The whole model traced for a micro-batch of so many rows (two-level stages' node rows).
+  std::function<graph::graph(std::size_t)> trace;
+  std::size_t rows = 0; ///< a micro-batch's rows (the graph's; with two_level)
 };
 
 /// `text` (a message about a group's devices) with each "rank N" or "rank N-M" counted from
@@ -259,32 +278,19 @@ struct pipeline_memory {
     out.device.emplace_back(p.group_sizes[d], 0.0);
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
     const std::size_t d = k % p.devices(), n = p.group_sizes[d];
-    const synth::plan& sp = p.stages[k];
-    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
-    const cluster sub = sub_cluster(c, p.first_rank(d), n);
-    const synth::cost_model m(sg.g, sub, synth::segment_map(sg.g, sp.segments));
-    std::vector<double> act(n, 0.0);
-    synth::visit_memory(
-        sp, m,
-        [&](graph::node_id t, placement, const synth::linear_cost& bytes, std::size_t block) {
-          if (block == synth::cost_model::none && m.depends_on_data(t))
-            for (std::size_t r = 0; r < n; ++r)
-              act[r] += synth::value_at(bytes, sp.ratios, r);
-        });
     const std::size_t held = std::max<std::size_t>(in_flight_per_chunk(s, d)[k / p.devices()], 1);
-    // the plan's memory with `held` copies of what it keeps of the data
-    synth::cost_model held_m(sg.g, sub, synth::segment_map(sg.g, sp.segments));
-    held_m.set_activation_copies(static_cast<double>(held));
-    synth::plan with_held = sp;
-    synth::evaluate(with_held, held_m, sp.ratios);
-    std::vector<double> peak(n, 0.0);
-    for (std::size_t r = 0; r < n; ++r) {
-      peak[r] =
-          r < with_held.memory.size() ? with_held.memory[r] : static_cast<double>(held) * act[r];
-      out.device[d][r] += peak[r];
+    stage_memory_use use;
+    if (const two_level_stage* t = p.two_level_at(k)) { // (priced where it was planned)
+      use.activations = t->activations;
+      use.peak = t->peak;
+    } else {
+      const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+      use = stage_memory(p.stages[k], sg.g, sub_cluster(c, p.first_rank(d), n), held);
     }
-    out.activations.push_back(std::move(act));
-    out.peak.push_back(std::move(peak));
+    for (std::size_t r = 0; r < n; ++r)
+      out.device[d][r] += use.peak[r];
+    out.activations.push_back(std::move(use.activations));
+    out.peak.push_back(std::move(use.peak));
     out.in_flight.push_back(held);
   }
   return out;
@@ -323,6 +329,8 @@ inline void check_memory(const pipeline_plan& p, const graph::graph& g, const cl
 inline void recompute_stages(pipeline_plan& p, const graph::graph& g, const cluster& c) {
   const auto cuts = p.cuts(g);
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
+    if (p.two_level_at(k) != nullptr) // (its node programs chose recomputation when planned)
+      continue;
     const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
     synth::plan& sp = p.stages[k];
     const std::size_t d = k % p.devices();
@@ -390,17 +398,50 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
           std::max<std::size_t>(in_flight_per_chunk(sched, k % p.devices())[k / p.devices()], 1));
     return out;
   }();
+  if (o.two_level && (!o.trace || o.rows == 0))
+    throw config_error("pipeline plan", "two-level stages asked for without the model's trace",
+                       "set pipeline_options::trace and rows, or two_level false");
+  // The whole model at a micro-batch's row count (two-level stages' node rows), traced once.
+  std::map<std::size_t, graph::graph> traced;
+  const auto model_at = [&](std::size_t rows) -> const graph::graph& {
+    auto it = traced.find(rows);
+    if (it == traced.end())
+      it = traced.emplace(rows, o.trace(rows)).first;
+    return it->second;
+  };
+  struct planned_stages {
+    std::vector<synth::plan> plans;
+    std::vector<std::optional<two_level_stage>> two_level;
+  };
   const auto plan_stages_with = [&](const std::vector<graph::node_range>& cuts,
                                     synth::synth_options so) {
-    std::vector<synth::plan> out;
+    planned_stages out;
+    const std::vector<std::size_t> first = first_blocks_of(g, cuts, p.block_prefix);
     for (std::size_t k = 0; k < stages; ++k) {
       const std::size_t d = k % p.devices();
       const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
       so.activation_copies = static_cast<double>(held[k]);
       so.received = received_pricing(p, sg, c, k);
       const cluster group = sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
+      if (o.two_level && spans_whole_nodes(group)) {
+        const stage_graph_at at = [&](std::size_t rows) {
+          const graph::graph& whole = model_at(rows);
+          return graph::extract_stage(whole, graph::stages_at_blocks(whole, first, p.block_prefix),
+                                      k)
+              .g;
+        };
+        std::optional<two_level_stage> t = sp.plan_two_level(
+            at, o.rows, sg.g, group, so, held[k], o.model + ".stage" + std::to_string(k));
+        if (t) {
+          out.plans.push_back(t->first_program());
+          out.two_level.resize(stages);
+          out.two_level[k] = std::move(t);
+          continue;
+        }
+      }
       try {
-        out.push_back(sp.plan(sg.g, group, so, strategy, o.model + ".stage" + std::to_string(k)));
+        out.plans.push_back(
+            sp.plan(sg.g, group, so, strategy, o.model + ".stage" + std::to_string(k)));
       } catch (const plan_error& e) {
         const std::string where = "pipeline plan: stage " + std::to_string(k) + " on group " +
                                   std::to_string(d) + " (" +
@@ -432,7 +473,9 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
   // The stages at `cuts` (returns whether they fit; the synthesizer, counting the micro-batches
   // in flight, recomputes blocks where the options let it and nothing fits without).
   const auto plan_stages = [&](pipeline_plan& q, const std::vector<graph::node_range>& cuts) {
-    q.stages = plan_stages_with(cuts, o.synth);
+    planned_stages planned = plan_stages_with(cuts, o.synth);
+    q.stages = std::move(planned.plans);
+    q.two_level = std::move(planned.two_level);
     return fits(q);
   };
   if (!o.first_blocks.empty()) {
@@ -502,8 +545,9 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
 /// The plan as JSON (its stages' plans as synth::to_json writes them).
 [[nodiscard]] inline nlohmann::json to_json(const pipeline_plan& p, bool with_stats = true) {
   nlohmann::json stages = nlohmann::json::array();
-  for (const synth::plan& s : p.stages)
-    stages.push_back(synth::to_json(s, with_stats));
+  for (std::size_t k = 0; k < p.stages.size(); ++k)
+    stages.push_back(p.two_level_at(k) != nullptr ? to_json(*p.two_level_at(k), with_stats)
+                                                  : synth::to_json(p.stages[k], with_stats));
   return {{"kind", "pipeline"},
           {"model", p.model},
           {"block_prefix", p.block_prefix},
@@ -520,10 +564,12 @@ inline std::uint64_t pipeline_plan::hash() const {
 }
 
 /// Reads a plan written by `to_json` for micro-batch graph `g`; throws `config_error` naming
-/// `source`, the field and the fix.
-[[nodiscard]] inline pipeline_plan pipeline_plan_from_json(const nlohmann::json& j,
-                                                           const graph::graph& g,
-                                                           const std::string& source = "plan") {
+/// `source`, the field and the fix. A plan with two-level stages needs `trace` (the whole model
+/// at a row count: their node programs' graphs); without it, it is refused so saying.
+[[nodiscard]] inline pipeline_plan
+pipeline_plan_from_json(const nlohmann::json& j, const graph::graph& g,
+                        const std::string& source = "plan",
+                        const std::function<graph::graph(std::size_t)>& trace = {}) {
   const auto fail = [&](const std::string& field, const std::string& why,
                         const std::string& fix) -> void {
     throw config_error(source + ": field \"" + field + "\"", why, fix);
@@ -570,6 +616,27 @@ inline std::uint64_t pipeline_plan::hash() const {
          std::to_string(stages) + " stage plans");
   for (std::size_t k = 0; k < stages; ++k) {
     const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+    if (j["stages"][k].is_object() && j["stages"][k].contains("two_level")) {
+      if (!trace)
+        fail("stages",
+             "stage " + std::to_string(k) +
+                 " runs a two-level program (its nodes' "
+                 "programs with the gradients all-reduced across them), which the "
+                 "pipeline executor does not run yet",
+             "plan with hspmd-plan --stage-programs one-level");
+      const stage_graph_at at = [&](std::size_t rows) {
+        const graph::graph whole = trace(rows);
+        return graph::extract_stage(
+                   whole, graph::stages_at_blocks(whole, p.first_blocks, p.block_prefix), k)
+            .g;
+      };
+      two_level_stage t = two_level_from_json(j["stages"][k], at, p.group_sizes[k % p.devices()],
+                                              source + " stage " + std::to_string(k));
+      p.stages.push_back(t.first_program());
+      p.two_level.resize(stages);
+      p.two_level[k] = std::move(t);
+      continue;
+    }
     synth::plan s =
         synth::plan_from_json(j["stages"][k], sg.g, source + " stage " + std::to_string(k));
     const std::size_t group = p.group_sizes[k % p.devices()];
@@ -588,9 +655,11 @@ inline std::uint64_t pipeline_plan::hash() const {
 /// model), for `simulate`.
 [[nodiscard]] inline stage_costs predicted_costs(const pipeline_plan& p) {
   stage_costs c;
-  for (const synth::plan& s : p.stages) {
-    c.stage_forward.push_back(s.step_time / 3.0);
-    c.stage_backward.push_back(2.0 * s.step_time / 3.0);
+  for (std::size_t k = 0; k < p.stages.size(); ++k) {
+    const two_level_stage* t = p.two_level_at(k);
+    const double step = t != nullptr ? t->passes + t->sync : p.stages[k].step_time;
+    c.stage_forward.push_back(step / 3.0);
+    c.stage_backward.push_back(2.0 * step / 3.0);
   }
   return c;
 }
@@ -612,6 +681,12 @@ inline std::uint64_t pipeline_plan::hash() const {
   for (std::size_t k = 0; k < cuts.size(); ++k) {
     for (graph::node_id i = cuts[k].first; i <= cuts[k].second; ++i)
       stage_of[i] = k;
+    if (const two_level_stage* t = p.two_level_at(k)) { // (priced where it was planned)
+      out.stage_forward.push_back(t->passes / 3.0);
+      out.stage_backward.push_back(2.0 * t->passes / 3.0);
+      out.stage_sync.push_back(t->sync);
+      continue;
+    }
     const synth::plan& sp = p.stages[k];
     const std::size_t d = k % p.devices();
     const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
@@ -633,7 +708,10 @@ inline std::uint64_t pipeline_plan::hash() const {
   for (std::size_t k = 0; k < cuts.size(); ++k) {
     graphs.push_back(graph::extract_stage(g, cuts, k));
     whole[k].assign(graphs[k].g.size(), true);
-    for (const synth::plan_step& st : p.stages[k].steps) {
+    // (a two-level stage: as its first training node's program places it -- a value held
+    // whole inside a node is still split across the nodes by their rows)
+    const two_level_stage* two = p.two_level_at(k);
+    for (const synth::plan_step& st : (two != nullptr ? two->first_program() : p.stages[k]).steps) {
       whole[k][st.node] = !st.rule.out.is_split();
       for (const synth::transfer& t : st.transfers)
         if (t.kind == synth::transfer_kind::load && graphs[k].g[t.tensor].kind == graph::op::input)
@@ -641,6 +719,8 @@ inline std::uint64_t pipeline_plan::hash() const {
     }
   }
   const auto share = [&](std::size_t k, std::size_t r) {
+    if (const two_level_stage* two = p.two_level_at(k))
+      return two->row_share(r);
     const synth::ratio_table& t = p.stages[k].ratios;
     return t.empty() || t[0].size() <= r ? 1.0 / static_cast<double>(p.group_sizes[k % p.devices()])
                                          : t[0][r];
@@ -659,23 +739,28 @@ inline std::uint64_t pipeline_plan::hash() const {
           continue;
         const double bytes = static_cast<double>(g[global].out.size() * size_of(g[global].type));
         double needed = 0.0;
+        const two_level_stage* rt = p.two_level_at(r);
         for (std::size_t x = 0; x < p.group_sizes[b]; ++x) {
-          const double box = whole[r][local] ? bytes : bytes * share(r, x);
+          const double box = whole[r][local] ? bytes * (rt != nullptr ? rt->node_share(x) : 1.0)
+                                             : bytes * share(r, x);
           received[c.devices[p.first_rank(b) + x].node] += box;
           needed += box;
         }
         const auto at = std::ranges::find(graphs[k].global, global);
         const std::size_t producer = static_cast<std::size_t>(at - graphs[k].global.begin());
-        std::map<std::int64_t, double> holders; // a whole value's: devices per node
+        const bool held_whole = producer < whole[k].size() && whole[k][producer];
+        const two_level_stage* kt = p.two_level_at(k);
         for (std::size_t x = 0; x < p.group_sizes[a]; ++x) {
-          const std::int64_t node = c.devices[p.first_rank(a) + x].node;
-          if (producer < whole[k].size() && whole[k][producer])
-            holders[node] += 1.0;
-          else
-            sent[node] += needed * share(k, x);
+          // what device x sends of it: its share; of a whole value, a turn among its holders
+          // (on a two-level stage, the holders of its node's rows)
+          double part = share(k, x);
+          if (held_whole)
+            part = kt != nullptr
+                       ? kt->node_share(x) /
+                             static_cast<double>(kt->plan.nodes[kt->node_of(x).first].size())
+                       : 1.0 / static_cast<double>(p.group_sizes[a]);
+          sent[c.devices[p.first_rank(a) + x].node] += needed * part;
         }
-        for (const auto& [node, count] : holders)
-          sent[node] += needed * count / static_cast<double>(p.group_sizes[a]);
       }
       if (sent.empty())
         continue;
@@ -750,7 +835,13 @@ inline std::uint64_t pipeline_plan::hash() const {
     const std::size_t last_block =
         k + 1 < p.first_blocks.size() ? p.first_blocks[k + 1] - 1 : blocks.size() - 1;
     std::string shares;
-    if (!sp.ratios.empty()) {
+    if (const two_level_stage* t = p.two_level_at(k)) { // rows a node: "2L 3+5"
+      shares = "2L ";
+      for (std::size_t n = 0; n < t->plan.node_batch.size(); ++n)
+        shares += (n == 0 ? "" : "+") + std::to_string(t->plan.node_batch[n]);
+      if (shares.size() > 12)
+        shares = "2L " + std::to_string(t->plan.nodes.size()) + " nodes";
+    } else if (!sp.ratios.empty()) {
       const auto [lo, hi] = std::ranges::minmax(sp.ratios[0]);
       char share[48];
       std::snprintf(share, sizeof share, lo == hi ? "%.3g" : "%.3g-%.3g", lo, hi);
@@ -788,6 +879,10 @@ inline std::uint64_t pipeline_plan::hash() const {
                 100.0 * theory_bubble(p.schedule, p.devices(), p.micro, p.chunks),
                 1e3 * costs.transfer, *std::ranges::max_element(costs.stage_sync));
   out += line;
+  if (p.has_two_level())
+    out += "2L: a two-level stage (its nodes' own programs on their rows of each micro-batch, "
+           "the gradients all-reduced across the nodes once a step); its binding rows are its "
+           "first node's\n";
   const synth::plan& sp = p.stages[slowest_stage];
   if (!sp.binding.empty()) {
     out += "slowest stage " + std::to_string(slowest_stage) + "'s binding rows:";

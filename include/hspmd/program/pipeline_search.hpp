@@ -64,6 +64,8 @@ enum class grouping : std::uint8_t { equal, speed, pipeline_only };
 struct pipeline_candidate {
   std::size_t stages = 0, micro = 0;
   grouping groups = grouping::equal;
+  /// Stages on groups of whole nodes run two-level programs (two_level_stage.hpp).
+  bool two_level = false;
   std::vector<std::size_t> group_sizes;
   std::optional<pipeline_plan> plan; ///< none: refused (see `refused`)
   double step = 0.0, bubble = 0.0;   ///< predicted: the schedule over predicted_costs
@@ -136,8 +138,10 @@ inline constexpr std::size_t refined_candidates = 3;
 /// `judge` (may be empty): a second opinion on a plan's stage costs -- sim::pipeline_costs,
 /// which simulates each stage device by device at whole shards -- by which the candidates are
 /// ranked; the cost model's (`predicted_costs`) stands beside it.
+/// Its last argument: the whole model at a row count (two-level stages' node graphs).
 using stage_judge =
-    std::function<stage_costs(const pipeline_plan&, const graph::graph&, const cluster&)>;
+    std::function<stage_costs(const pipeline_plan&, const graph::graph&, const cluster&,
+                              const std::function<graph::graph(std::size_t)>&)>;
 
 template <class TraceAt>
 [[nodiscard]] pipeline_choice choose_pipeline(TraceAt&& trace_at, std::size_t batch,
@@ -158,6 +162,9 @@ template <class TraceAt>
     pipeline_options po = o;
     po.group_sizes = k.group_sizes;
     po.micro = k.micro;
+    po.two_level = k.two_level;
+    po.rows = batch / k.micro;
+    po.trace = [&](std::size_t rows) { return graph::graph(trace_at(rows)); };
     po.first_blocks.clear();
     po.refine = refine;
     if (k.groups == grouping::pipeline_only) {
@@ -170,7 +177,7 @@ template <class TraceAt>
     pipeline_plan plan = make_pipeline_plan(g, c, po, &planner);
     const stage_costs costs = predicted_costs(plan, g, c);
     const pipeline_timeline t = simulate(plan.make(), costs);
-    const pipeline_timeline judged = judge ? simulate(plan.make(), judge(plan, g, c)) : t;
+    const pipeline_timeline judged = judge ? simulate(plan.make(), judge(plan, g, c, po.trace)) : t;
     if (!k.plan || judged.step < k.simulated) {
       k.imbalance = imbalance(group_busy(plan, costs));
       k.step = t.step;
@@ -196,7 +203,27 @@ template <class TraceAt>
     for (std::size_t m = 4 * p; m >= p && k.micro == 0; --m)
       if (batch % m == 0)
         k.micro = m;
-    out.tried.push_back(std::move(k));
+    out.tried.push_back(k);
+    // With two-level stages where the groups span whole nodes: a micro-batch needs a row per
+    // node of a group, not per device (each node's program may split the model, not the rows).
+    if (!o.two_level || how == grouping::pipeline_only)
+      return;
+    std::size_t widest_nodes = 0;
+    bool spans = false;
+    for (std::size_t d = 0, first = 0; d < k.group_sizes.size(); first += k.group_sizes[d++]) {
+      const cluster group = sub_cluster(c, first, k.group_sizes[d]);
+      spans = spans || spans_whole_nodes(group);
+      widest_nodes = std::max(widest_nodes, group.nodes().size());
+    }
+    if (!spans)
+      return;
+    k.two_level = true;
+    k.micro = 0;
+    for (std::size_t m = 4 * p; m >= p && k.micro == 0; --m)
+      if (batch % m == 0 && batch / m >= widest_nodes)
+        k.micro = m;
+    if (k.micro != 0)
+      out.tried.push_back(std::move(k));
   };
   std::optional<std::size_t> blocks; // the model's (the same at every micro-batch size)
   for (std::size_t p = 2; p <= n; p *= 2) {

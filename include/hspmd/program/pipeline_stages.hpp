@@ -21,6 +21,7 @@
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
 #include <hspmd/graph/io.hpp>
+#include <hspmd/program/two_level_stage.hpp>
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
@@ -30,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,6 +92,37 @@ public:
     if (fits || !so.search.check_memory)
       return base;
     return made_for(g, group, so, strategy, model);
+  }
+  /// A two-level program (two_level_stage.hpp) for stage graph `g` (`at`: the stage's graph at
+  /// a row count; `rows`: a micro-batch's) over `group`, holding `held` micro-batches at once,
+  /// made or reused as `plan`'s are; none where no node program fits (also remembered).
+  [[nodiscard]] std::optional<two_level_stage>
+  plan_two_level(const stage_graph_at& at, std::size_t rows, const graph::graph& g,
+                 const cluster& group, synth::synth_options so, std::size_t held,
+                 const std::string& model) {
+    so.activation_copies = static_cast<double>(held);
+    const std::uint64_t key = fnv1a64(std::to_string(key_of(g, group, so, stage_strategy::synth)) +
+                                      "|two-level|" + std::to_string(rows));
+    {
+      std::unique_lock lock(mutex_);
+      if (const auto hit = two_level_.find(key); hit != two_level_.end()) {
+        ++reused_;
+        std::optional<two_level_stage> found = hit->second;
+        lock.unlock();
+        if (found)
+          rename_two_level(*found, g, group, model);
+        return found;
+      }
+    }
+    std::optional<two_level_stage> t;
+    try {
+      t = plan_two_level_stage(at, rows, group, so, held, model);
+    } catch (const plan_error&) { // (no node program fits: the stage plans one level)
+    }
+    const std::scoped_lock lock(mutex_);
+    ++made_;
+    two_level_.emplace(key, t);
+    return t;
   }
   /// Syntheses (or baselines) run, and plans reused for a stage that was the same problem.
   [[nodiscard]] std::size_t made() const noexcept { return made_; }
@@ -214,7 +247,28 @@ private:
     return p;
   }
 
+  // `t` (made for a stage of the same structure on a group of the same layout) for stage graph
+  // `g` on `group`: its node programs renamed for the nodes that run them.
+  static void rename_two_level(two_level_stage& t, const graph::graph& g, const cluster& group,
+                               const std::string& model) {
+    t.plan.model = model;
+    t.plan.cluster_name = group.name;
+    t.plan.cluster_fingerprint = fingerprint(group);
+    for (std::size_t v = 0; v < t.plan.variants.size(); ++v)
+      for (std::size_t k = 0; k < t.plan.nodes.size(); ++k)
+        if (t.plan.node_variant[k] == v) {
+          synth::plan& p = t.plan.variants[v];
+          const std::uint64_t hash = p.graph_hash; // (made for the node's rows, not g's)
+          const std::size_t nodes = p.graph_nodes;
+          p = renamed(std::move(p), g, node_of_group(t, group, k), model);
+          p.graph_hash = hash;
+          p.graph_nodes = nodes;
+          break;
+        }
+  }
+
   std::map<std::uint64_t, synth::plan> plans_;
+  std::map<std::uint64_t, std::optional<two_level_stage>> two_level_;
   std::size_t made_ = 0, reused_ = 0;
   std::mutex mutex_;
 };

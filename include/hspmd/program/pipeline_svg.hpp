@@ -112,17 +112,24 @@ namespace detail {
     const double w = static_cast<double>(last - p.first_blocks[k]) * block_w;
     const synth::plan& sp = p.stages[k];
     double lo = 1.0, hi = 0.0;
-    for (double r : sp.ratios.empty() ? std::vector<double>{1.0} : sp.ratios[0]) {
+    std::vector<double> shares = sp.ratios.empty() ? std::vector<double>{1.0} : sp.ratios[0];
+    if (const two_level_stage* t = p.two_level_at(k)) { // (each device's share of the rows)
+      shares.clear();
+      for (std::size_t x = 0; x < p.group_sizes[d]; ++x)
+        shares.push_back(t->row_share(x));
+    }
+    for (double r : shares) {
       lo = std::min(lo, r);
       hi = std::max(hi, r);
     }
     std::snprintf(buf, sizeof buf,
                   "<rect class=\"stage\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
                   "fill=\"%s\" fill-opacity=\"0.25\" stroke=\"#333\"><title>stage %zu: blocks "
-                  "%zu-%zu on group %zu; pass %.4g s, sync %.4g s, %zu in flight, peak %.1f MB, "
-                  "shares %.3g-%.3g</title></rect>\n",
+                  "%zu-%zu on group %zu%s; pass %.4g s, sync %.4g s, %zu in flight, peak %.1f "
+                  "MB, shares %.3g-%.3g</title></rect>\n",
                   x0, y[d] + 1.0, w, band[d] - 2.0, palette[k % 8], k, p.first_blocks[k], last - 1,
-                  d, costs.stage_forward[k] + costs.stage_backward[k], costs.stage_sync[k],
+                  d, p.two_level_at(k) != nullptr ? " (two-level)" : "",
+                  costs.stage_forward[k] + costs.stage_backward[k], costs.stage_sync[k],
                   mem.in_flight[k], *std::ranges::max_element(mem.peak[k]) / 1e6, lo, hi);
     out += buf;
     std::snprintf(

@@ -16,28 +16,65 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <utility>
 
 namespace hspmd::sim {
 
-/// See the file comment.
-[[nodiscard]] inline program::stage_costs pipeline_costs(const program::pipeline_plan& p,
-                                                         const graph::graph& g, const cluster& c) {
+/// See the file comment. A two-level stage (program/two_level_stage.hpp) is simulated node by
+/// node -- each node's program on its rows of the micro-batch, the slowest node's passes --
+/// with `trace` (the whole model at a row count: the node programs' graphs), its once-a-step
+/// sync being the slowest node's own plus the cross-node all-reduce; without `trace`, as it was
+/// priced when planned.
+[[nodiscard]] inline program::stage_costs
+pipeline_costs(const program::pipeline_plan& p, const graph::graph& g, const cluster& c,
+               const std::function<graph::graph(std::size_t)>& trace = {}) {
   program::stage_costs out = program::predicted_costs(p, g, c); // (its boundary sends)
   const auto cuts = p.cuts(g);
+  // (one gradient bucket: the stage's all-reduce starts after its backward, once a step, as the
+  // pipeline executor reduces the accumulated gradients)
+  options o;
+  o.bucket_bytes = 1e18; // (every gradient in the one bucket)
+  const auto passes_of = [&](const synth::plan& sp, const graph::graph& sg, const cluster& on) {
+    const synth::cost_model m(sg, on, synth::segment_map(sg, sp.segments));
+    const result r = simulate(sp, m, o);
+    const double pass = std::min(r.backward, r.step_time);
+    return std::pair{pass, r.step_time - pass};
+  };
+  std::map<std::size_t, graph::graph> traced;
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
     const std::size_t d = k % p.devices();
-    const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
     const cluster group = program::sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
-    const synth::cost_model m(sg.g, group, synth::segment_map(sg.g, p.stages[k].segments));
-    // (one gradient bucket: the stage's all-reduce starts after its backward, once a step,
-    // as the pipeline executor reduces the accumulated gradients)
-    options o;
-    o.bucket_bytes = 1e18; // (every gradient in the one bucket)
-    const result r = simulate(p.stages[k], m, o);
-    const double pass = std::min(r.backward, r.step_time);
+    double pass = 0.0, sync = 0.0;
+    if (const program::two_level_stage* t = p.two_level_at(k)) {
+      if (!trace)
+        continue; // (as priced)
+      for (std::size_t n = 0; n < t->plan.nodes.size(); ++n) {
+        if (!t->plan.active(n))
+          continue;
+        const std::size_t rows = t->plan.node_batch[n];
+        auto it = traced.find(rows);
+        if (it == traced.end())
+          it = traced.emplace(rows, trace(rows)).first;
+        const graph::graph sg =
+            graph::extract_stage(
+                it->second, graph::stages_at_blocks(it->second, p.first_blocks, p.block_prefix), k)
+                .g;
+        const auto [np, ns] =
+            passes_of(t->plan.node_plan(n), sg, program::node_of_group(*t, group, n));
+        pass = std::max(pass, np);
+        sync = std::max(sync, ns);
+      }
+      sync += t->plan.cross_time;
+    } else {
+      const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
+      std::tie(pass, sync) = passes_of(p.stages[k], sg.g, group);
+    }
     out.stage_forward[k] = pass / 3.0;
     out.stage_backward[k] = 2.0 * pass / 3.0;
-    out.stage_sync[k] = r.step_time - pass;
+    out.stage_sync[k] = sync;
   }
   return out;
 }

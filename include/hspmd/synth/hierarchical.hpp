@@ -172,7 +172,11 @@ struct node_fit {
 
 [[nodiscard]] inline node_fit fit_node(const plan& prog, const graph::graph& g, const cluster& sub,
                                        const synth_options& opt) {
-  const cost_model m(g, sub, segment_map(g, opt.segments), std::nullopt, opt.gemm_type);
+  cost_model m(g, sub, segment_map(g, opt.segments), std::nullopt, opt.gemm_type);
+  // (a pipeline stage's node program: its micro-batches in flight and its received values)
+  m.set_activation_copies(opt.activation_copies);
+  if (opt.received)
+    m.set_received(opt.received->inputs, opt.received->link, opt.received->sharing);
   node_fit f;
   f.p = prog;
   f.p.graph_hash = graph_hash(g);

@@ -299,7 +299,7 @@ TEST_CASE("pipeline search: every depth grouped equally and by speed is planned 
   REQUIRE(ch.best);
   const std::vector<std::size_t> picked = ch.tried[*ch.best].group_sizes;
   const program::stage_judge judge = [&](const program::pipeline_plan& x, const graph::graph& xg,
-                                         const cluster& xc) {
+                                         const cluster& xc, const auto&) {
     program::stage_costs s = program::predicted_costs(x, xg, xc);
     if (x.group_sizes == picked)
       for (double& f : s.stage_forward)
