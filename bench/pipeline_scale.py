@@ -48,8 +48,8 @@ def parse(out):
     m = re.search(r"^two-lvl +(\S+ \S+)", out, re.M)
     r["two"] = seconds(m.group(1)) if m else None
     only, joint = [], []
-    for m in re.finditer(r"^(\d+) +(equal|speed|pipeline-only) +(\d+) +(\S+ \S+) +([0-9.]+)% +"
-                         r"(\S+ \S+) +([0-9.]+)%", out, re.M):
+    for m in re.finditer(r"^(\d+) +(equal(?: 2L)?|speed(?: 2L)?|pipeline-only) +(\d+) +"
+                         r"(\S+ \S+) +([0-9.]+)% +(\S+ \S+) +([0-9.]+)%", out, re.M):
         # (simulated step, stages, grouping, m, simulated bubble, predicted step)
         row = (seconds(m.group(6)), int(m.group(1)), m.group(2), int(m.group(3)),
                float(m.group(7)), seconds(m.group(4)))
@@ -100,7 +100,7 @@ def main():
                                     r["only"] and r["only"][0]) if x]
                 pick = r["joint"]
                 lead = f"{min(base) / pick[0]:.2f}x" if pick and base else "-"
-                pick_text = f"P={pick[1]} {pick[2]} m={pick[3]}" if pick else "none"
+                pick_text = f"P={pick[1]} {pick[2].replace(' 2L', '+2L')} m={pick[3]}" if pick else "none"
                 made = f"{r['made'][0]}/{r['made'][1]}" if r["made"] else "-"
                 search = f"{r['search']:.2f} s" if r["search"] is not None else "-"
                 if r["search"] is not None:

@@ -98,31 +98,26 @@ public:
   /// made or reused as `plan`'s are; none where no node program fits (also remembered).
   [[nodiscard]] std::optional<two_level_stage>
   plan_two_level(const stage_graph_at& at, std::size_t rows, const graph::graph& g,
-                 const cluster& group, synth::synth_options so, std::size_t held,
+                 const cluster& group, const synth::synth_options& so, std::size_t held,
                  const std::string& model) {
-    so.activation_copies = static_cast<double>(held);
-    const std::uint64_t key = fnv1a64(std::to_string(key_of(g, group, so, stage_strategy::synth)) +
-                                      "|two-level|" + std::to_string(rows));
-    {
-      std::unique_lock lock(mutex_);
-      if (const auto hit = two_level_.find(key); hit != two_level_.end()) {
-        ++reused_;
-        std::optional<two_level_stage> found = hit->second;
-        lock.unlock();
-        if (found)
-          rename_two_level(*found, g, group, model);
-        return found;
-      }
-    }
-    std::optional<two_level_stage> t;
-    try {
-      t = plan_two_level_stage(at, rows, group, so, held, model);
-    } catch (const plan_error&) { // (no node program fits: the stage plans one level)
-    }
-    const std::scoped_lock lock(mutex_);
-    ++made_;
-    two_level_.emplace(key, t);
-    return t;
+    // As `plan`: the program made for one micro-batch in flight where it holds `held` within
+    // every device's memory (priced again for them), else one made for `held`.
+    std::optional<two_level_stage> t = two_level_for(at, rows, g, group, so, 1, model);
+    if (held == 1 || !t)
+      return t;
+    std::map<std::size_t, graph::graph> graphs;
+    price_two_level_stage(
+        *t,
+        [&](std::size_t r) -> const graph::graph& {
+          auto it = graphs.find(r);
+          if (it == graphs.end())
+            it = graphs.emplace(r, at(r)).first;
+          return it->second;
+        },
+        group, held);
+    if (fits_memory(*t, group) || !so.search.check_memory)
+      return t;
+    return two_level_for(at, rows, g, group, so, held, model);
   }
   /// Syntheses (or baselines) run, and plans reused for a stage that was the same problem.
   [[nodiscard]] std::size_t made() const noexcept { return made_; }
@@ -247,6 +242,41 @@ private:
     return p;
   }
 
+  // The two-level program for exactly `held` micro-batches in flight, made or reused.
+  [[nodiscard]] std::optional<two_level_stage>
+  two_level_for(const stage_graph_at& at, std::size_t rows, const graph::graph& g,
+                const cluster& group, synth::synth_options so, std::size_t held,
+                const std::string& model) {
+    so.activation_copies = static_cast<double>(held);
+    const std::uint64_t key = fnv1a64(std::to_string(key_of(g, group, so, stage_strategy::synth)) +
+                                      "|two-level|" + std::to_string(rows));
+    {
+      std::unique_lock lock(mutex_);
+      if (const auto hit = two_level_.find(key); hit != two_level_.end()) {
+        ++reused_;
+        std::optional<two_level_stage> found = hit->second;
+        lock.unlock();
+        if (found)
+          rename_two_level(*found, g, group, model);
+        return found;
+      }
+    }
+    std::optional<two_level_stage> t;
+    try {
+      // (node programs made or reused as stage plans are: alike nodes of alike stages in
+      // several candidates are one synthesis)
+      t = plan_two_level_stage(at, rows, group, so, held, model,
+                               [this](const graph::graph& ng, const cluster& node,
+                                      const synth::synth_options& nso, const std::string& name) {
+                                 return made_for(ng, node, nso, stage_strategy::synth, name);
+                               });
+    } catch (const plan_error&) { // (no node program fits: the stage plans one level)
+    }
+    const std::scoped_lock lock(mutex_);
+    ++made_;
+    two_level_.emplace(key, t);
+    return t;
+  }
   // `t` (made for a stage of the same structure on a group of the same layout) for stage graph
   // `g` on `group`: its node programs renamed for the nodes that run them.
   static void rename_two_level(two_level_stage& t, const graph::graph& g, const cluster& group,

@@ -133,35 +133,21 @@ struct stage_memory_use {
   return synth::detail::node_cluster(group, t.plan.nodes[k]);
 }
 
-/// Plans a two-level program for a stage (`at`: its graph at a row count) of `rows` rows a
-/// micro-batch over `group` (which `spans_whole_nodes`), holding `held` micro-batches at once,
-/// with the one-level options `so` inside each node; prices it (see the file comment). Throws
-/// `plan_error` where no node program fits (synthesize_hierarchical's message).
-[[nodiscard]] inline two_level_stage
-plan_two_level_stage(const stage_graph_at& at, std::size_t rows, const cluster& group,
-                     const synth::synth_options& so, std::size_t held, const std::string& model) {
-  std::map<std::size_t, graph::graph> graphs;
-  const auto graph_at = [&](std::size_t r) -> const graph::graph& {
-    auto it = graphs.find(r);
-    if (it == graphs.end())
-      it = graphs.emplace(r, at(r)).first;
-    return it->second;
-  };
-  synth::hierarchical_options ho;
-  ho.inner = so;
-  ho.inner.activation_copies = static_cast<double>(held);
-  two_level_stage t;
-  t.plan = synth::synthesize_hierarchical([&](std::size_t r) { return graph_at(r); }, rows, group,
-                                          ho, model);
+/// Prices `t`'s plan (see the file comment) holding `held` micro-batches at once: its memory
+/// per device, its passes and its once-a-step sync. `at`: the stage's graph at a row count.
+template <class GraphAt>
+void price_two_level_stage(two_level_stage& t, GraphAt&& at, const cluster& group,
+                           std::size_t held) {
   t.in_flight = held;
   t.activations.assign(group.size(), 0.0);
   t.peak.assign(group.size(), 0.0);
+  t.passes = 0.0;
   double node_sync = 0.0;
   for (std::size_t k = 0; k < t.plan.nodes.size(); ++k) {
     if (!t.plan.active(k))
       continue;
     const synth::plan& v = t.plan.node_plan(k);
-    const graph::graph& g = graph_at(t.plan.node_batch[k]);
+    const graph::graph& g = at(t.plan.node_batch[k]);
     const cluster node = node_of_group(t, group, k);
     const stage_memory_use use = stage_memory(v, g, node, held);
     for (std::size_t i = 0; i < t.plan.nodes[k].size(); ++i) {
@@ -177,6 +163,51 @@ plan_two_level_stage(const stage_graph_at& at, std::size_t rows, const cluster& 
     node_sync = std::max(node_sync, sync);
   }
   t.sync = node_sync + t.plan.cross_time;
+}
+
+/// Whether every device of `group` holds what `t` keeps at its peak (memory 0: unknown, fits).
+[[nodiscard]] inline bool fits_memory(const two_level_stage& t, const cluster& group) {
+  for (std::size_t d = 0; d < group.size() && d < t.peak.size(); ++d)
+    if (group.devices[d].memory != 0 && t.peak[d] > static_cast<double>(group.devices[d].memory))
+      return false;
+  return true;
+}
+
+/// The budget of a two-level stage's node program searches, in states expanded (a two-level
+/// plan's own default). Measured on Llama-7B, 4096 devices (docs/benchmarks.md): at 5,000 the
+/// search takes 6.5 s instead of 8.4 s but its pick simulates 3.20 s a step instead of 2.27 s
+/// (the 8-stage equal candidate's node programs come out worse); a step is paid every step,
+/// planning once.
+inline constexpr std::size_t two_level_node_expansions = 20'000;
+
+/// Plans a two-level program for a stage (`at`: its graph at a row count) of `rows` rows a
+/// micro-batch over `group` (which `spans_whole_nodes`), holding `held` micro-batches at once,
+/// with the one-level options `so` inside each node; prices it (see the file comment).
+/// `node_program` (may be empty): how node programs are synthesized (hierarchical_options's).
+/// Throws `plan_error` where no node program fits (synthesize_hierarchical's message).
+[[nodiscard]] inline two_level_stage
+plan_two_level_stage(const stage_graph_at& at, std::size_t rows, const cluster& group,
+                     const synth::synth_options& so, std::size_t held, const std::string& model,
+                     const decltype(synth::hierarchical_options::node_program)& node_program = {}) {
+  std::map<std::size_t, graph::graph> graphs;
+  const auto graph_at = [&](std::size_t r) -> const graph::graph& {
+    auto it = graphs.find(r);
+    if (it == graphs.end())
+      it = graphs.emplace(r, at(r)).first;
+    return it->second;
+  };
+  synth::hierarchical_options ho;
+  ho.inner = so;
+  ho.node_program = node_program;
+  ho.node_search_expansions = two_level_node_expansions;
+  // (one node program search, on the class with the most rows: the same picks on the bench
+  // clusters, Llama-7B on 1024 devices planned in 5.3 s instead of 6.2 s)
+  ho.class_searches = 1;
+  ho.inner.activation_copies = static_cast<double>(held);
+  two_level_stage t;
+  t.plan = synth::synthesize_hierarchical([&](std::size_t r) { return graph_at(r); }, rows, group,
+                                          ho, model);
+  price_two_level_stage(t, graph_at, group, held);
   return t;
 }
 

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,6 +93,14 @@ struct hierarchical_options {
   /// spends seconds on (BERT-large, 8 T4s, 5 rows: 5.9 s, 467k states). A count, not a time,
   /// so every rank finds the same program.
   std::size_t node_search_expansions = 20'000;
+  /// Node classes (nodes with the same devices) a node program is searched on, those with the
+  /// most rows first; the others run one of those programs (every node runs the same program,
+  /// each lowered at its own ratios).
+  std::size_t class_searches = static_cast<std::size_t>(-1);
+  /// Makes a node program by synthesis (empty: `synthesize`); a caller that plans many alike
+  /// (a pipeline's stages) passes one that remembers them.
+  std::function<plan(const graph::graph&, const cluster&, const synth_options&, const std::string&)>
+      node_program;
 };
 
 /// Traces the model for a batch of `rows` (e.g. `models::trace_model` bound to a model).
@@ -321,10 +330,19 @@ struct node_fit {
     if (s == "synth") {
       // A program for each class's node; where its speed-proportional rows do not fit, at
       // half and a quarter of them (the water-filling then gives it fewer).
-      for (std::size_t k = 0; k < subs.size(); ++k)
+      std::vector<std::size_t> order(subs.size()); // (the classes with the most rows first)
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::ranges::stable_sort(
+          order, [&](std::size_t a, std::size_t b) { return class_rows[a] > class_rows[b]; });
+      if (order.size() > opt.class_searches)
+        order.resize(std::max<std::size_t>(opt.class_searches, 1));
+      for (std::size_t k : order)
         for (std::size_t rows = class_rows[k], tries = 0; tries < 3;
              rows = std::max<std::size_t>(1, rows / 2), ++tries) {
-          if (attempt([&] { return synthesize(graph_at(rows), subs[k], inner, model); }) ||
+          if (attempt([&] {
+                return opt.node_program ? opt.node_program(graph_at(rows), subs[k], inner, model)
+                                        : synthesize(graph_at(rows), subs[k], inner, model);
+              }) ||
               rows == 1)
             break;
         }

@@ -8,6 +8,7 @@
 #include <hspmd/models/zoo.hpp>
 
 #include "../../support/equivalence.hpp"
+#include "../../support/hierarchical_run.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -41,28 +42,7 @@ std::array<std::size_t, 3> ways{};
 template <class T>
 result<T> run(const graph::graph& node_graph, const graph::graph& whole,
               const synth::hierarchical_plan& p, mpi_communicator& world, std::size_t id_limit) {
-  exec::hierarchical_executor<T, mpi_communicator> hx(node_graph, p, world, 7);
-  for (std::size_t k = 0; k < 3; ++k)
-    ways[k] += hx.cross_node_ways()[k];
-  hx.inner().set_bucket_bytes(256);
-  hx.set_cross_node_bytes(512); // several cross-node calls of a few parameters each
-  exec::sgd opt(0.05, 0.9);
-  result<T> r;
-  for (std::size_t s = 0; s < steps; ++s) {
-    const auto b = data_for<T>(whole, s, id_limit);
-    for (const auto& [name, v] : b.values)
-      hx.set_input(name, std::span<const T>(v));
-    for (const auto& [name, v] : b.ids)
-      hx.set_input(name, std::span<const std::int64_t>(v));
-    hx.set_step(s);
-    r.losses.push_back(static_cast<double>(hx.forward()));
-    hx.backward();
-    hx.clip_grad_norm(clip);
-    opt.step(hx.local());
-  }
-  for (graph::node_id q : whole.parameters())
-    r.params[whole[q].name] = hx.gather(whole[q].name);
-  return r;
+  return run_two_level<T>(node_graph, whole, p, world, id_limit, steps, &ways);
 }
 
 template <class T>

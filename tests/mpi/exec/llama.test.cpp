@@ -2,8 +2,11 @@
 // (tests/support/equivalence.hpp), f32 and f64; with fused attention in f64; with recomputed
 // blocks; with grouped-query attention (8 heads, 2 key/value heads) through products and fused.
 #include <hspmd/models/llama.hpp>
+#include <hspmd/models/zoo.hpp>
+#include <hspmd/synth/hierarchical.hpp>
 
 #include "../../support/equivalence.hpp"
+#include "../../support/hierarchical_run.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -79,6 +82,40 @@ TEST_CASE("Llama-small with grouped-query attention: distributed training equals
   else
     equivalence<float>("llama-gqa", g, 40, 1e-5, 1e6,
                        {"broadcast:split", "all_gather", "reduce_scatter", "vocab-parallel"}, 3);
+}
+
+TEST_CASE("Llama-small with grouped-query attention under a two-level plan (a rank a node) "
+          "trains equal to the single process") {
+  // Each rank its own node: the node level alone (uneven rows by speed, every parameter
+  // replicated across nodes, gradients all-reduced between them), through products at 2 ranks
+  // and the fused op at 3 (3 steps, as above). Two nodes of two ranks: mpi.hierarchical.
+  mpi_communicator world;
+  const auto n = static_cast<std::size_t>(world.size());
+  models::model_options o;
+  o.layers = 2;
+  o.hidden = 16;
+  o.heads = 8;
+  o.kv_heads = 2;
+  o.ffn = 24;
+  o.seq = 6;
+  o.vocab = 40;
+  o.fused_attention = n != 2;
+  const auto trace = [&](std::size_t rows) { return models::trace_model<float>("llama", o, rows); };
+  const graph::graph whole = trace(6);
+  cluster c = make_cluster(n, 1e9);
+  for (std::size_t d = 0; d < n; ++d) {
+    c.devices[d].speed = static_cast<double>(n - d) * 1e9; // the first node fastest
+    c.devices[d].node = static_cast<std::int64_t>(d);
+  }
+  c.inter_node = link_spec{2.5e8, 1e-5};
+  synth::hierarchical_options ho;
+  ho.node_search_expansions = 3000;
+  const synth::hierarchical_plan p = synth::synthesize_hierarchical(trace, 6, c, ho, "llama-gqa");
+  REQUIRE(p.nodes.size() == n);
+  CHECK(p.node_batch.front() >= p.node_batch.back());
+  const graph::graph mine = trace(p.node_batch[static_cast<std::size_t>(world.rank())]);
+  check_same(run_two_level<float>(mine, whole, p, world, 40, 3), single<float>(whole, 40, 3), 1e-5,
+             "llama-gqa " + p.strategy + " on " + std::to_string(n) + " nodes of one device");
 }
 
 TEST_CASE("Llama-small with recomputed blocks: distributed training equals the single process") {

@@ -70,6 +70,14 @@ TEST_CASE("A two-level plan gives faster nodes more rows and runs one program in
   CHECK(h.step_time == Approx(h.inner_time + h.cross_time));
   CHECK(h.cross_time > 0.0);
   CHECK(h.hash() == synth::synthesize_hierarchical(bert, 40, c).hash()); // deterministic
+
+  // one node program search (on the class with the most rows: the fast nodes'), run by all
+  synth::hierarchical_options one;
+  one.class_searches = 1;
+  const auto h1 = synth::synthesize_hierarchical(bert, 40, c, one);
+  CHECK(h1.node_batch[0] + h1.node_batch[1] + h1.node_batch[2] + h1.node_batch[3] == 40);
+  CHECK(h1.node_plan(2).steps.size() == h1.node_plan(0).steps.size());
+  CHECK(h1.step_time >= h.step_time * (1.0 - 1e-9)); // (never a program the full search lacks)
 }
 
 TEST_CASE("A two-level plan keeps every device within its memory, moving rows off small nodes") {
