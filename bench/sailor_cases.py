@@ -124,6 +124,8 @@ def dp_plan(kinds):
 def pipeline_as_sailor(pp, kinds, names):
     """hspmd's pipeline plan as stages of data-parallel replicas, or (None, why)."""
     sizes = pp["group_sizes"]
+    if any("two_level" in st for st in pp["stages"]):
+        return None, "two-level stages"
     if len(set(sizes)) != 1:
         return None, "uneven groups"
     rows = 1024 // pp["micro"]
@@ -185,7 +187,8 @@ def main():
                 eq_json = os.path.join(d, f"e{a100}.json")
                 cmd = [tool] + MODEL + ["--cluster", path, "--no-baselines", "--pipeline",
                                         str(pick[1]), "--micro", str(pick[3]), "--simulate",
-                                        "--json", eq_json] + a.extra
+                                        "--stage-programs", "one-level", "--json",
+                                        eq_json] + a.extra
                 erc, eout, _, _ = ps.scale.run(cmd)
                 m = re.search(r"^sim +(\S+ \S+)", eout, re.M)
                 equal = f"P={pick[1]} m={pick[3]}: " + (text(ps.seconds(m.group(1))) if m
