@@ -36,7 +36,12 @@ what of hspmd's plans Sailor's plan format can express:
   equal P      the same depth with equal groups (hspmd-plan --pipeline P), which Sailor's format
                can hold: both simulators on one plan (hspmd's simulated step beside Sailor's)
 
-Sailor's own planner (a C++ extension) and the other planners it compares are not run here.
+With --sailor-picks DIR (Sailor's own planner's picks, run apart: its C++ planner built from its
+repository, result_a{A}_v{V}.json each holding its `top_plan`) the script prints Sailor's pick,
+its planner's estimate and its simulator's step beside hspmd's simulated step of the same
+layout: the devices Sailor uses in its stages' order, its layer cuts, the most micro-batches
+that divide the batch with at least Sailor's rows each, and hspmd's programs inside the stages (Sailor's
+replicas of tensor degree 4 are hspmd's to plan, not a TP-4 program forced).
 """
 import argparse
 import importlib.util
@@ -142,13 +147,57 @@ def pipeline_as_sailor(pp, kinds, names):
         "tmp_per_stage": stages}]}, ""
 
 
+def sailor_pick_in_hspmd(top, path):
+    """Sailor's planner's pick (`top`: its plan dict) as an hspmd cluster file written to `path`
+    -- the devices it uses, in its stages' order (a V100 replica of tensor degree 4 is one
+    4-GPU node; A100 replicas of degree 1 packed four to a node in stage order) -- and the
+    hspmd-plan flags of its layout: the groups' sizes, each stage's first block (Sailor's layer
+    0 is the embedding, 1-24 the blocks, 25 the head) and the most micro-batches that divide the
+    batch with at least Sailor's rows each (Sailor rounds the batch up: ceil(1024 / (mbs x dp))
+    micro-batches of mbs x dp rows; fewer rows than a group's nodes would leave nodes idle)."""
+    pl = top["pipeline_list"][0]
+    devices, sizes, node, a100_in_node = [], [], -1, 4
+    for replicas in pl["tmp_per_stage"]:
+        count = 0
+        for r in replicas:
+            kind, tp = r[0][0][0], r[1]
+            for i in range(tp):
+                if (tp > 1 and i == 0) or (tp == 1 and a100_in_node == 4):  # a new node
+                    node += 1
+                    a100_in_node = 0
+                if tp == 1:
+                    a100_in_node += 1
+                speed, memory = KINDS[kind]
+                devices.append({"name": f"{kind.lower()}-{node}.{len(devices)}", "kind": kind,
+                                "speed": speed, "memory": memory, "node": node})
+                count += 1
+            if tp == 4:
+                a100_in_node = 4  # (the next A100 starts a node)
+        sizes.append(count)
+    with open(path, "w") as f:
+        json.dump({"version": 1, "name": "sailor-pick",
+                   "description": "the devices of Sailor's pick, in its stages' order",
+                   "links": {"intra_node": {"bandwidth": 6.8e10, "latency": 5e-6},
+                             "inter_node": {"bandwidth": 6e9, "latency": 2e-5}},
+                   "devices": devices}, f)
+    first = [0] + [layers[0] - 1 for layers in pl["layers_per_stage"][1:]]
+    rows = top["mbs"] * pl["dp"][0]
+    micro = max(m for m in range(1, 1025) if 1024 % m == 0 and 1024 // m >= rows)
+    return sizes, first, micro
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="32:96,80:240,128:384")
     ap.add_argument("--sailor", help="a checkout of eth-easl/sailor (its simulator is run)")
+    ap.add_argument("--sailor-picks",
+                    help="a folder of Sailor's planner's picks (result_a{A}_v{V}.json, each "
+                         "with its top_plan): their layouts planned by hspmd beside")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     sim = sailor_simulator(a.sailor) if a.sailor else None
+    if a.sailor_picks:
+        return sailor_picks(a, sim)
     if a.sailor and sim is None:
         print(f"{a.sailor}: no sailor/Planner in it; hspmd's side only")
     tool = os.path.join(ROOT, "build/release/tools/hspmd-plan")
@@ -207,6 +256,39 @@ def main():
                   f"{sailor_dp:>20} {sailor_pp:>9} | {equal}"
                   + ("" if rc == 0 else f"  (exit {rc}: {out.strip().splitlines()[-1]})"),
                   flush=True)
+
+
+def sailor_picks(a, sim):
+    """Sailor's own picks: its planner's estimate, its simulator's step, and hspmd's simulated
+    step of the same layout (groups, cuts, micro-batch rows) with hspmd's stage programs."""
+    tool = os.path.join(ROOT, "build/release/tools/hspmd-plan")
+    text = ps.text
+    print(f"{'A100+V100':>10} {'Sailor pick':>34} {'estimate':>9} {'Sailor sim':>11} | "
+          f"{'hspmd sim, same layout':>24} {'m':>4}")
+    with tempfile.TemporaryDirectory() as d:
+        for case in a.sizes.split(","):
+            a100, v100 = (int(x) for x in case.split(":"))
+            with open(os.path.join(a.sailor_picks, f"result_a{a100}_v{v100}.json")) as f:
+                top = json.load(f)["top_plan"]
+            pl = top["pipeline_list"][0]
+            shape = (f"{pl['num_stages']} stages, dp {pl['dp'][0]}, mbs {top['mbs']}, "
+                     f"layers {'/'.join(str(len(x)) for x in pl['layers_per_stage'])}")
+            ssim = "-"
+            if sim is not None:
+                fits, t = sailor_time(sim, top)
+                ssim = text(t) + ("" if fits else " OOM")
+            path = os.path.join(d, f"s{a100}.json")
+            sizes, first, micro = sailor_pick_in_hspmd(top, path)
+            cmd = [tool] + MODEL + ["--cluster", path, "--no-baselines", "--pipeline",
+                                    ",".join(map(str, sizes)), "--micro", str(micro),
+                                    "--first-blocks", ",".join(map(str, first)),
+                                    "--simulate"] + a.extra
+            rc, out, _, _ = ps.scale.run(cmd)
+            m = re.search(r"^sim +(\S+ \S+)", out, re.M)
+            hsim = text(ps.seconds(m.group(1))) if m else (
+                f"no plan ({out.strip().splitlines()[-1][:80]})" if out.strip() else "no plan")
+            print(f"{a100:>4}+{v100:<5} {shape:>34} {text(top['iter_time']):>9} {ssim:>11} | "
+                  f"{hsim:>24} {micro:>4}", flush=True)
 
 
 if __name__ == "__main__":

@@ -314,6 +314,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "one-level"}))
       ->capture_default_str();
   app.add_option("--micro", pr.micro, "with --pipeline: micro-batches a step (default 4 a stage)");
+  app.add_option("--first-blocks", pr.first_blocks,
+                 "with --pipeline P or the groups' sizes: each stage's first block, e.g. 0,12 "
+                 "(default: cut on the groups' speeds)")
+      ->delimiter(',');
   app.add_option("--pipeline-schedule", pr.schedule,
                  "with --pipeline: gpipe, 1f1b, interleaved, zb")
       ->capture_default_str();

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 namespace hspmd_plan {
 
@@ -30,7 +31,8 @@ namespace hspmd_plan {
 struct pipeline_request {
   std::string groups; ///< "P", the groups' sizes, or "auto" (the depth chosen); empty: none
   std::string schedule = "1f1b";
-  std::size_t micro = 0; ///< m; 0: four per stage
+  std::size_t micro = 0;                 ///< m; 0: four per stage
+  std::vector<std::size_t> first_blocks; ///< each stage's first block (empty: balanced cuts)
   std::size_t chunks = 1;
   std::string block_prefix = "layers.";
   std::string svg_out;     ///< where to draw the stage layout (empty: nowhere)
@@ -71,6 +73,10 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
   const auto t0 = std::chrono::steady_clock::now();
   program::pipeline_plan p;
   if (r.groups == "auto") {
+    if (!r.first_blocks.empty())
+      throw hspmd::config_error("--first-blocks with --pipeline auto",
+                                "the depth and its cuts are chosen with it",
+                                "drop --first-blocks, or give --pipeline the groups");
     if (r.micro != 0)
       throw hspmd::config_error("--micro with --pipeline auto",
                                 "the depth's micro-batches are chosen with it (4 a stage)",
@@ -133,6 +139,7 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
                                 "does not divide the batch of " + std::to_string(batch),
                                 "give a batch of m equal micro-batches (--batch)");
     po.rows = batch / po.micro;
+    po.first_blocks = r.first_blocks;
     p = program::make_pipeline_plan(trace_at(batch / po.micro), c, po);
   }
   return {std::move(p),

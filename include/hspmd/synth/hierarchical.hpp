@@ -24,6 +24,7 @@
 #include <hspmd/synth/synthesize.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -97,6 +98,9 @@ struct hierarchical_options {
   /// most rows first; the others run one of those programs (every node runs the same program,
   /// each lowered at its own ratios).
   std::size_t class_searches = static_cast<std::size_t>(-1);
+  /// Search a class's node program at its rows rounded down to a power of two (the program is
+  /// then fitted at the rows it gets): alike stages of several candidates meet the same search.
+  bool power_of_two_rows = false;
   /// Makes a node program by synthesis (empty: `synthesize`); a caller that plans many alike
   /// (a pipeline's stages) passes one that remembers them.
   std::function<plan(const graph::graph&, const cluster&, const synth_options&, const std::string&)>
@@ -337,8 +341,10 @@ struct node_fit {
       if (order.size() > opt.class_searches)
         order.resize(std::max<std::size_t>(opt.class_searches, 1));
       for (std::size_t k : order)
-        for (std::size_t rows = class_rows[k], tries = 0; tries < 3;
-             rows = std::max<std::size_t>(1, rows / 2), ++tries) {
+        for (std::size_t rows = opt.power_of_two_rows ? std::bit_floor(class_rows[k])
+                                                      : class_rows[k],
+                         tries = 0;
+             tries < 3; rows = std::max<std::size_t>(1, rows / 2), ++tries) {
           if (attempt([&] {
                 return opt.node_program ? opt.node_program(graph_at(rows), subs[k], inner, model)
                                         : synthesize(graph_at(rows), subs[k], inner, model);

@@ -187,4 +187,10 @@ TEST_CASE("Over slow links between nodes, a stage that must shard its parameters
   }
   CHECK(tried_two_level);
   CHECK(ch.tried[*ch.best].two_level);
+  // the same pick and plan on three threads (node programs shared between candidates)
+  so.threads = 3;
+  const program::pipeline_choice three = program::choose_pipeline(bert, 32, c, so);
+  REQUIRE(three.best);
+  CHECK(*three.best == *ch.best);
+  CHECK(three.tried[*three.best].plan->hash() == ch.tried[*ch.best].plan->hash());
 }
