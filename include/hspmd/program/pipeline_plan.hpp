@@ -402,13 +402,7 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
     throw config_error("pipeline plan", "two-level stages asked for without the model's trace",
                        "set pipeline_options::trace and rows, or two_level false");
   // The whole model at a micro-batch's row count (two-level stages' node rows), traced once.
-  std::map<std::size_t, graph::graph> traced;
-  const auto model_at = [&](std::size_t rows) -> const graph::graph& {
-    auto it = traced.find(rows);
-    if (it == traced.end())
-      it = traced.emplace(rows, o.trace(rows)).first;
-    return it->second;
-  };
+  synth::graphs_by_rows model_at(o.trace);
   struct planned_stages {
     std::vector<synth::plan> plans;
     std::vector<std::optional<two_level_stage>> two_level;

@@ -105,16 +105,8 @@ public:
     std::optional<two_level_stage> t = two_level_for(at, rows, g, group, so, 1, model);
     if (held == 1 || !t)
       return t;
-    std::map<std::size_t, graph::graph> graphs;
-    price_two_level_stage(
-        *t,
-        [&](std::size_t r) -> const graph::graph& {
-          auto it = graphs.find(r);
-          if (it == graphs.end())
-            it = graphs.emplace(r, at(r)).first;
-          return it->second;
-        },
-        group, held);
+    synth::graphs_by_rows graphs(at);
+    price_two_level_stage(*t, graphs, group, held);
     if (fits_memory(*t, group) || !so.search.check_memory)
       return t;
     return two_level_for(at, rows, g, group, so, held, model);

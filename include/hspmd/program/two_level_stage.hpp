@@ -189,13 +189,7 @@ inline constexpr std::size_t two_level_node_expansions = 20'000;
 plan_two_level_stage(const stage_graph_at& at, std::size_t rows, const cluster& group,
                      const synth::synth_options& so, std::size_t held, const std::string& model,
                      const decltype(synth::hierarchical_options::node_program)& node_program = {}) {
-  std::map<std::size_t, graph::graph> graphs;
-  const auto graph_at = [&](std::size_t r) -> const graph::graph& {
-    auto it = graphs.find(r);
-    if (it == graphs.end())
-      it = graphs.emplace(r, at(r)).first;
-    return it->second;
-  };
+  synth::graphs_by_rows graph_at(at);
   synth::hierarchical_options ho;
   ho.inner = so;
   ho.node_program = node_program;

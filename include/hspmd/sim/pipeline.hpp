@@ -43,7 +43,7 @@ pipeline_costs(const program::pipeline_plan& p, const graph::graph& g, const clu
     const double pass = std::min(r.backward, r.step_time);
     return std::pair{pass, r.step_time - pass};
   };
-  std::map<std::size_t, graph::graph> traced;
+  synth::graphs_by_rows traced(trace);
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
     const std::size_t d = k % p.devices();
     const cluster group = program::sub_cluster(c, p.first_rank(d), p.group_sizes[d]);
@@ -54,13 +54,10 @@ pipeline_costs(const program::pipeline_plan& p, const graph::graph& g, const clu
       for (std::size_t n = 0; n < t->plan.nodes.size(); ++n) {
         if (!t->plan.active(n))
           continue;
-        const std::size_t rows = t->plan.node_batch[n];
-        auto it = traced.find(rows);
-        if (it == traced.end())
-          it = traced.emplace(rows, trace(rows)).first;
+        const graph::graph& whole = traced(t->plan.node_batch[n]);
         const graph::graph sg =
-            graph::extract_stage(
-                it->second, graph::stages_at_blocks(it->second, p.first_blocks, p.block_prefix), k)
+            graph::extract_stage(whole,
+                                 graph::stages_at_blocks(whole, p.first_blocks, p.block_prefix), k)
                 .g;
         const auto [np, ns] =
             passes_of(t->plan.node_plan(n), sg, program::node_of_group(*t, group, n));

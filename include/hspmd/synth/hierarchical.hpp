@@ -110,6 +110,22 @@ struct hierarchical_options {
 /// Traces the model for a batch of `rows` (e.g. `models::trace_model` bound to a model).
 using graph_for_batch = std::function<graph::graph(std::size_t rows)>;
 
+/// `trace`'s graphs by row count, each traced once (references stay valid while it lives).
+class graphs_by_rows {
+public:
+  explicit graphs_by_rows(graph_for_batch trace) : trace_(std::move(trace)) {}
+  [[nodiscard]] const graph::graph& operator()(std::size_t rows) {
+    auto it = graphs_.find(rows);
+    if (it == graphs_.end())
+      it = graphs_.emplace(rows, trace_(rows)).first;
+    return it->second;
+  }
+
+private:
+  graph_for_batch trace_;
+  std::map<std::size_t, graph::graph> graphs_;
+};
+
 namespace detail {
 
 // The nodes of `c` as device lists, and the sub-cluster of each node's devices (its intra-node
@@ -278,14 +294,7 @@ struct node_fit {
   std::vector<cluster> subs;
   for (std::size_t k : lay.class_first)
     subs.push_back(detail::node_cluster(c, lay.nodes[k]));
-  // Graphs by row count, traced once each.
-  std::map<std::size_t, graph::graph> graphs;
-  const auto graph_at = [&](std::size_t rows) -> const graph::graph& {
-    auto it = graphs.find(rows);
-    if (it == graphs.end())
-      it = graphs.emplace(rows, trace(rows)).first;
-    return it->second;
-  };
+  graphs_by_rows graph_at(trace);
   // Each class's rows in proportion to its node's speed: where its program is searched and
   // its lines are fitted.
   std::vector<std::size_t> class_rows;
