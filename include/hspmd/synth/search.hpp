@@ -40,6 +40,7 @@
 #include <map>
 #include <optional>
 #include <queue>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -133,8 +134,18 @@ struct search_state {
   std::size_t parent = std::numeric_limits<std::size_t>::max();
   std::size_t choice = 0;      ///< index into the choices of the search
   std::uint64_t signature = 0; ///< detail::signature of the facts
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::size_t next_alike = none; ///< the state before it with the same hash (searcher::index_)
   bool closed = false;
   bool dead = false; ///< dominated by another state of the same step
+};
+
+/// A live state as the dominance scans see it first (search_state's fields, packed).
+struct peer {
+  double g = 0.0;
+  std::uint64_t signature = 0;
+  std::uint64_t moe = 0;
+  std::size_t id = 0;
 };
 
 /// Whether every tensor of `b` is available in `a` in at least `b`'s placements (the same
@@ -233,7 +244,7 @@ public:
         }
     detail::search_state s0;
     states_.push_back(s0);
-    index_[detail::hash_facts(0, {})].push_back(0);
+    index_[detail::hash_facts(0, {})] = 0;
     using entry = std::tuple<double, std::size_t, std::size_t>; // f, -step (as max - step), id
     std::priority_queue<entry, std::vector<entry>, std::greater<>> open;
     const std::size_t big = order_.size() + 1;
@@ -291,13 +302,20 @@ public:
           deepest = id;
         any = true;
       }
-      if (any)
-        if (const auto done = greedy(deepest)) {
+      if (any) {
+        // (the cheaper of two completions: the cheapest successor at every step, and the
+        // blocks' programs repeated)
+        std::optional<std::size_t> done = greedy(deepest);
+        if (const auto again = repeated_completion(deepest);
+            again && (!done || states_[*again].g < states_[*done].g))
+          done = again;
+        if (done) {
           res.found = true;
           res.cost = states_[*done].g;
           res.lower_bound = std::min(lb, res.cost);
           res.steps = unwind(*done);
         }
+      }
     }
     if (!res.found)
       res.memory_message = memory_failure();
@@ -355,6 +373,23 @@ private:
   };
 
   void prepare() {
+    // The conversion kinds (and uneven algorithms) from each placement code to each.
+    for (std::size_t a = 0; a < placement_codes; ++a)
+      for (std::size_t b = 0; b < placement_codes; ++b) {
+        const placement q = placement_of_code(a), p = placement_of_code(b);
+        std::vector<transfer>& ways = ways_[a][b];
+        for (std::size_t k = 0; k < transfer_kind_count; ++k) {
+          const auto kind = static_cast<transfer_kind>(k);
+          const transfer_facts f = facts(kind);
+          if (!f.converts(q, p) || (f.opt_in && !opt_.allow_all_to_all))
+            continue;
+          if (f.algorithm)
+            for (uneven_algorithm alg : opt_.algorithms)
+              ways.push_back({kind, 0, q, p, alg});
+          else
+            ways.push_back({kind, 0, q, p});
+        }
+      }
     const std::size_t n = g_->size();
     const auto loss = g_->loss();
     if (!loss)
@@ -404,6 +439,31 @@ private:
     }
     pair_moe_layers();
     build_heuristic();
+    // Each step of a block whose block before it has the same ops (kinds, shapes and rules,
+    // in order): that block's step at its position (repeated_completion).
+    same_before_.assign(order_.size(), none_step);
+    {
+      std::map<std::size_t, std::vector<std::size_t>> steps_of; // block -> its steps
+      for (std::size_t k = 0; k < order_.size(); ++k)
+        if (block_at_[k] != graph::block_layout::none)
+          steps_of[block_at_[k]].push_back(k);
+      const std::vector<std::size_t>* before = nullptr;
+      for (const auto& [block, steps] : steps_of) {
+        if (before != nullptr && before->size() == steps.size()) {
+          bool alike = true;
+          for (std::size_t i = 0; i < steps.size() && alike; ++i) {
+            const graph::node& a = (*g_)[order_[(*before)[i]]];
+            const graph::node& b = (*g_)[order_[steps[i]]];
+            alike = a.kind == b.kind && a.out.dims == b.out.dims &&
+                    rules_[(*before)[i]] == rules_[steps[i]];
+          }
+          if (alike)
+            for (std::size_t i = 0; i < steps.size(); ++i)
+              same_before_[steps[i]] = (*before)[i];
+        }
+        before = &steps;
+      }
+    }
     capacity_.clear();
     // Sharded parameters are gathered for use into one shared buffer (not counted per copy):
     // room for the two largest at once is kept free (a weight and its bias, or a tied weight's
@@ -782,23 +842,22 @@ private:
   [[nodiscard]] std::vector<transfer> conversions(graph::node_id t, detail::mask_t mask,
                                                   placement p) const {
     std::vector<transfer> out;
+    conversions_into(out, t, mask, p);
+    return out;
+  }
+  // The same into `out` (cleared first): the search's inner loop keeps one buffer.
+  void conversions_into(std::vector<transfer>& out, graph::node_id t, detail::mask_t mask,
+                        placement p) const {
+    out.clear();
+    const std::size_t to = code_of(p);
     for (std::size_t c = 0; c < placement_codes; ++c) {
       if (((static_cast<unsigned>(mask) >> c) & 1U) == 0)
         continue;
-      const placement q = placement_of_code(c);
-      for (std::size_t k = 0; k < transfer_kind_count; ++k) {
-        const auto kind = static_cast<transfer_kind>(k);
-        const transfer_facts f = facts(kind);
-        if (!f.converts(q, p) || (f.opt_in && !opt_.allow_all_to_all))
-          continue;
-        if (f.algorithm)
-          for (uneven_algorithm a : opt_.algorithms)
-            out.push_back({kind, t, q, p, a});
-        else
-          out.push_back({kind, t, q, p});
+      for (transfer tr : ways_[c][to]) {
+        tr.tensor = t;
+        out.push_back(tr);
       }
     }
-    return out;
   }
 
   template <class Emit>
@@ -861,29 +920,33 @@ private:
       detail::fact* f = find(t);
       if (f != nullptr && (f->mask & detail::bit(p)) != 0)
         continue;
+      // The cheapest way to have it: a load sequence, or one conversion (the first when none
+      // is finite: priced infinite).
+      std::span<const transfer> best;
+      double best_cost = std::numeric_limits<double>::infinity();
       std::vector<std::vector<transfer>> options;
       if (f == nullptr) {
         const auto kind = (*g_)[t].kind;
         if (kind != graph::op::input && kind != graph::op::parameter)
           return; // a computed tensor no longer live: cannot happen in graph order
         options = loads(k, r, i);
+        for (const auto& seq : options)
+          if (const double c = price(seq); best.empty() || c < best_cost) {
+            best_cost = c;
+            best = seq;
+          }
       } else {
-        for (const transfer& tr : conversions(t, f->mask, p))
-          options.push_back({tr});
+        conversions_into(converted_, t, f->mask, p);
+        for (const transfer& tr : converted_)
+          if (const double c = price(tr); best.empty() || c < best_cost) {
+            best_cost = c;
+            best = std::span<const transfer>(&tr, 1);
+          }
       }
-      if (options.empty())
+      if (best.empty())
         return;
-      const std::vector<transfer>* best = nullptr;
-      double best_cost = std::numeric_limits<double>::infinity();
-      for (const auto& seq : options) { // the first when none is finite: priced infinite
-        const double c = price(seq);
-        if (best == nullptr || c < best_cost) {
-          best_cost = c;
-          best = &seq;
-        }
-      }
       detail::mask_t held = 0;
-      for (const transfer& tr : *best) {
+      for (const transfer& tr : best) {
         ch.transfers.push_back(tr);
         const auto [comm, compute] = priced(tr);
         ch.comm += comm;
@@ -929,8 +992,10 @@ private:
       return;
     const double g = states_[id].g + ch.compute + ch.comm;
     const std::uint64_t h = detail::hash_facts(k + 1, facts, moe);
-    auto& bucket = index_[h];
-    for (std::size_t other : bucket) {
+    // (the states of one hash chained through next_alike: no list to allocate per state)
+    std::size_t& head = index_.try_emplace(h, detail::search_state::none).first->second;
+    for (std::size_t other = head; other != detail::search_state::none;
+         other = states_[other].next_alike) {
       auto& o = states_[other];
       if (o.step != k + 1 || o.facts != facts || o.moe != moe)
         continue;
@@ -941,6 +1006,9 @@ private:
       if (cheaper && !o.dead && (!pareto_ || detail::memory_le(mem, o.memory))) {
         o.closed = false; // reopened: A* with an inconsistent (but admissible) heuristic
         o.g = g;
+        for (detail::peer& e : by_step_[k + 1])
+          if (e.id == other)
+            e.g = g;
         o.memory = mem;
         o.parent = id;
         o.choice = choices_.size();
@@ -957,26 +1025,30 @@ private:
     auto& same_step = by_step_[k + 1];
     const std::uint64_t sig = detail::signature(facts);
     if (prune_) {
-      detail::search_state* const st = states_.data();
-      const std::size_t* const ids = same_step.data();
+      // (the peers' cost and signature side by side: most are passed over on those alone)
+      const detail::peer* const ps = same_step.data();
       const std::size_t count = same_step.size();
       for (std::size_t i = 0; i < count; ++i) {
-        const detail::search_state& o = st[ids[i]];
-        if (o.g <= g && (sig & ~o.signature) == 0 && o.moe == moe &&
-            (!pareto_ || detail::memory_le(o.memory, mem)) && detail::covers(o.facts, facts))
+        const detail::peer& e = ps[i];
+        if (e.g <= g && (sig & ~e.signature) == 0 && e.moe == moe &&
+            (!pareto_ || detail::memory_le(states_[e.id].memory, mem)) &&
+            detail::covers(states_[e.id].facts, facts))
           return;
       }
       bool killed = false;
       for (std::size_t i = 0; i < count; ++i) {
-        detail::search_state& o = st[ids[i]];
-        if (!o.dead && g <= o.g && (o.signature & ~sig) == 0 && o.moe == moe &&
-            (!pareto_ || detail::memory_le(mem, o.memory)) && detail::covers(facts, o.facts)) {
-          o.dead = true; // dominated: never expanded (again)
-          killed = true;
+        const detail::peer& e = ps[i];
+        if (g <= e.g && (e.signature & ~sig) == 0 && e.moe == moe) {
+          detail::search_state& o = states_[e.id];
+          if (!o.dead && (!pareto_ || detail::memory_le(mem, o.memory)) &&
+              detail::covers(facts, o.facts)) {
+            o.dead = true; // dominated: never expanded (again)
+            killed = true;
+          }
         }
       }
       if (killed)
-        std::erase_if(same_step, [&](std::size_t other) { return states_[other].dead; });
+        std::erase_if(same_step, [&](const detail::peer& e) { return states_[e.id].dead; });
     }
     detail::search_state s;
     s.step = k + 1;
@@ -987,11 +1059,12 @@ private:
     s.memory = mem;
     s.parent = id;
     s.choice = choices_.size();
+    s.next_alike = head;
     choices_.push_back(std::move(ch));
     states_.push_back(std::move(s));
-    bucket.push_back(states_.size() - 1);
+    head = states_.size() - 1;
     if (prune_)
-      same_step.push_back(states_.size() - 1);
+      same_step.push_back({g, sig, moe, states_.size() - 1});
     emit(states_.size() - 1);
   }
 
@@ -1034,6 +1107,36 @@ private:
       if (!best)
         return std::nullopt; // nothing fits
       id = *best;
+    }
+    return id;
+  }
+
+  // Completes from `id` taking at each step of a block the rule that the same step of the
+  // block before took (a budget-cut search over a model of repeated blocks has searched the
+  // first blocks well: their programs stand for the rest), where it applies and fits; the
+  // cheapest successor elsewhere. Returns the goal state.
+  [[nodiscard]] std::optional<std::size_t> repeated_completion(std::size_t id) {
+    std::vector<std::size_t> taken(order_.size(), none_step); // rule index per step on the path
+    for (std::size_t s = id; states_[s].parent != std::numeric_limits<std::size_t>::max();
+         s = states_[s].parent)
+      taken[states_[states_[s].parent].step] = choices_[states_[s].choice].rule;
+    while (states_[id].step < order_.size()) {
+      const std::size_t k = states_[id].step;
+      index_.clear(); // no merging: every successor is a new state
+      prune_ = false;
+      std::optional<std::size_t> next;
+      if (const std::size_t j = same_before_[k]; j != none_step && taken[j] != none_step)
+        expand_rule(id, taken[j], [&](std::size_t child) { next = child; });
+      if (!next) // (as greedy)
+        for (std::size_t r = 0; r < rules_[k].size(); ++r)
+          expand_rule(id, r, [&](std::size_t child) {
+            if (!next || states_[child].g < states_[*next].g)
+              next = child;
+          });
+      if (!next)
+        return std::nullopt; // nothing fits
+      taken[k] = choices_[states_[*next].choice].rule;
+      id = *next;
     }
     return id;
   }
@@ -1095,9 +1198,14 @@ private:
   bool pareto_ = false;               ///< keep states that trade cost for memory
   std::vector<detail::search_state> states_;
   std::vector<choice> choices_;
-  std::unordered_map<std::uint64_t, std::vector<std::size_t>> index_;
-  std::vector<std::vector<std::size_t>> by_step_; ///< states per step, for dominance
-  bool prune_ = true;                             ///< false while enumerating exhaustively
+  std::unordered_map<std::uint64_t, std::size_t> index_; ///< per hash: its last state
+  std::vector<std::vector<detail::peer>> by_step_;       ///< live states per step, for dominance
+  std::vector<transfer> converted_;                      ///< expand_rule's conversions (a buffer)
+  static constexpr std::size_t none_step = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> same_before_; ///< per step: the previous alike block's step
+  /// Per source and target placement code: the conversions that apply (tensor 0).
+  std::array<std::array<std::vector<transfer>, placement_codes>, placement_codes> ways_;
+  bool prune_ = true; ///< false while enumerating exhaustively
   double least_over_ = std::numeric_limits<double>::infinity();
   std::string memory_message_;
 };

@@ -549,7 +549,7 @@ TEST_CASE("parameters too large to replicate are kept split and gathered for use
 TEST_CASE("a deep model the search cannot fit within its budget falls back to data parallelism "
           "with sharded parameters (FSDP), which fits") {
   // 16 Llama blocks on devices of 30 and 12 MiB: cheap partial plans keep activations whole
-  // and run out of memory blocks later; 2 000 expansions find nothing that fits.
+  // and run out of memory blocks later; 50 expansions find nothing that fits.
   models::model_options o;
   o.layers = 16;
   o.hidden = 64;
@@ -560,7 +560,7 @@ TEST_CASE("a deep model the search cannot fit within its budget falls back to da
   cluster c = make_cluster({4e12, 1e12, 4e12, 1e12}, 1e10, 30.0 * 1024 * 1024, 1e-5);
   c.devices[1].memory = c.devices[3].memory = 12 * 1024 * 1024;
   synth_options opt;
-  opt.search.max_expansions = 2000;
+  opt.search.max_expansions = 50;
   const plan p = synthesize(g, c, opt, "llama");
   CHECK(p.stats.fsdp_fallback);
   for (std::size_t d = 0; d < c.size(); ++d)
@@ -575,6 +575,17 @@ TEST_CASE("a deep model the search cannot fit within its budget falls back to da
         CHECK(t.to.is_split()); // sharded
   }
   CHECK(plan_from_json(to_json(p), g, "plan.json").stats.fsdp_fallback);
+  // With 2 000 the search completes a plan that fits itself, faster than the fallback: from
+  // the deepest state it reached, each later block runs the program of the block before it
+  // (the cheapest op at every step, the completion before, ran out of memory here).
+  opt.search.max_expansions = 2000;
+  const plan repeated = synthesize(g, c, opt, "llama");
+  CHECK_FALSE(repeated.stats.fsdp_fallback);
+  CHECK_FALSE(repeated.stats.optimal);
+  for (std::size_t d = 0; d < c.size(); ++d)
+    CHECK(repeated.memory[d] <= static_cast<double>(c.devices[d].memory));
+  CHECK(repeated.step_time < p.step_time);
+  opt.search.max_expansions = 50;
   // Without sharding (or recomputation) there is nothing to fall back to.
   opt.search.shard_parameters = search_options::parameter_sharding::never;
   opt.search.recompute = search_options::recomputation::never;
