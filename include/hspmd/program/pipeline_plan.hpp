@@ -23,6 +23,7 @@
 #include <hspmd/core/dtype.hpp>
 #include <hspmd/core/error.hpp>
 #include <hspmd/core/hash.hpp>
+#include <hspmd/core/parallel.hpp>
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/graph/stages.hpp>
 #include <hspmd/program/pipeline.hpp>
@@ -40,6 +41,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -162,12 +164,20 @@ struct pipeline_options {
   /// choose_pipeline: candidates planned at once (0: as many as the hardware runs threads; 1:
   /// one after another). The pick is the same for every count.
   std::size_t threads = 0;
+  /// make_pipeline_plan: a candidate's stages planned at once (the same counting; the plan is
+  /// the same for every count).
+  std::size_t stage_threads = 1;
   /// A stage whose group spans two whole nodes or more runs a two-level program
   /// (two_level_stage.hpp) where one fits; needs `trace`. choose_pipeline tries both.
   bool two_level = false;
   /// The whole model traced for a micro-batch of so many rows (two-level stages' node rows).
   std::function<graph::graph(std::size_t)> trace;
   std::size_t rows = 0; ///< a micro-batch's rows (the graph's; with two_level)
+  /// The budget of two-level stages' node program searches, in states expanded.
+  std::size_t node_expansions = two_level_node_expansions;
+  /// Refining the cuts: a plan's step by which the passes are ranked (empty: simulated on the
+  /// cost model's stage costs, `predicted_costs`). choose_pipeline ranks by its judge's.
+  std::function<double(const pipeline_plan&)> rank;
 };
 
 /// `text` (a message about a group's devices) with each "rank N" or "rank N-M" counted from
@@ -401,17 +411,26 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
   if (o.two_level && (!o.trace || o.rows == 0))
     throw config_error("pipeline plan", "two-level stages asked for without the model's trace",
                        "set pipeline_options::trace and rows, or two_level false");
-  // The whole model at a micro-batch's row count (two-level stages' node rows), traced once.
-  synth::graphs_by_rows model_at(o.trace);
+  // The whole model at a micro-batch's row count (two-level stages' node rows), traced once
+  // (stages planned at once share it: a graph stays where it is as others are added).
+  synth::graphs_by_rows traced(o.trace);
+  std::mutex traced_mutex;
+  const auto model_at = [&](std::size_t rows) -> const graph::graph& {
+    const std::scoped_lock lock(traced_mutex);
+    return traced(rows);
+  };
   struct planned_stages {
     std::vector<synth::plan> plans;
     std::vector<std::optional<two_level_stage>> two_level;
   };
+  // (each stage's plan depends on its own problem only: planned on `o.stage_threads` at once)
   const auto plan_stages_with = [&](const std::vector<graph::node_range>& cuts,
-                                    synth::synth_options so) {
-    planned_stages out;
+                                    const synth::synth_options& options) {
     const std::vector<std::size_t> first = first_blocks_of(g, cuts, p.block_prefix);
-    for (std::size_t k = 0; k < stages; ++k) {
+    std::vector<std::optional<synth::plan>> plans(stages);
+    std::vector<std::optional<two_level_stage>> two_level(stages);
+    parallel_for(stages, o.stage_threads, [&](std::size_t k) {
+      synth::synth_options so = options;
       const std::size_t d = k % p.devices();
       const graph::stage_graph sg = graph::extract_stage(g, cuts, k);
       so.activation_copies = static_cast<double>(held[k]);
@@ -424,18 +443,17 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
                                       k)
               .g;
         };
-        std::optional<two_level_stage> t = sp.plan_two_level(
-            at, o.rows, sg.g, group, so, held[k], o.model + ".stage" + std::to_string(k));
+        std::optional<two_level_stage> t =
+            sp.plan_two_level(at, o.rows, sg.g, group, so, held[k],
+                              o.model + ".stage" + std::to_string(k), o.node_expansions);
         if (t) {
-          out.plans.push_back(t->first_program());
-          out.two_level.resize(stages);
-          out.two_level[k] = std::move(t);
-          continue;
+          plans[k] = t->first_program();
+          two_level[k] = std::move(t);
+          return;
         }
       }
       try {
-        out.plans.push_back(
-            sp.plan(sg.g, group, so, strategy, o.model + ".stage" + std::to_string(k)));
+        plans[k] = sp.plan(sg.g, group, so, strategy, o.model + ".stage" + std::to_string(k));
       } catch (const plan_error& e) {
         const std::string where = "pipeline plan: stage " + std::to_string(k) + " on group " +
                                   std::to_string(d) + " (" +
@@ -452,6 +470,14 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
                            "hold fewer micro-batches at once (1f1b holds at most p, gpipe m), "
                            "recompute activations, give the pipeline more stages or the group "
                            "more devices");
+      }
+    });
+    planned_stages out;
+    for (std::size_t k = 0; k < stages; ++k) {
+      out.plans.push_back(std::move(*plans[k]));
+      if (two_level[k]) {
+        out.two_level.resize(stages);
+        out.two_level[k] = std::move(two_level[k]);
       }
     }
     return out;
@@ -515,7 +541,7 @@ received_pricing(const pipeline_plan& p, const graph::stage_graph& sg, const clu
       break;
     }
     const stage_costs costs = predicted_costs(q, g, c);
-    const double step = simulate(q.make(), costs).step;
+    const double step = o.rank ? o.rank(q) : simulate(q.make(), costs).step;
     for (std::size_t k = 0; k < stages; ++k) {
       double flops = 0.0;
       for (graph::node_id i = cuts[k].first; i <= cuts[k].second; ++i)

@@ -36,20 +36,19 @@
 
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/core/error.hpp>
+#include <hspmd/core/parallel.hpp>
 #include <hspmd/graph/blocks.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
-#include <exception>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace hspmd::program {
@@ -127,10 +126,17 @@ struct pipeline_choice {
   return sizes;
 }
 
-/// The budget of each stage plan's search in `choose_pipeline`, in states expanded.
-inline constexpr std::size_t stage_search_expansions = 20'000;
-/// How many of the fastest candidates `choose_pipeline` refines the cuts of.
-inline constexpr std::size_t refined_candidates = 3;
+/// The budget of each stage plan's search in `choose_pipeline`, in states expanded (the full
+/// budget; a budget-cut search completes its program by repeating its blocks' programs, see
+/// synth/search.hpp).
+inline constexpr std::size_t stage_search_expansions = 10'000;
+/// The budget of the stage and node program searches while `choose_pipeline` screens the
+/// candidates, in states expanded.
+inline constexpr std::size_t screening_expansions = 2'500;
+/// How many of the fastest screened candidates `choose_pipeline` plans again on the full budget
+/// with their cuts refined, at most: those within `refine_margin` of the fastest.
+inline constexpr std::size_t refined_candidates = 2;
+inline constexpr double refine_margin = 0.10;
 
 /// See the file comment. `trace_at(rows)`: the model traced for a micro-batch of `rows`;
 /// `batch`: the step's rows; `o`: the options each candidate is planned with (its group sizes,
@@ -155,8 +161,13 @@ template <class TraceAt>
   // 1024 devices, P = 2 by speed: 4.9 s -> 0.7 s a candidate, its step 1 % slower.
   o.synth.search.max_expansions =
       std::min<std::size_t>(o.synth.search.max_expansions, stage_search_expansions);
-  // (`refine`: the cut refinements; the search plans every candidate with none first)
-  const auto plan_candidate = [&](pipeline_candidate& k, std::size_t refine) {
+  // Candidates are planned in two rounds: every one with the cuts on the groups' speeds on the
+  // screening budget (`screen`), then the fastest few on the full budget with their cuts
+  // refined (`refine`) -- most of the search's time is the stage searches; a quarter of their
+  // budget ranks the candidates as the full one does on the bench clusters (docs/benchmarks.md).
+  const bool screening = o.refine > 0;
+  enum class round { screen, refine };
+  const auto plan_candidate = [&](pipeline_candidate& k, round r) {
     const auto t0 = std::chrono::steady_clock::now();
     const graph::graph g = trace_at(batch / k.micro);
     pipeline_options po = o;
@@ -166,7 +177,26 @@ template <class TraceAt>
     po.rows = batch / k.micro;
     po.trace = [&](std::size_t rows) { return graph::graph(trace_at(rows)); };
     po.first_blocks.clear();
-    po.refine = refine;
+    po.refine = r == round::refine ? o.refine : 0;
+    if (screening && r == round::screen && k.groups != grouping::pipeline_only) {
+      po.synth.search.max_expansions =
+          std::min(o.synth.search.max_expansions, screening_expansions);
+      po.node_expansions = std::min(o.node_expansions, screening_expansions);
+    }
+    // (the screen plans candidates at once, each its stages one after another; the refined
+    // few are planned at once, each its stages at once too: a deep candidate's stages keep the
+    // threads busy where a shallow one's would not)
+    po.threads = 1;
+    po.stage_threads = r == round::screen ? 1 : o.threads;
+    // (the cuts' passes ranked as the candidates are; each cut's timeline kept for the one
+    // that stays)
+    std::map<std::vector<std::size_t>, pipeline_timeline> judged_at;
+    if (judge)
+      po.rank = [&](const pipeline_plan& q) {
+        return judged_at
+            .insert_or_assign(q.first_blocks, simulate(q.make(), judge(q, g, c, po.trace)))
+            .first->second.step;
+      };
     if (k.groups == grouping::pipeline_only) {
       const std::size_t blocks = graph::block_ranges(g, o.block_prefix).size();
       po.strategy = "dp-ev";
@@ -177,7 +207,10 @@ template <class TraceAt>
     pipeline_plan plan = make_pipeline_plan(g, c, po, &planner);
     const stage_costs costs = predicted_costs(plan, g, c);
     const pipeline_timeline t = simulate(plan.make(), costs);
-    const pipeline_timeline judged = judge ? simulate(plan.make(), judge(plan, g, c, po.trace)) : t;
+    const auto seen = judged_at.find(plan.first_blocks);
+    const pipeline_timeline judged = seen != judged_at.end() ? seen->second
+                                     : judge ? simulate(plan.make(), judge(plan, g, c, po.trace))
+                                             : t;
     if (!k.plan || judged.step < k.simulated) {
       k.imbalance = imbalance(group_busy(plan, costs));
       k.step = t.step;
@@ -249,33 +282,8 @@ template <class TraceAt>
   // Candidates are independent problems: planned at once on `o.threads` threads (each
   // candidate's plan does not depend on which thread or when; stage plans one candidate made
   // are reused by the others).
-  const auto in_parallel = [&](const std::vector<std::size_t>& which, const auto& work) {
-    std::size_t threads = o.threads != 0 ? o.threads : std::thread::hardware_concurrency();
-    threads = std::clamp<std::size_t>(threads, 1, which.size());
-    std::atomic<std::size_t> next{0};
-    std::vector<std::exception_ptr> failed(which.size());
-    const auto run = [&] {
-      for (std::size_t i = next++; i < which.size(); i = next++) {
-        try {
-          work(out.tried[which[i]]);
-        } catch (...) { // (not a refusal: rethrown after every thread is done)
-          failed[i] = std::current_exception();
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < threads; ++t)
-      pool.emplace_back(run);
-    run();
-    for (std::thread& t : pool)
-      t.join();
-    for (const std::exception_ptr& e : failed)
-      if (e)
-        std::rethrow_exception(e);
-  };
-  std::vector<std::size_t> all(out.tried.size());
-  std::iota(all.begin(), all.end(), std::size_t{0});
-  in_parallel(all, [&](pipeline_candidate& k) {
+  parallel_for(out.tried.size(), o.threads, [&](std::size_t i) {
+    pipeline_candidate& k = out.tried[i];
     const auto t0 = std::chrono::steady_clock::now();
     try {
       if (k.micro == 0)
@@ -286,7 +294,7 @@ template <class TraceAt>
       if (blocks && *blocks < k.stages)
         throw config_error("the model",
                            "has fewer blocks than " + std::to_string(k.stages) + " stages");
-      plan_candidate(k, 0);
+      plan_candidate(k, round::screen);
     } catch (const error& e) { // (a candidate that cannot be planned: said, not fatal)
       k.refused = e.what();
       k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -297,8 +305,9 @@ template <class TraceAt>
         k.plan && k.groups != grouping::pipeline_only &&
         (!out.best || k.simulated < out.tried[*out.best].simulated))
       out.best = i;
-  // The cuts refined (o.refine times) for the fastest candidates only: a candidate that the
-  // first cuts leave far behind is not made up by moving them.
+  // The fastest (up to `refined_candidates`, within `refine_margin` of the fastest) planned on
+  // the full budget, their cuts refined (o.refine times): a candidate that the screen leaves
+  // far behind is not made up by moving its cuts.
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < out.tried.size(); ++i)
     if (out.tried[i].plan && out.tried[i].groups != grouping::pipeline_only)
@@ -308,11 +317,15 @@ template <class TraceAt>
   });
   if (order.size() > refined_candidates)
     order.resize(refined_candidates);
+  if (!order.empty())
+    std::erase_if(order, [&, lead = out.tried[order.front()].simulated](std::size_t i) {
+      return out.tried[i].simulated > lead * (1.0 + refine_margin);
+    });
   if (o.refine > 0) {
-    in_parallel(order, [&](pipeline_candidate& k) {
+    parallel_for(order.size(), o.threads, [&](std::size_t j) {
       try {
-        plan_candidate(k, o.refine);
-      } catch (const error&) { // (the first cuts' plan stands)
+        plan_candidate(out.tried[order[j]], round::refine);
+      } catch (const error&) { // (the screened plan stands)
       }
     });
     for (std::size_t i : order)

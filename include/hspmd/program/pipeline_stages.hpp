@@ -99,17 +99,19 @@ public:
   [[nodiscard]] std::optional<two_level_stage>
   plan_two_level(const stage_graph_at& at, std::size_t rows, const graph::graph& g,
                  const cluster& group, const synth::synth_options& so, std::size_t held,
-                 const std::string& model) {
+                 const std::string& model,
+                 std::size_t node_expansions = two_level_node_expansions) {
     // As `plan`: the program made for one micro-batch in flight where it holds `held` within
     // every device's memory (priced again for them), else one made for `held`.
-    std::optional<two_level_stage> t = two_level_for(at, rows, g, group, so, 1, model);
+    std::optional<two_level_stage> t =
+        two_level_for(at, rows, g, group, so, 1, model, node_expansions);
     if (held == 1 || !t)
       return t;
     synth::graphs_by_rows graphs(at);
     price_two_level_stage(*t, graphs, group, held);
     if (fits_memory(*t, group) || !so.search.check_memory)
       return t;
-    return two_level_for(at, rows, g, group, so, held, model);
+    return two_level_for(at, rows, g, group, so, held, model, node_expansions);
   }
   /// Syntheses (or baselines) run, and plans reused for a stage that was the same problem.
   [[nodiscard]] std::size_t made() const noexcept { return made_; }
@@ -166,9 +168,38 @@ private:
   [[nodiscard]] static std::uint64_t key_of(const graph::graph& g, const cluster& c,
                                             const synth::synth_options& so,
                                             stage_strategy strategy) {
-    nlohmann::json gj = graph::to_json(g);
-    for (auto& n : gj["nodes"])
-      n["name"] = shape_of_name(n["name"].get<std::string>());
+    // The graph as graph::to_json writes it, names without their digits, in bytes (not JSON:
+    // a stage's graph has thousands of nodes and the key is taken for every stage plan).
+    std::string text;
+    const auto put = [&text](const auto& v) {
+      text.append(reinterpret_cast<const char*>(&v), sizeof v);
+    };
+    const auto put_dims = [&](const std::vector<std::size_t>& d) {
+      put(d.size());
+      for (std::size_t x : d)
+        put(x);
+    };
+    for (const graph::node& n : g.nodes()) {
+      put(n.kind);
+      const std::string name = shape_of_name(n.name);
+      put(name.size());
+      text += name;
+      put(n.inputs.size());
+      for (graph::node_id i : n.inputs)
+        put(i);
+      put_dims(n.out.dims);
+      put(n.out.batch_dim.value_or(static_cast<std::size_t>(-1)));
+      put(n.type);
+      put(n.attrs.scalar);
+      put_dims(n.attrs.dims);
+      put(n.attrs.flag);
+      const std::string pin = n.pin ? n.pin->to_string() : std::string("-");
+      put(pin.size());
+      text += pin;
+      put(n.init.how);
+      put(n.init.value);
+    }
+    put(g.loss().value_or(static_cast<graph::node_id>(-1)));
     cluster anonymous = c;
     const std::int64_t first_node = c.devices.empty() ? 0 : c.devices.front().node;
     for (device_spec& d : anonymous.devices) {
@@ -177,13 +208,20 @@ private:
     }
     anonymous.name.clear();
     anonymous.source.clear();
-    std::string text = gj.dump() + "|" + to_json(anonymous).dump() + "|" +
-                       std::to_string(static_cast<int>(strategy)) + "|" +
-                       std::to_string(static_cast<int>(so.search.recompute)) + "|" +
-                       std::to_string(static_cast<int>(so.segments)) + "|" +
-                       std::to_string(static_cast<int>(so.gemm_type)) + "|" +
-                       std::to_string(so.search.check_memory) + "|" +
-                       std::to_string(so.activation_copies);
+    text += "|" + to_json(anonymous).dump() + "|" + std::to_string(static_cast<int>(strategy)) +
+            "|" + std::to_string(static_cast<int>(so.search.recompute)) + "|" +
+            std::to_string(static_cast<int>(so.segments)) + "|" +
+            std::to_string(static_cast<int>(so.gemm_type)) + "|" +
+            std::to_string(so.search.check_memory) + "|" + std::to_string(so.activation_copies);
+    // (the search's own options: node programs search on a smaller budget than stage plans,
+    // and a node can be the whole group of another candidate's stage)
+    text += "|" + std::to_string(so.max_rounds) + "," + std::to_string(so.solve_lp) + "," +
+            std::to_string(so.search.max_expansions) + "," + std::to_string(so.search.max_seconds) +
+            "," + std::to_string(so.search.allow_sfb) + "," +
+            std::to_string(so.search.allow_all_to_all) + "," +
+            std::to_string(so.search.memory_pareto) + "," + std::to_string(so.search.pareto_retry) +
+            "," + std::to_string(so.judge != nullptr) + "," +
+            std::to_string(so.profile.has_value()) + "," + std::to_string(so.judge_margin);
     if (so.received) {
       text += "|received";
       for (graph::node_id t : so.received->inputs)
@@ -238,10 +276,11 @@ private:
   [[nodiscard]] std::optional<two_level_stage>
   two_level_for(const stage_graph_at& at, std::size_t rows, const graph::graph& g,
                 const cluster& group, synth::synth_options so, std::size_t held,
-                const std::string& model) {
+                const std::string& model, std::size_t node_expansions) {
     so.activation_copies = static_cast<double>(held);
-    const std::uint64_t key = fnv1a64(std::to_string(key_of(g, group, so, stage_strategy::synth)) +
-                                      "|two-level|" + std::to_string(rows));
+    const std::uint64_t key =
+        fnv1a64(std::to_string(key_of(g, group, so, stage_strategy::synth)) + "|two-level|" +
+                std::to_string(rows) + "|" + std::to_string(node_expansions));
     {
       std::unique_lock lock(mutex_);
       if (const auto hit = two_level_.find(key); hit != two_level_.end()) {
@@ -257,11 +296,13 @@ private:
     try {
       // (node programs made or reused as stage plans are: alike nodes of alike stages in
       // several candidates are one synthesis)
-      t = plan_two_level_stage(at, rows, group, so, held, model,
-                               [this](const graph::graph& ng, const cluster& node,
-                                      const synth::synth_options& nso, const std::string& name) {
-                                 return made_for(ng, node, nso, stage_strategy::synth, name);
-                               });
+      t = plan_two_level_stage(
+          at, rows, group, so, held, model,
+          [this](const graph::graph& ng, const cluster& node, const synth::synth_options& nso,
+                 const std::string& name, const std::string& strategy) {
+            return made_for(ng, node, nso, parse_stage_strategy(strategy), name);
+          },
+          node_expansions);
     } catch (const plan_error&) { // (no node program fits: the stage plans one level)
     }
     const std::scoped_lock lock(mutex_);

@@ -133,6 +133,22 @@ struct stage_memory_use {
   return synth::detail::node_cluster(group, t.plan.nodes[k]);
 }
 
+/// Nodes of `t` with the same key run the same program on the same rows on alike devices:
+/// priced and simulated once (a stage's group has up to hundreds of nodes, a few variants).
+[[nodiscard]] inline std::string alike_node_key(const two_level_stage& t, const cluster& group,
+                                                std::size_t k) {
+  std::string key =
+      std::to_string(t.plan.node_variant[k]) + "|" + std::to_string(t.plan.node_batch[k]);
+  for (std::size_t d : t.plan.nodes[k]) {
+    const device_spec& s = group.devices[d];
+    key += "|" + s.kind + "/" + std::to_string(s.speed) + "/" + std::to_string(s.bf16_speed) + "/" +
+           std::to_string(s.memory) + "/" + std::to_string(s.slowdown);
+    for (double r : s.rates)
+      key += "/" + std::to_string(r);
+  }
+  return key;
+}
+
 /// Prices `t`'s plan (see the file comment) holding `held` micro-batches at once: its memory
 /// per device, its passes and its once-a-step sync. `at`: the stage's graph at a row count.
 template <class GraphAt>
@@ -143,24 +159,35 @@ void price_two_level_stage(two_level_stage& t, GraphAt&& at, const cluster& grou
   t.peak.assign(group.size(), 0.0);
   t.passes = 0.0;
   double node_sync = 0.0;
+  struct priced_node {
+    stage_memory_use use;
+    double passes = 0.0, sync = 0.0;
+  };
+  std::map<std::string, priced_node> alike;
   for (std::size_t k = 0; k < t.plan.nodes.size(); ++k) {
     if (!t.plan.active(k))
       continue;
-    const synth::plan& v = t.plan.node_plan(k);
-    const graph::graph& g = at(t.plan.node_batch[k]);
-    const cluster node = node_of_group(t, group, k);
-    const stage_memory_use use = stage_memory(v, g, node, held);
-    for (std::size_t i = 0; i < t.plan.nodes[k].size(); ++i) {
-      t.activations[t.plan.nodes[k][i]] = use.activations[i];
-      t.peak[t.plan.nodes[k][i]] = use.peak[i];
+    auto [it, fresh] = alike.try_emplace(alike_node_key(t, group, k));
+    priced_node& pn = it->second;
+    if (fresh) {
+      const synth::plan& v = t.plan.node_plan(k);
+      const graph::graph& g = at(t.plan.node_batch[k]);
+      const cluster node = node_of_group(t, group, k);
+      pn.use = stage_memory(v, g, node, held);
+      // (priced again without the received values' loads: the boundary sends are priced
+      // apart)
+      const synth::cost_model m(g, node, synth::segment_map(g, v.segments));
+      synth::plan q = v;
+      synth::evaluate(q, m, v.ratios);
+      pn.sync = std::min(q.step_time, synth::exposed_gradient_sync(q, m));
+      pn.passes = q.step_time - pn.sync;
     }
-    // (priced again without the received values' loads: the boundary sends are priced apart)
-    const synth::cost_model m(g, node, synth::segment_map(g, v.segments));
-    synth::plan q = v;
-    synth::evaluate(q, m, v.ratios);
-    const double sync = std::min(q.step_time, synth::exposed_gradient_sync(q, m));
-    t.passes = std::max(t.passes, q.step_time - sync);
-    node_sync = std::max(node_sync, sync);
+    for (std::size_t i = 0; i < t.plan.nodes[k].size(); ++i) {
+      t.activations[t.plan.nodes[k][i]] = pn.use.activations[i];
+      t.peak[t.plan.nodes[k][i]] = pn.use.peak[i];
+    }
+    t.passes = std::max(t.passes, pn.passes);
+    node_sync = std::max(node_sync, pn.sync);
   }
   t.sync = node_sync + t.plan.cross_time;
 }
@@ -173,27 +200,28 @@ void price_two_level_stage(two_level_stage& t, GraphAt&& at, const cluster& grou
   return true;
 }
 
-/// The budget of a two-level stage's node program searches, in states expanded (a two-level
-/// plan's own default). Measured on Llama-7B, 4096 devices (docs/benchmarks.md): at 5,000 the
-/// search takes 6.5 s instead of 8.4 s but its pick simulates 3.20 s a step instead of 2.27 s
-/// (the 8-stage equal candidate's node programs come out worse); a step is paid every step,
-/// planning once.
-inline constexpr std::size_t two_level_node_expansions = 20'000;
+/// The budget of a two-level stage's node program searches, in states expanded. At 5,000
+/// (before budget-cut searches completed by repeating their blocks' programs) Llama-7B's pick
+/// on 4096 devices simulated 3.20 s a step instead of 2.27 s; with that completion 10,000
+/// gives the 20,000 budget's picks on the bench clusters within 2 % (docs/benchmarks.md).
+inline constexpr std::size_t two_level_node_expansions = 10'000;
 
 /// Plans a two-level program for a stage (`at`: its graph at a row count) of `rows` rows a
 /// micro-batch over `group` (which `spans_whole_nodes`), holding `held` micro-batches at once,
 /// with the one-level options `so` inside each node; prices it (see the file comment).
-/// `node_program` (may be empty): how node programs are synthesized (hierarchical_options's).
-/// Throws `plan_error` where no node program fits (synthesize_hierarchical's message).
+/// `node_program` (may be empty): how node programs are synthesized (hierarchical_options's);
+/// `node_expansions`: their searches' budget in states expanded. Throws `plan_error` where no node
+/// program fits (synthesize_hierarchical's message).
 [[nodiscard]] inline two_level_stage
 plan_two_level_stage(const stage_graph_at& at, std::size_t rows, const cluster& group,
                      const synth::synth_options& so, std::size_t held, const std::string& model,
-                     const decltype(synth::hierarchical_options::node_program)& node_program = {}) {
+                     const decltype(synth::hierarchical_options::node_program)& node_program = {},
+                     std::size_t node_expansions = two_level_node_expansions) {
   synth::graphs_by_rows graph_at(at);
   synth::hierarchical_options ho;
   ho.inner = so;
   ho.node_program = node_program;
-  ho.node_search_expansions = two_level_node_expansions;
+  ho.node_search_expansions = node_expansions;
   // (one node program search, on the class with the most rows: the same picks on the bench
   // clusters, Llama-7B on 1024 devices planned in 5.3 s instead of 6.2 s)
   ho.class_searches = 1;

@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -50,9 +52,10 @@ pipeline_costs(const program::pipeline_plan& p, const graph::graph& g, const clu
     double pass = 0.0, sync = 0.0;
     if (const program::two_level_stage* t = p.two_level_at(k)) {
       if (!trace)
-        continue; // (as priced)
+        continue;                  // (as priced)
+      std::set<std::string> alike; // (nodes alike simulate alike: once)
       for (std::size_t n = 0; n < t->plan.nodes.size(); ++n) {
-        if (!t->plan.active(n))
+        if (!t->plan.active(n) || !alike.insert(program::alike_node_key(*t, group, n)).second)
           continue;
         const graph::graph& whole = traced(t->plan.node_batch[n]);
         const graph::graph sg =

@@ -321,6 +321,14 @@ public:
   }
 
   [[nodiscard]] const graph::graph& graph() const noexcept { return *g_; }
+  /// `hash()` (the graph's hash, synth::graph_hash) the first time, then remembered: every
+  /// plan a synthesis makes on this model records it.
+  template <class Hash>
+  [[nodiscard]] std::uint64_t graph_hash_once(Hash&& hash) const {
+    if (!graph_hash_)
+      graph_hash_ = hash();
+    return *graph_hash_;
+  }
   [[nodiscard]] const hspmd::cluster& cluster() const noexcept { return *cluster_; }
   [[nodiscard]] const segment_map& segments() const noexcept { return segments_; }
   [[nodiscard]] std::size_t devices() const noexcept { return cluster_->size(); }
@@ -790,6 +798,7 @@ private:
   }
 
   const graph::graph* g_;
+  mutable std::optional<std::uint64_t> graph_hash_; // (graph_hash_once)
   const hspmd::cluster* cluster_;
   segment_map segments_;
   collective_cost_model collectives_;

@@ -101,9 +101,11 @@ struct hierarchical_options {
   /// Search a class's node program at its rows rounded down to a power of two (the program is
   /// then fitted at the rows it gets): alike stages of several candidates meet the same search.
   bool power_of_two_rows = false;
-  /// Makes a node program by synthesis (empty: `synthesize`); a caller that plans many alike
-  /// (a pipeline's stages) passes one that remembers them.
-  std::function<plan(const graph::graph&, const cluster&, const synth_options&, const std::string&)>
+  /// Makes a node program: by synthesis (its last argument "synth") or a baseline ("dp-cp",
+  /// "dp-ev", "tp"); empty: `synthesize` or `make_baseline`. A caller that plans many alike (a
+  /// pipeline's stages) passes one that remembers them.
+  std::function<plan(const graph::graph&, const cluster&, const synth_options&, const std::string&,
+                     const std::string&)>
       node_program;
 };
 
@@ -120,10 +122,18 @@ public:
       it = graphs_.emplace(rows, trace_(rows)).first;
     return it->second;
   }
+  /// graph_hash of the graph at `rows`, taken once.
+  [[nodiscard]] std::uint64_t hash(std::size_t rows) {
+    auto it = hashes_.find(rows);
+    if (it == hashes_.end())
+      it = hashes_.emplace(rows, graph_hash((*this)(rows))).first;
+    return it->second;
+  }
 
 private:
   graph_for_batch trace_;
   std::map<std::size_t, graph::graph> graphs_;
+  std::map<std::size_t, std::uint64_t> hashes_;
 };
 
 namespace detail {
@@ -200,7 +210,7 @@ struct node_fit {
 };
 
 [[nodiscard]] inline node_fit fit_node(const plan& prog, const graph::graph& g, const cluster& sub,
-                                       const synth_options& opt) {
+                                       const synth_options& opt, std::uint64_t hash) {
   cost_model m(g, sub, segment_map(g, opt.segments), std::nullopt, opt.gemm_type);
   // (a pipeline stage's node program: its micro-batches in flight and its received values)
   m.set_activation_copies(opt.activation_copies);
@@ -208,7 +218,7 @@ struct node_fit {
     m.set_received(opt.received->inputs, opt.received->link, opt.received->sharing);
   node_fit f;
   f.p = prog;
-  f.p.graph_hash = graph_hash(g);
+  f.p.graph_hash = hash; // (graph_hash(g), taken once per row count by the caller)
   f.p.graph_nodes = g.size();
   f.p.cluster_name = sub.name;
   f.p.cluster_fingerprint = fingerprint(sub);
@@ -355,7 +365,7 @@ struct node_fit {
                          tries = 0;
              tries < 3; rows = std::max<std::size_t>(1, rows / 2), ++tries) {
           if (attempt([&] {
-                return opt.node_program ? opt.node_program(graph_at(rows), subs[k], inner, model)
+                return opt.node_program ? opt.node_program(graph_at(rows), subs[k], inner, model, s)
                                         : synthesize(graph_at(rows), subs[k], inner, model);
               }) ||
               rows == 1)
@@ -370,7 +380,13 @@ struct node_fit {
       for (std::size_t j = 1; j < subs.size(); ++j)
         if (class_rows[j] > class_rows[k])
           k = j;
-      attempt([&] { return make_baseline(graph_at(class_rows[k]), subs[k], b, inner, model); });
+      // (at its own rows: a baseline is no search worth sharing, and at a power of two
+      // BERT-large's pipeline pick at 1024 devices came out 1.7 % slower)
+      const graph::graph& at = graph_at(class_rows[k]);
+      attempt([&] {
+        return opt.node_program ? opt.node_program(at, subs[k], inner, model, s)
+                                : make_baseline(at, subs[k], b, inner, model);
+      });
     } else {
       throw plan_error("hierarchical plan", "unknown inner strategy \"" + s + "\"",
                        "use synth, dp-cp, dp-ev or tp");
@@ -391,8 +407,10 @@ struct node_fit {
     for (std::size_t k = 0; k < subs.size(); ++k) {
       const std::size_t r0 = class_rows[k];
       const std::size_t r1 = 2 * r0;
-      const detail::node_fit f0 = detail::fit_node(prog, graph_at(r0), subs[k], opt.inner);
-      const detail::node_fit f1 = detail::fit_node(prog, graph_at(r1), subs[k], opt.inner);
+      const detail::node_fit f0 =
+          detail::fit_node(prog, graph_at(r0), subs[k], opt.inner, graph_at.hash(r0));
+      const detail::node_fit f1 =
+          detail::fit_node(prog, graph_at(r1), subs[k], opt.inner, graph_at.hash(r1));
       slope[k] = std::max(1e-300, (f1.p.step_time - f0.p.step_time) / double(r1 - r0));
       a[k] = f0.p.step_time - slope[k] * double(r0);
       cap[k] = std::max(
@@ -488,7 +506,8 @@ struct node_fit {
       }
       auto [it, fresh] = variant_of.try_emplace({cls, rows[k]}, h.variants.size());
       if (fresh) {
-        detail::node_fit f = detail::fit_node(prog, graph_at(rows[k]), subs[cls], opt.inner);
+        detail::node_fit f =
+            detail::fit_node(prog, graph_at(rows[k]), subs[cls], opt.inner, graph_at.hash(rows[k]));
         fits = f.fits;
         f.p.strategy = prog.strategy;
         h.variants.push_back(std::move(f.p));

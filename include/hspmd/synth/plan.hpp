@@ -344,7 +344,7 @@ inline void evaluate(plan& p, const cost_model& m, const ratio_table& ratios) {
   plan p;
   p.model = std::move(model);
   p.strategy = std::move(strategy);
-  p.graph_hash = graph_hash(m.graph());
+  p.graph_hash = m.graph_hash_once([&] { return graph_hash(m.graph()); });
   p.graph_nodes = m.graph().size();
   p.recompute = r.recomputed;
   p.cluster_name = m.cluster().name;

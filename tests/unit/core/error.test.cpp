@@ -1,8 +1,11 @@
 #include <hspmd/core/error.hpp>
+#include <hspmd/core/parallel.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <string>
+#include <vector>
 
 using namespace hspmd;
 
@@ -34,4 +37,22 @@ TEST_CASE("every hspmd exception is an hspmd::error and a std::exception") {
   CHECK_THROWS_AS(throw shape_error("f", "r"), error);
   CHECK_THROWS_AS(throw plan_error("f", "r"), error);
   CHECK_THROWS_AS(throw comm_error(0, "c", "r"), std::exception);
+}
+
+TEST_CASE("parallel_for runs every item once and rethrows the first failing item's error, as a "
+          "loop in order would, after every item ran") {
+  for (std::size_t threads : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{64}}) {
+    CAPTURE(threads);
+    std::vector<std::atomic<int>> runs(40);
+    CHECK_THROWS_WITH(parallel_for(runs.size(), threads,
+                                   [&](std::size_t i) {
+                                     ++runs[i];
+                                     if (i == 7 || i == 31)
+                                       throw config_error("item " + std::to_string(i), "failed");
+                                   }),
+                      "item 7: failed");
+    for (const std::atomic<int>& r : runs)
+      CHECK(r.load() == 1);
+  }
+  parallel_for(0, 2, [](std::size_t) { FAIL("no item to run"); });
 }
