@@ -58,6 +58,8 @@ def parse(out):
     r["joint"] = min(joint) if joint else None
     m = re.search(r"^pipeline plan: .*planned in ([0-9.]+) s", out, re.M)
     r["search"] = float(m.group(1)) if m else None
+    m = re.search(r"^pipeline plan: .* groups, (\S+), ", out, re.M)
+    r["schedule"] = m.group(1) if m else None
     m = re.search(r"\((\d+) stage plans synthesized, (\d+) reused", out)
     r["made"] = (int(m.group(1)), int(m.group(2))) if m else None
     return r
@@ -100,7 +102,8 @@ def main():
                                     r["only"] and r["only"][0]) if x]
                 pick = r["joint"]
                 lead = f"{min(base) / pick[0]:.2f}x" if pick and base else "-"
-                pick_text = f"P={pick[1]} {pick[2].replace(' 2L', '+2L')} m={pick[3]}" if pick else "none"
+                pick_text = (f"P={pick[1]} {pick[2].replace(' 2L', '+2L')} m={pick[3]} "
+                             f"{r['schedule'] or ''}" if pick else "none")
                 made = f"{r['made'][0]}/{r['made'][1]}" if r["made"] else "-"
                 search = f"{r['search']:.2f} s" if r["search"] is not None else "-"
                 if r["search"] is not None:

@@ -319,7 +319,8 @@ int main(int argc, char** argv) {
                  "(default: cut on the groups' speeds)")
       ->delimiter(',');
   app.add_option("--pipeline-schedule", pr.schedule,
-                 "with --pipeline: gpipe, 1f1b, interleaved, zb")
+                 "with --pipeline: gpipe, 1f1b, interleaved, zb, or auto (1f1b; with --pipeline "
+                 "auto, zb where that is faster)")
       ->capture_default_str();
   app.add_option("--pipeline-chunks", pr.chunks, "with --pipeline: stages a group (interleaved)")
       ->capture_default_str();

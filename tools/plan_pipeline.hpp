@@ -30,7 +30,8 @@ namespace hspmd_plan {
 /// What --pipeline and its options ask for.
 struct pipeline_request {
   std::string groups; ///< "P", the groups' sizes, or "auto" (the depth chosen); empty: none
-  std::string schedule = "1f1b";
+  /// "auto": 1F1B, and with the depth chosen ZB-H1 too where faster; or one of the schedules.
+  std::string schedule = "auto";
   std::size_t micro = 0;                 ///< m; 0: four per stage
   std::vector<std::size_t> first_blocks; ///< each stage's first block (empty: balanced cuts)
   std::size_t chunks = 1;
@@ -55,7 +56,8 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
                                             const hspmd::synth::synth_options& so, bool print) {
   namespace program = hspmd::program;
   program::pipeline_options po;
-  po.schedule = program::parse_schedule(r.schedule);
+  po.schedule = program::parse_schedule(r.schedule == "auto" ? "1f1b" : r.schedule);
+  po.choose_schedule = r.schedule == "auto" && r.groups == "auto";
   po.chunks = r.chunks;
   po.synth = so;
   po.model = model;
@@ -122,14 +124,16 @@ inline chosen_pipeline choose_pipeline_plan(const pipeline_request& r, const std
           (!only || k.simulated < only->simulated))
         only = &k;
     if (ch.best && only)
-      std::printf("chosen: %zu stages grouped by %s, %zu micro-batches: %.2fx the fastest "
+      std::printf("chosen: %zu stages grouped by %s, %zu micro-batches, %s: %.2fx the fastest "
                   "pipeline-only baseline (%zu stages, %s), simulated\n",
                   ch.tried[*ch.best].stages,
                   (std::string(program::name(ch.tried[*ch.best].groups)) +
                    (ch.tried[*ch.best].two_level ? " (two-level stages)" : ""))
                       .c_str(),
-                  ch.tried[*ch.best].micro, only->simulated / ch.tried[*ch.best].simulated,
-                  only->stages, hspmd::synth::seconds_text(only->simulated).c_str());
+                  ch.tried[*ch.best].micro,
+                  std::string(program::name(ch.tried[*ch.best].plan->schedule)).c_str(),
+                  only->simulated / ch.tried[*ch.best].simulated, only->stages,
+                  hspmd::synth::seconds_text(only->simulated).c_str());
     p = *ch.tried[*ch.best].plan;
   } else {
     po.group_sizes = program::parse_group_sizes("--pipeline", r.groups, c.size());

@@ -167,6 +167,8 @@ struct pipeline_options {
   /// make_pipeline_plan: a candidate's stages planned at once (the same counting; the plan is
   /// the same for every count).
   std::size_t stage_threads = 1;
+  /// choose_pipeline with `schedule` 1F1B: its pick also planned under ZB-H1, kept where faster.
+  bool choose_schedule = false;
   /// A stage whose group spans two whole nodes or more runs a two-level program
   /// (two_level_stage.hpp) where one fits; needs `trace`. choose_pipeline tries both.
   bool two_level = false;

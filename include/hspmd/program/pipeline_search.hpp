@@ -166,7 +166,7 @@ template <class TraceAt>
   // refined (`refine`) -- most of the search's time is the stage searches; a quarter of their
   // budget ranks the candidates as the full one does on the bench clusters (docs/benchmarks.md).
   const bool screening = o.refine > 0;
-  enum class round { screen, refine };
+  enum class round { screen, refine, schedule };
   const auto plan_candidate = [&](pipeline_candidate& k, round r) {
     const auto t0 = std::chrono::steady_clock::now();
     const graph::graph g = trace_at(batch / k.micro);
@@ -178,6 +178,10 @@ template <class TraceAt>
     po.trace = [&](std::size_t rows) { return graph::graph(trace_at(rows)); };
     po.first_blocks.clear();
     po.refine = r == round::refine ? o.refine : 0;
+    if (r == round::schedule) { // (the pick's cuts under the other schedule)
+      po.first_blocks = k.plan->first_blocks;
+      po.schedule = schedule_kind::zero_bubble;
+    }
     if (screening && r == round::screen && k.groups != grouping::pipeline_only) {
       po.synth.search.max_expansions =
           std::min(o.synth.search.max_expansions, screening_expansions);
@@ -332,6 +336,14 @@ template <class TraceAt>
       if (out.tried[i].simulated < out.tried[*out.best].simulated)
         out.best = i;
   }
+  // The schedule: the pick under ZB-H1 too (its backward split, the weight gradients filling
+  // the bubble; its stages re-planned where it holds more micro-batches at once), kept where
+  // that is faster.
+  if (o.choose_schedule && out.best && o.schedule == schedule_kind::one_f_one_b && o.chunks == 1)
+    try {
+      plan_candidate(out.tried[*out.best], round::schedule);
+    } catch (const error&) { // (1F1B's plan stands)
+    }
   out.stage_plans_made = planner.made();
   out.stage_plans_reused = planner.reused();
   return out;

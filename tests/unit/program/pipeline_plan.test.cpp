@@ -360,6 +360,17 @@ TEST_CASE("pipeline search: candidates planned on several threads give the same 
     if (a.plan)
       CHECK(a.plan->hash() == b.plan->hash());
   }
+  // The schedule chosen too: the pick under ZB-H1 where that is faster than under 1F1B (here:
+  // its weight gradients fill the bubble of a two-kind cluster's stages).
+  const program::pipeline_candidate& first = one.tried[*one.best];
+  CHECK(first.plan->schedule == program::schedule_kind::one_f_one_b);
+  o.choose_schedule = true;
+  const program::pipeline_choice chosen = program::choose_pipeline(at, 32, c, o);
+  REQUIRE(chosen.best);
+  const program::pipeline_candidate& pick = chosen.tried[*chosen.best];
+  CHECK(pick.plan->schedule == program::schedule_kind::zero_bubble);
+  CHECK(pick.simulated < first.simulated);
+  CHECK(pick.plan->make().kind == program::schedule_kind::zero_bubble);
 }
 
 TEST_CASE("pipeline stage planner: a stage that is the same problem as one planned before gets "
