@@ -1,5 +1,6 @@
 # Runs a command and checks its exit status and output:
-#   cmake -D COMMAND="prog|arg1|arg2" -D EXPECT_EXIT=zero|nonzero -D EXPECT_OUTPUT=<regex> -P expect_run.cmake
+#   cmake -D COMMAND="prog|arg1|arg2" -D EXPECT_EXIT=zero|nonzero -D EXPECT_OUTPUT=<regex>
+#         [-D REJECT_OUTPUT=<regex>] -P expect_run.cmake
 string(REPLACE "|" ";" command "${COMMAND}")
 list(FILTER command EXCLUDE REGEX "^$")
 execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -11,4 +12,7 @@ elseif(EXPECT_EXIT STREQUAL "nonzero" AND rc EQUAL 0)
 endif()
 if(DEFINED EXPECT_OUTPUT AND NOT out MATCHES "${EXPECT_OUTPUT}")
   message(FATAL_ERROR "output does not match /${EXPECT_OUTPUT}/")
+endif()
+if(DEFINED REJECT_OUTPUT AND out MATCHES "${REJECT_OUTPUT}")
+  message(FATAL_ERROR "output matches /${REJECT_OUTPUT}/, which it must not")
 endif()

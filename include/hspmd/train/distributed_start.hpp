@@ -281,6 +281,7 @@ distributed_run<T, Optimizer> start_distributed(const graph::graph& g, train_opt
                            : load_cluster(o.cluster);
     check_rank_count(run.c, static_cast<std::size_t>(comm.size()));
     check_output_files(o, *d.ranks); // fail now, not after training
+    check_checkpoint_dir(o, *d.ranks);
     if (is_root && !o.save_graph.empty())
       write_file(o.save_graph, graph::to_json(g).dump(1));
     if (!o.pipeline.empty()) { // stages on groups (train/pipeline_start.hpp)
