@@ -216,21 +216,31 @@ int main(int argc, char** argv) {
                  "--save-graph of the examples, or graph::to_json); its batch is fixed")
       ->excludes(model_flag);
   app.add_option("--cluster", cluster_file, "cluster file (see docs/cluster-file.md)")->required();
-  app.add_option("--batch", batch, "global batch (default: --per-device times the devices)");
+  // (a size given is 1 or more: 0 is what a size left out reads as, its preset's)
+  app.add_option("--batch", batch, "global batch (default: --per-device times the devices)")
+      ->check(hspmd::io::at_least_one);
   app.add_option("--per-device", per_device, "samples per device when --batch is not given")
       ->capture_default_str();
   app.add_option("--layers", mo.layers,
                  "transformer layers (bert, bert-moe, vit; default 12) or "
-                 "hidden layers (mlp; default 2)");
-  app.add_option("--hidden", mo.hidden, "hidden size (default 768; mlp 1024)");
-  app.add_option("--ffn", mo.ffn, "feed-forward size (default 4 x hidden; llama 8/3 x hidden)");
-  app.add_option("--heads", mo.heads, "attention heads (default hidden / 64)");
+                 "hidden layers (mlp; default 2)")
+      ->check(hspmd::io::at_least_one);
+  app.add_option("--hidden", mo.hidden, "hidden size (default 768; mlp 1024)")
+      ->check(hspmd::io::at_least_one);
+  app.add_option("--ffn", mo.ffn, "feed-forward size (default 4 x hidden; llama 8/3 x hidden)")
+      ->check(hspmd::io::at_least_one);
+  app.add_option("--heads", mo.heads, "attention heads (default hidden / 64)")
+      ->check(hspmd::io::at_least_one);
   app.add_option("--kv-heads", mo.kv_heads,
                  "llama: key/value heads, fewer than --heads for grouped-query attention "
-                 "(default one per head; llama-70b: 8)");
-  app.add_option("--seq", mo.seq, "sequence length (bert, bert-moe; default 128)");
-  app.add_option("--vocab", mo.vocab, "vocabulary (bert, bert-moe, llama; default 30522)");
-  app.add_option("--experts", mo.experts, "experts per MoE layer (bert-moe; default 8)");
+                 "(default one per head; llama-70b: 8)")
+      ->check(hspmd::io::at_least_one);
+  app.add_option("--seq", mo.seq, "sequence length (bert, bert-moe; default 128)")
+      ->check(hspmd::io::at_least_one);
+  app.add_option("--vocab", mo.vocab, "vocabulary (bert, bert-moe, llama; default 30522)")
+      ->check(hspmd::io::at_least_one);
+  app.add_option("--experts", mo.experts, "experts per MoE layer (bert-moe; default 8)")
+      ->check(hspmd::io::at_least_one);
   app.add_option("--width", mo.width, "channel multiplier (vgg19)")->capture_default_str();
   app.add_flag("--fused-attention", mo.fused_attention,
                "llama, bert: attention as one fused op that keeps no scores (on for the llama "

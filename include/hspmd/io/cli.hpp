@@ -16,6 +16,16 @@
 
 namespace hspmd::io {
 
+/// A count flag that must be 1 or more ("--batch 0" is refused with the fix).
+inline const CLI::Validator at_least_one(
+    [](std::string& value) -> std::string {
+      if (value.find_first_not_of("0123456789") == std::string::npos && !value.empty() &&
+          value.find_first_not_of('0') != std::string::npos)
+        return {};
+      return "value " + value + " is not allowed: give a whole number of 1 or more";
+    },
+    "COUNT >= 1");
+
 /// The flag of `app` closest to `typed`, if it is close (a typo).
 [[nodiscard]] inline std::optional<std::string> closest_flag(const CLI::App& app,
                                                              std::string_view typed) {

@@ -31,15 +31,7 @@ namespace hspmd::train {
 using io::parse_flags;
 using io::report_errors;
 
-/// A count flag that must be 1 or more ("--batch 0" is refused with the fix).
-inline const CLI::Validator at_least_one(
-    [](std::string& value) -> std::string {
-      if (value.find_first_not_of("0123456789") == std::string::npos && !value.empty() &&
-          value.find_first_not_of('0') != std::string::npos)
-        return {};
-      return "value " + value + " is not allowed: give a whole number of 1 or more";
-    },
-    "COUNT >= 1");
+using io::at_least_one;
 
 /// The range check of an option of the table, on the flag's text before it is converted (so
 /// "-1" is refused, not wrapped to 2^64 - 1).
