@@ -19,12 +19,15 @@
 #include <hspmd/train/fault.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/train_options.hpp>
+#include <hspmd/train/world.hpp>
 
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -349,11 +352,53 @@ struct trainer_types {
   std::string optimizer; ///< its name, for the message
 };
 
+/// Refuses, before any training, a checkpoint directory that cannot be made or written in
+/// (otherwise found at the first save, that many steps of work later). Rank 0 makes it, then
+/// every rank writes and removes a probe file of its own there (every rank writes its own
+/// pieces into it at a save). Collective.
+inline void check_checkpoint_dir(const train_options& o, world& w) {
+  if (o.checkpoint_dir.empty() || o.save_every == 0)
+    return;
+  const std::filesystem::path dir(o.checkpoint_dir);
+  const auto refuse = [&](const std::string& why) {
+    throw config_error("checkpoint directory " + o.checkpoint_dir, why,
+                       "give --checkpoint-dir a directory every rank can create and write in");
+  };
+  std::string made; // rank 0's failure to make it, told to every rank
+  if (w.root()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+      made = "cannot be created (" + ec.message() + ")";
+  }
+  w.broadcast_text(made);
+  if (!made.empty())
+    refuse(made);
+  const std::filesystem::path probe = dir / (".hspmd-probe-rank-" + std::to_string(w.rank()));
+  bool ok = false;
+  {
+    std::ofstream f(probe, std::ios::binary | std::ios::trunc);
+    f << "hspmd";
+    f.flush();
+    ok = f.good();
+  }
+  std::error_code ec;
+  std::filesystem::remove(probe, ec);
+  const std::vector<double> all = w.all_gather(ok ? 1.0 : 0.0);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r] == 0.0)
+      refuse("cannot be written in on rank " + std::to_string(r));
+}
+
 /// Every option of a run checked before any work, one line naming the option and the fix: the
 /// table's ranges (`check_train_options`), then what relates options to each other, to the
 /// trainer's types and to HSPMD_FAULT's `fault` (train/fault.hpp).
 inline void check_run_options(const train_options& o, bool distributed,
                               const std::optional<fault_spec>& fault, const trainer_types& types) {
+  if (!distributed) { // (a distributed run checks it with its ranks, train/distributed_start.hpp)
+    world alone;
+    check_checkpoint_dir(o, alone);
+  }
   if (fault && !fault->save_point.empty() &&
       (fault->what == fault_spec::kind::slow || o.save_every == 0 ||
        (fault->step % o.save_every != 0 && fault->step != o.steps) || fault->step > o.steps))

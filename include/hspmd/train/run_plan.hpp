@@ -27,7 +27,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -109,44 +108,6 @@ inline void check_output_files(const train_options& o, world& w) {
         throw config_error(std::string(what) + " file " + *path, "cannot be written",
                            "give a path in an existing, writable directory");
     }
-}
-
-/// Refuses, before any training, a checkpoint directory that cannot be made or written in
-/// (otherwise found at the first save, that many steps of work later). Rank 0 makes it, then
-/// every rank writes and removes a probe file of its own there (every rank writes its own
-/// pieces into it at a save). Collective.
-inline void check_checkpoint_dir(const train_options& o, world& w) {
-  if (o.checkpoint_dir.empty() || o.save_every == 0)
-    return;
-  const std::filesystem::path dir(o.checkpoint_dir);
-  const auto refuse = [&](const std::string& why) {
-    throw config_error("checkpoint directory " + o.checkpoint_dir, why,
-                       "give --checkpoint-dir a directory every rank can create and write in");
-  };
-  std::string made; // rank 0's failure to make it, told to every rank
-  if (w.root()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec)
-      made = "cannot be created (" + ec.message() + ")";
-  }
-  w.broadcast_text(made);
-  if (!made.empty())
-    refuse(made);
-  const std::filesystem::path probe = dir / (".hspmd-probe-rank-" + std::to_string(w.rank()));
-  bool ok = false;
-  {
-    std::ofstream f(probe, std::ios::binary | std::ios::trunc);
-    f << "hspmd";
-    f.flush();
-    ok = f.good();
-  }
-  std::error_code ec;
-  std::filesystem::remove(probe, ec);
-  const std::vector<double> all = w.all_gather(ok ? 1.0 : 0.0);
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r] == 0.0)
-      refuse("cannot be written in on rank " + std::to_string(r));
 }
 
 /// The plan through the plan cache: rank 0 looks up, re-solves or synthesizes (ranks may see

@@ -162,10 +162,6 @@ private:
 
   void start_single() {
     check_options();
-    {
-      world alone; // (one process)
-      check_checkpoint_dir(o_, alone);
-    }
     if (o_.save_graph.size() > 0)
       write_file(o_.save_graph, graph::to_json(g_).dump(1));
     engine_ = make_engine<T, Optimizer>(g_, o_.device, o_.seed);
