@@ -199,15 +199,17 @@ endfunction()
 
 # hspmd_add_bounded_run(NAME <test> NP <ranks used> COMMAND <prog> <args>...
 #                       EXPECT_EXIT zero|nonzero EXPECT_OUTPUT <regex> LEFTOVER <regex>
-#                       [WITHIN <s>] [ENVIRONMENT ...])
+#                       [WITHIN <s>] [ENVIRONMENT ...]
+#                       [EXPECT_FILE <path> EXPECT_FILE_MATCHES <regex>])
 #   A run (usually mpirun) that must end by itself within WITHIN seconds (default 60) with the
 #   given exit status and output, leaving no process whose command line matches LEFTOVER
 #   (cmake/bounded_run.cmake). For failures that must not hang a job. The bound is a guard
 #   against a hang, with room for a loaded machine: how quickly a job ends is what the expected
 #   output says (a watchdog's "has not completed after 3.x s"), and docs/execution.md measures.
 function(hspmd_add_bounded_run)
-  cmake_parse_arguments(arg "" "NAME;NP;WITHIN;EXPECT_EXIT;EXPECT_OUTPUT;LEFTOVER"
-                        "COMMAND;ENVIRONMENT" ${ARGN})
+  cmake_parse_arguments(arg ""
+    "NAME;NP;WITHIN;EXPECT_EXIT;EXPECT_OUTPUT;LEFTOVER;EXPECT_FILE;EXPECT_FILE_MATCHES"
+    "COMMAND;ENVIRONMENT" ${ARGN})
   if(NOT arg_WITHIN)
     set(arg_WITHIN 60)
   endif()
@@ -215,7 +217,9 @@ function(hspmd_add_bounded_run)
   add_test(NAME ${arg_NAME}
     COMMAND ${CMAKE_COMMAND} "-D COMMAND=${joined}" "-D EXPECT_EXIT=${arg_EXPECT_EXIT}"
             "-D EXPECT_OUTPUT=${arg_EXPECT_OUTPUT}" "-D WITHIN=${arg_WITHIN}"
-            "-D LEFTOVER=${arg_LEFTOVER}" -P ${hspmd_testing_dir}/bounded_run.cmake)
+            "-D LEFTOVER=${arg_LEFTOVER}" "-D EXPECT_FILE=${arg_EXPECT_FILE}"
+            "-D EXPECT_FILE_MATCHES=${arg_EXPECT_FILE_MATCHES}"
+            -P ${hspmd_testing_dir}/bounded_run.cmake)
   math(EXPR limit "${arg_WITHIN} + 45")
   set_tests_properties(${arg_NAME} PROPERTIES
     LABELS "mpi" PROCESSORS ${arg_NP} TIMEOUT ${limit}

@@ -1,12 +1,16 @@
 # Runs a command that must end by itself within a time limit, leaving no process behind:
 #   cmake -D COMMAND="prog|arg1|arg2" -D EXPECT_EXIT=zero|nonzero -D EXPECT_OUTPUT=<regex>
 #         -D WITHIN=<seconds> -D LEFTOVER=<regex of a left-over process's command line>
-#         -P bounded_run.cmake
-# The run is killed after WITHIN + 30 s. LEFTOVER is matched by `pgrep -f` for up to 3 s after
+#         [-D EXPECT_FILE=<path> -D EXPECT_FILE_MATCHES=<regex>] -P bounded_run.cmake
+# The run is killed after WITHIN + 30 s. EXPECT_FILE (removed before the run) must exist after
+# it and match EXPECT_FILE_MATCHES: what a crashed run must have left, e.g. its metrics lines. LEFTOVER is matched by `pgrep -f` for up to 3 s after
 # the command ended; anything still matching then is killed and fails the test.
 string(REPLACE "|" ";" command "${COMMAND}")
 list(FILTER command EXCLUDE REGEX "^$")
 math(EXPR hard_limit "${WITHIN} + 30")
+if(EXPECT_FILE)
+  file(REMOVE ${EXPECT_FILE})
+endif()
 string(TIMESTAMP t0 "%s")
 execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out
                 TIMEOUT ${hard_limit})
@@ -24,6 +28,17 @@ elseif(EXPECT_EXIT STREQUAL "nonzero" AND rc EQUAL 0)
 endif()
 if(DEFINED EXPECT_OUTPUT AND NOT out MATCHES "${EXPECT_OUTPUT}")
   string(APPEND failures "output does not match /${EXPECT_OUTPUT}/; ")
+endif()
+if(EXPECT_FILE)
+  if(NOT EXISTS ${EXPECT_FILE})
+    string(APPEND failures "${EXPECT_FILE} was not written; ")
+  else()
+    file(READ ${EXPECT_FILE} left)
+    message(STATUS "${EXPECT_FILE}:\n${left}")
+    if(NOT left MATCHES "${EXPECT_FILE_MATCHES}")
+      string(APPEND failures "${EXPECT_FILE} does not match /${EXPECT_FILE_MATCHES}/; ")
+    endif()
+  endif()
 endif()
 if(DEFINED LEFTOVER)
   foreach(attempt RANGE 3)

@@ -2,13 +2,15 @@
 // (train_options::metrics, one JSON line per step or evaluation):
 //   same_losses A.jsonl B.jsonl RELATIVE_TOLERANCE
 // Exits 0 when both have the same steps and every loss agrees within the tolerance, and, where a
-// file records a device allocator's reserved bytes per step, they stay flat after step 2.
+// file records a device allocator's reserved bytes per step, they stay flat after step 2. A file
+// that a resumed run appended to may hold a step twice: its later line counts.
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,11 +39,21 @@ std::vector<double> losses(const char* path) {
     std::fprintf(stderr, "same_losses: cannot read %s\n", path);
     std::exit(2);
   }
-  std::vector<double> v;
+  std::map<std::size_t, double> by_step; // the later line of a step written twice
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
     if (j.contains("step"))
-      v.push_back(j.at("loss").get<double>());
+      by_step[j.at("step").get<std::size_t>()] = j.at("loss").get<double>();
+  }
+  std::vector<double> v;
+  std::size_t expected = 1;
+  for (const auto& [step, loss] : by_step) {
+    if (step != expected) {
+      std::printf("same_losses: %s: step %zu missing\n", path, expected);
+      std::exit(1);
+    }
+    v.push_back(loss);
+    ++expected;
   }
   return v;
 }

@@ -54,6 +54,7 @@ struct train_result {
   double loss_scale = 1.0;                  ///< f16: the dynamic loss scale after the last step
   std::vector<rebalance_report> rebalances; ///< with `train_options::rebalance`
   std::size_t resumed_from = 0;             ///< the step a resumed run continued after (0: none)
+  double load_seconds = 0.0;                ///< the resumed checkpoint's load (slowest rank)
   std::string initialized_from; ///< the checkpoint whose parameters the run started from, if any
   std::vector<std::string> checkpoints; ///< the checkpoint directories this run committed
 

@@ -14,6 +14,7 @@
 #include <hspmd/synth/plan.hpp>
 #include <hspmd/synth/plan_cache.hpp>
 #include <hspmd/synth/synthesize.hpp>
+#include <hspmd/train/metrics_log.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/profile.hpp>
 #include <hspmd/train/rebalance.hpp>
@@ -253,7 +254,7 @@ struct rebalance_hooks {
 inline std::optional<rebalance_report>
 rebalance_after_step(const graph::graph& g, planned_run& run, rebalancing& rb, world& w,
                      std::size_t s, double compute_seconds, const rebalance_hooks& hooks,
-                     std::ostream* out, std::ofstream& metrics) {
+                     std::ostream* out, metrics_log& metrics) {
   using clock = std::chrono::steady_clock;
   const auto factors = rb.monitor.observe(w.all_gather(compute_seconds));
   if (!factors)
@@ -318,8 +319,7 @@ rebalance_after_step(const graph::graph& g, planned_run& run, rebalancing& rb, w
                       {"warm", rep.warm},
                       {"move_ms", 1e3 * rep.move_seconds}};
   hooks.trace(rep.moved ? "re-balance" : "re-balance (shares unchanged)", t0, t1, args);
-  if (metrics.is_open())
-    metrics << nlohmann::json{{"rebalance", args}}.dump() << "\n";
+  metrics.write(nlohmann::json{{"rebalance", args}});
   if (out != nullptr) {
     std::size_t worst = 0;
     for (std::size_t d = 0; d < rep.factors.size(); ++d)

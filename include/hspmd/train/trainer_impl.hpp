@@ -19,6 +19,7 @@
 #include <hspmd/train/evaluate.hpp>
 #include <hspmd/train/fault.hpp>
 #include <hspmd/train/loss_scale.hpp>
+#include <hspmd/train/metrics_log.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/option_table.hpp>
 #include <hspmd/train/report.hpp>
@@ -36,7 +37,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -224,13 +224,9 @@ private:
     engine<T, Optimizer>& e = *engine_;
     const bool is_root = e.root();
     std::ostream* out = is_root ? o_.out : nullptr;
-    std::ofstream metrics;
-    if (is_root && !o_.metrics.empty()) {
-      metrics.open(o_.metrics);
-      if (!metrics)
-        throw config_error(o_.metrics, "cannot be written",
-                           "give a path in an existing, writable directory");
-    }
+    metrics_log metrics; // rank 0's (train/metrics_log.hpp)
+    if (is_root)
+      metrics.open(o_.metrics, o_.resume);
     if (world_ && !o_.trace.empty())
       e.start_trace();
     train_result r;
@@ -252,6 +248,8 @@ private:
     if (!resumed && !o_.init_from.empty())
       initialize_from(e, r, out);
     const std::size_t first = resumed.value_or(0);
+    metrics.start(world_ ? static_cast<std::size_t>(world_->size()) : 1, o_.steps, resumed,
+                  1e3 * r.load_seconds);
     for (std::size_t s = first; s < o_.steps; ++s) {
       world_->set_phase("training step " + std::to_string(s + 1));
       if (fault_ && fault_->save_point.empty() && fault_->step == s + 1 &&
@@ -294,14 +292,9 @@ private:
       r.losses.push_back(loss);
       r.step_seconds.push_back(seconds);
       const step_report rep{s, loss, lr, norm, seconds};
-      if (metrics.is_open()) // a crashed run keeps its lines
-        metrics << step_metrics(rep, meter_,
-                                loss_scale ? std::optional<double>(loss_scale->scale())
-                                           : std::nullopt,
-                                apply, e.memory())
-                       .dump()
-                << "\n"
-                << std::flush;
+      metrics.write(step_metrics(
+          rep, meter_, loss_scale ? std::optional<double>(loss_scale->scale()) : std::nullopt,
+          apply, e.memory()));
       if (out != nullptr && ((s + 1) % every == 0 || s + 1 == o_.steps))
         progress(*out, o_, meter_, rep, elapsed);
       if (on_step_ != nullptr && *on_step_)
@@ -315,8 +308,7 @@ private:
         save(e, s + 1, r, loss_scale ? &*loss_scale : nullptr, out);
       if (eval && ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == o_.steps)) {
         r.evals.push_back(run_eval(eval, o_.eval_batches, s + 1));
-        if (metrics.is_open()) // a crashed run keeps its lines
-          metrics << eval_metrics(r.evals.back()).dump() << "\n" << std::flush;
+        metrics.write(eval_metrics(r.evals.back()));
       }
     }
     if (world_ && !o_.trace.empty()) { // (a pipeline's engine names its devices)
@@ -410,6 +402,7 @@ private:
     r.resumed_from = info.step;
     const double seconds =
         e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    r.load_seconds = seconds;
     if (out != nullptr)
       print(*out, "resumed from %s: step %zu of %zu (loaded in %.0f ms)\n",
             info.dir.string().c_str(), info.step, o_.steps, 1e3 * seconds);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <numbers>
@@ -136,7 +137,8 @@ TEST_CASE("an MLP learns a teacher's labels: loss after 50 steps <= 0.8 x the fi
   CHECK_THAT(log.str(), Catch::Contains("GFLOP/s, MFU ") && Catch::Contains("GFLOP/s peak"));
 }
 
-TEST_CASE("the metrics file has model FLOP/s and MFU per step, written as it goes") {
+TEST_CASE("the metrics file has model FLOP/s and MFU per step, written as it goes, and a resumed "
+          "run appends") {
   constexpr std::size_t batch = 8;
   nn::tracer t(dtype::f32, batch);
   auto x = t.input<float, extents<hspmd::batch, 16>>("x");
@@ -147,33 +149,51 @@ TEST_CASE("the metrics file has model FLOP/s and MFU per step, written as it goe
   const graph::graph g = t.take();
   const auto cost = graph::total_cost(g);
   const std::string path = "training_test_metrics.jsonl";
+  const std::filesystem::path ck = "training_test_metrics_checkpoints";
+  std::filesystem::remove_all(ck);
+  { // a file left by an earlier run: a run that does not resume starts a new one
+    std::ofstream old(path);
+    old << "{\"step\": 1, \"loss\": 0}\n";
+  }
   train::train_options o;
   o.batch = batch;
   o.steps = 3;
   o.accumulate = 2;
   o.metrics = path;
   o.out = nullptr;
-  train::trainer<float> tr(g, o);
-  std::size_t lines_seen_in_step = 0;
-  tr.on_step = [&](const train::step_report& r) { // the step's line is on disk already
-    std::ifstream in(path);
-    std::size_t n = 0;
-    for (std::string line; std::getline(in, line);)
-      ++n;
-    lines_seen_in_step = n;
-    CHECK(n == r.step + 1);
-  };
-  (void)tr.fit([&](exec::batch_sink<float>& e, std::size_t i) {
+  o.save_every = 3;
+  o.checkpoint_dir = ck.string();
+  const auto feed = [&](exec::batch_sink<float>& e, std::size_t i) {
     std::vector<float> xs(batch * 16, 0.1F * static_cast<float>(i % 3));
     std::vector<std::int64_t> ys(batch, static_cast<std::int64_t>(i % 4));
     e.set_input("x", xs);
     e.set_input("labels", ys);
-  });
-  CHECK(lines_seen_in_step == 3);
-  std::ifstream in(path);
+  };
+  const auto lines = [&] {
+    std::vector<nlohmann::json> v;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);)
+      v.push_back(nlohmann::json::parse(line));
+    return v;
+  };
+  {
+    train::trainer<float> tr(g, o);
+    std::size_t lines_seen_in_step = 0;
+    tr.on_step = [&](const train::step_report& r) { // the step's line is on disk already
+      lines_seen_in_step = lines().size();
+      CHECK(lines_seen_in_step == r.step + 2); // the start record, then a line a step
+    };
+    (void)tr.fit(feed);
+    CHECK(lines_seen_in_step == 4);
+  }
+  auto v = lines();
+  REQUIRE(v.size() == 4);
+  CHECK(v[0].at("event") == "start");
+  CHECK(v[0].at("ranks") == 1);
+  CHECK(v[0].at("resumed_from").is_null());
   std::size_t steps = 0;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const auto& j : v) {
+    CHECK(j.at("t").get<double>() > 1.7e9); // wall-clock seconds
     if (!j.contains("step"))
       continue;
     ++steps;
@@ -185,7 +205,23 @@ TEST_CASE("the metrics file has model FLOP/s and MFU per step, written as it goe
     CHECK(j.at("mfu").get<double>() > 0.0);
   }
   CHECK(steps == 3);
+  // Resumed, the run appends: its start record names the step, then steps 4 and 5.
+  o.steps = 5;
+  o.resume = true;
+  {
+    train::trainer<float> tr(g, o);
+    (void)tr.fit(feed);
+  }
+  v = lines();
+  REQUIRE(v.size() == 7);
+  CHECK(v[4].at("event") == "start");
+  CHECK(v[4].at("resumed_from") == 3);
+  CHECK(v[4].at("load_ms").get<double>() >= 0.0);
+  CHECK(v[5].at("step") == 4);
+  CHECK(v[6].at("step") == 5);
+  CHECK(v[6].at("t").get<double>() >= v[3].at("t").get<double>());
   std::remove(path.c_str());
+  std::filesystem::remove_all(ck);
 }
 
 TEST_CASE("profiling: time per op kind, only for kinds that ran, and a table") {
