@@ -29,7 +29,10 @@ struct manifest {
 };
 
 manifest open_checkpoint(const std::string& path) {
-  const auto dir = hspmd::train::find_checkpoint(path);
+  const auto found = hspmd::train::search_checkpoints(path);
+  for (const std::string& line : found.skipped)
+    std::printf("note: %s\n", line.c_str());
+  const auto& dir = found.found;
   if (!dir)
     throw config_error(path, "holds no committed checkpoint",
                        "give a checkpoint directory (step-N) or the directory a run saved into");

@@ -128,24 +128,64 @@ checkpoint_info load_training(Comm& comm, const std::filesystem::path& path,
   return load_checkpoint<T>(comm, path, std::span<const checkpoint_target<T>>(targets));
 }
 
+/// Where a checkpoint search ended, and what it passed over: one line for each step directory
+/// newer than the one found (no manifest: a save that did not commit, or a damaged folder; a
+/// manifest: a save that ended before it updated `latest`) and for each `.partial` save.
+struct checkpoint_search {
+  std::optional<std::filesystem::path> found;
+  std::vector<std::string> skipped;
+};
+
 /// The checkpoint `path` names: a checkpoint directory itself (it has manifest.json), or a root
 /// whose `latest` names one, or else the root's newest committed checkpoint; nothing when there
 /// is none. Not collective.
+[[nodiscard]] inline checkpoint_search search_checkpoints(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  checkpoint_search r;
+  if (fs::exists(path / "manifest.json")) {
+    r.found = path;
+    return r;
+  }
+  std::string latest_name;
+  if (std::ifstream latest(path / "latest"); latest) {
+    std::getline(latest, latest_name);
+    if (detail::step_of(fs::path(latest_name)) && fs::exists(path / latest_name / "manifest.json"))
+      r.found = path / latest_name;
+  }
+  if (!r.found)
+    if (const auto all = detail::committed(path); !all.empty())
+      r.found = all.back().second;
+  const std::size_t found_step = r.found ? detail::step_of(*r.found).value_or(0) : std::size_t{0};
+  std::vector<std::pair<std::size_t, std::string>> notes;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (!e.is_directory(ec))
+      continue;
+    const fs::path p = e.path();
+    if (p.extension() == ".partial") {
+      if (const auto s = detail::step_of(p.stem()))
+        notes.emplace_back(*s, p.string() + ": a save that did not commit (ignored; the next "
+                                            "save removes it)");
+    } else if (const auto s = detail::step_of(p); s && (*s > found_step || !r.found)) {
+      if (fs::exists(p / "manifest.json"))
+        notes.emplace_back(*s, p.string() + ": committed, but latest names an older step (a save "
+                                            "ended before it updated latest): not used");
+      else
+        notes.emplace_back(
+            *s, p.string() + ": no manifest.json, not a committed checkpoint" +
+                    (p.filename() == latest_name ? " (though latest names it)" : "") + ": skipped");
+    }
+  }
+  std::sort(notes.begin(), notes.end());
+  for (auto& [step, text] : notes)
+    r.skipped.push_back(std::move(text));
+  return r;
+}
+
+/// search_checkpoints' find, without the notes.
 [[nodiscard]] inline std::optional<std::filesystem::path>
 find_checkpoint(const std::filesystem::path& path) {
-  namespace fs = std::filesystem;
-  if (fs::exists(path / "manifest.json"))
-    return path;
-  if (std::ifstream latest(path / "latest"); latest) {
-    std::string name;
-    std::getline(latest, name);
-    if (detail::step_of(fs::path(name)) && fs::exists(path / name / "manifest.json"))
-      return path / name;
-  }
-  const auto all = detail::committed(path);
-  if (all.empty())
-    return std::nullopt;
-  return all.back().second;
+  return search_checkpoints(path).found;
 }
 
 /// Saves this rank's pieces as checkpoint `step` under `root` (see the file comment); `meta` is
@@ -302,13 +342,16 @@ checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
                                 std::span<const checkpoint_target<T>> targets) {
   namespace fs = std::filesystem;
   const auto me = static_cast<std::size_t>(comm.rank());
-  // Rank 0 picks the checkpoint, so every rank loads the same one.
+  // Rank 0 picks the checkpoint, so every rank loads the same one (and names what it skipped).
   std::string chosen;
   std::string error;
   if (me == 0) {
-    if (const auto dir = find_checkpoint(path))
-      chosen = dir->string();
-    else
+    const checkpoint_search found = search_checkpoints(path);
+    if (found.found) {
+      chosen = found.found->string();
+      for (const std::string& line : found.skipped)
+        chosen += "\n" + line;
+    } else
       error = path.string() + ": no committed checkpoint (no manifest.json, no latest, no "
                               "step-N directory with a manifest): give a checkpoint directory "
                               "or the root a run saved into";
@@ -317,7 +360,14 @@ checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
   chosen = detail::all_gather_text(comm, chosen).front();
 
   checkpoint_info info;
-  info.dir = chosen;
+  {
+    std::istringstream lines(chosen);
+    std::string line;
+    std::getline(lines, line);
+    info.dir = line;
+    while (std::getline(lines, line))
+      info.skipped.push_back(line);
+  }
   try {
     const fs::path manifest_path = info.dir / "manifest.json";
     nlohmann::json m;

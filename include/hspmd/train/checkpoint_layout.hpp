@@ -65,7 +65,8 @@ struct checkpoint_options {
 struct checkpoint_info {
   std::filesystem::path dir;
   std::size_t step = 0;
-  nlohmann::json meta; ///< what the saver passed
+  nlohmann::json meta;              ///< what the saver passed
+  std::vector<std::string> skipped; ///< newer folders passed over (train/checkpoint.hpp search)
 };
 
 /// "step-00000005".

@@ -23,6 +23,7 @@
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/option_table.hpp>
 #include <hspmd/train/report.hpp>
+#include <hspmd/train/run_checkpoints.hpp>
 #include <hspmd/train/run_meta.hpp>
 #include <hspmd/train/run_plan.hpp>
 #include <hspmd/train/start.hpp>
@@ -244,9 +245,9 @@ private:
       loss_scale.emplace();
     std::optional<std::size_t> resumed;
     if (o_.resume)
-      resumed = resume(e, r, loss_scale ? &*loss_scale : nullptr, out);
+      resumed = resume_run(state(e, out), r, loss_scale ? &*loss_scale : nullptr);
     if (!resumed && !o_.init_from.empty())
-      initialize_from(e, r, out);
+      initialize_run(state(e, out), r);
     const std::size_t first = resumed.value_or(0);
     metrics.start(world_ ? static_cast<std::size_t>(world_->size()) : 1, o_.steps, resumed,
                   1e3 * r.load_seconds);
@@ -305,7 +306,7 @@ private:
                                            metrics))
           r.rebalances.push_back(std::move(*rb));
       if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == o_.steps))
-        save(e, s + 1, r, loss_scale ? &*loss_scale : nullptr, out);
+        save_run_checkpoint(state(e, out), s + 1, r, loss_scale ? &*loss_scale : nullptr, fault_);
       if (eval && ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == o_.steps)) {
         r.evals.push_back(run_eval(eval, o_.eval_batches, s + 1));
         metrics.write(eval_metrics(r.evals.back()));
@@ -343,70 +344,8 @@ private:
     return h;
   }
 
-  void save(engine<T, Optimizer>& e, std::size_t step, train_result& r,
-            const dynamic_loss_scale* loss_scale, std::ostream* out) {
-    world_->set_phase("saving the checkpoint after step " + std::to_string(step));
-    const auto t0 = std::chrono::steady_clock::now();
-    checkpoint_options co;
-    co.keep = o_.keep_checkpoints;
-    if (fault_ && !fault_->save_point.empty() && fault_->step == step &&
-        fault_->rank == world_->rank())
-      co.at_point = [f = *fault_](std::string_view point) {
-        if (point == f.save_point)
-          inject_fault(f);
-      };
-    const auto meta = checkpoint_meta(g_, o_, plan(), optimizer_meta(opt_, o_), step, loss_scale);
-    const auto dir = e.save_state(o_.checkpoint_dir, step, meta, opt_, co);
-    const double seconds =
-        e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    r.checkpoints.push_back(dir.string());
-    if (out != nullptr)
-      print(*out, "checkpoint after step %zu: %s (%.0f ms)\n", step, dir.string().c_str(),
-            1e3 * seconds);
-  }
-
-  // The parameters of the checkpoint init_from names (any layout, or an import): the optimizer,
-  // the schedule and the data start fresh.
-  void initialize_from(engine<T, Optimizer>& e, train_result& r, std::ostream* out) {
-    world_->set_phase("initializing from " + o_.init_from);
-    const auto t0 = std::chrono::steady_clock::now();
-    const checkpoint_info info = e.load_state(o_.init_from, opt_, true);
-    r.initialized_from = info.dir.string();
-    const double seconds =
-        e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (out != nullptr)
-      print(*out, "parameters from %s (step %zu%s; loaded in %.0f ms)\n", info.dir.string().c_str(),
-            info.step, info.meta.contains("imported") ? ", imported" : "", 1e3 * seconds);
-  }
-
-  // Loads the newest checkpoint of checkpoint_dir, if any; returns the step to continue from,
-  // nothing when there is none.
-  std::optional<std::size_t> resume(engine<T, Optimizer>& e, train_result& r,
-                                    dynamic_loss_scale* loss_scale, std::ostream* out) {
-    world_->set_phase("resuming from " + o_.checkpoint_dir);
-    // Rank 0's view decides (the load agrees on the directory again).
-    std::string any = find_checkpoint(o_.checkpoint_dir).has_value() ? "1" : "";
-    world_->broadcast_text(any);
-    if (any.empty()) {
-      if (out != nullptr)
-        print(*out, "resume: no checkpoint in %s yet; starting from step 0\n",
-              o_.checkpoint_dir.c_str());
-      return std::nullopt;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    const checkpoint_info info = e.load_state(o_.checkpoint_dir, opt_, false);
-    const auto steps = check_resumed(info, g_, Optimizer::kind, loss_scale);
-    if constexpr (requires { opt_.set_steps(std::size_t{}); })
-      if (steps)
-        opt_.set_steps(*steps);
-    r.resumed_from = info.step;
-    const double seconds =
-        e.slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    r.load_seconds = seconds;
-    if (out != nullptr)
-      print(*out, "resumed from %s: step %zu of %zu (loaded in %.0f ms)\n",
-            info.dir.string().c_str(), info.step, o_.steps, 1e3 * seconds);
-    return std::min(info.step, o_.steps);
+  [[nodiscard]] run_context<T, Optimizer> state(engine<T, Optimizer>& e, std::ostream* out) {
+    return {e, *world_, o_, opt_, g_, plan(), out};
   }
 
   eval_report run_eval(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {

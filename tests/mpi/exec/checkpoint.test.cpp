@@ -302,6 +302,17 @@ TEST_CASE("an uncommitted save is never loaded, a damaged, truncated or missing 
     const auto [step, got] = load(root);
     CHECK(step == 3);
     check_bitwise(got, at3, "the newest committed checkpoint");
+    // ... and says what it passed over, on every rank.
+    saved_run fresh(g, l.plan, comm, 99);
+    const auto targets = fresh.targets(g);
+    const auto info = train::load_checkpoint<float>(
+        comm, root, std::span<const train::checkpoint_target<float>>(targets));
+    REQUIRE(info.skipped.size() == 2);
+    CHECK_THAT(info.skipped[0], Catch::Contains("step-00000009.partial: a save that did not "
+                                                "commit"));
+    CHECK_THAT(info.skipped[1],
+               Catch::Contains("step-00000010: no manifest.json, not a committed checkpoint "
+                               "(though latest names it): skipped"));
   }
   // The next save removes the stale .partial directory.
   (void)save(4);
