@@ -28,6 +28,7 @@ struct manifest {
   nlohmann::json j;
 };
 
+// The checkpoint `path` names, its manifest verified (checksum, fields); notes printed.
 manifest open_checkpoint(const std::string& path) {
   const auto found = hspmd::train::search_checkpoints(path);
   for (const std::string& line : found.skipped)
@@ -36,13 +37,11 @@ manifest open_checkpoint(const std::string& path) {
   if (!dir)
     throw config_error(path, "holds no committed checkpoint",
                        "give a checkpoint directory (step-N) or the directory a run saved into");
-  std::ifstream f(*dir / "manifest.json");
-  try {
-    return {*dir, nlohmann::json::parse(f)};
-  } catch (const nlohmann::json::exception& e) {
-    throw config_error((*dir / "manifest.json").string(),
-                       std::string("is not valid JSON: ") + e.what(), "restore it");
-  }
+  std::vector<std::string> notes;
+  manifest m{*dir, hspmd::train::read_manifest(*dir, &notes)};
+  for (const std::string& line : notes)
+    std::printf("note: %s\n", line.c_str());
+  return m;
 }
 
 std::string shape_text(const nlohmann::json& shape) {
@@ -80,9 +79,10 @@ std::vector<T> whole_tensor(const manifest& m, const std::string& name) {
 int inspect(const std::string& path, bool verify) {
   const manifest m = open_checkpoint(path);
   const auto& j = m.j;
-  std::printf("checkpoint %s: step %zu, saved by %zu rank(s), %s\n", m.dir.string().c_str(),
+  std::printf("checkpoint %s: step %zu, saved by %zu rank(s), %s%s\n", m.dir.string().c_str(),
               j["step"].get<std::size_t>(), j["ranks"].get<std::size_t>(),
-              j.value("dtype", std::string("F32")).c_str());
+              j.value("dtype", std::string("F32")).c_str(),
+              j.contains("checksum") ? ", manifest checksum matched" : "");
   const auto& meta = j.value("meta", nlohmann::json::object());
   if (meta.contains("model"))
     std::printf("model %s (graph hash %s)", meta["model"].value("name", std::string("?")).c_str(),

@@ -23,6 +23,7 @@
 // The ROOT is shared by the ranks (one machine, or a shared file system).
 
 #include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
 #include <hspmd/exec/reshard.hpp>
 #include <hspmd/io/crc32.hpp>
 #include <hspmd/io/safetensors.hpp>
@@ -44,6 +45,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -126,6 +128,100 @@ checkpoint_info load_training(Comm& comm, const std::filesystem::path& path,
     if (!parameters_only || !t.optimizer)
       targets.push_back({t.name, t.shape, t.boxes.at(me), t.data});
   return load_checkpoint<T>(comm, path, std::span<const checkpoint_target<T>>(targets));
+}
+
+namespace detail {
+/// A manifest's own checksum: FNV-1a 64 of its text as written (one-space indent, its fields in
+/// order) without the "checksum" field, so any edit of a value shows, a re-indent does not.
+[[nodiscard]] inline std::string manifest_checksum(nlohmann::ordered_json m) {
+  m.erase("checksum");
+  return "fnv1a64:" + to_hex(fnv1a64(m.dump(1)));
+}
+
+// The manifest's fields that must agree with each other and with its folder; "" when they do.
+[[nodiscard]] inline std::string manifest_disagreement(const nlohmann::json& m,
+                                                       const std::filesystem::path& dir) {
+  const auto step = m.at("step").get<std::size_t>();
+  const auto said = [](std::string_view field, std::size_t have, std::string_view other,
+                       std::size_t want) {
+    return "field " + std::string(field) + " is " + std::to_string(have) + ", but " +
+           std::string(other) + " makes it " + std::to_string(want);
+  };
+  if (const auto s = step_of(dir); s && *s != step)
+    return said("step", step, "the folder's name " + dir.filename().string(), *s);
+  const nlohmann::json meta = m.value("meta", nlohmann::json::object());
+  if (meta.contains("schedule") && meta["schedule"].contains("next_step") &&
+      meta["schedule"]["next_step"].get<std::size_t>() != step)
+    return said("meta.schedule.next_step", meta["schedule"]["next_step"].get<std::size_t>(), "step",
+                step);
+  if (meta.contains("data") && meta["data"].contains("next_micro_batch") &&
+      meta["data"].contains("accumulate")) {
+    const auto next = meta["data"]["next_micro_batch"].get<std::size_t>();
+    const auto want = step * meta["data"]["accumulate"].get<std::size_t>();
+    if (next != want)
+      return said("meta.data.next_micro_batch", next, "step x meta.data.accumulate", want);
+  }
+  if (meta.contains("schedule") && meta.contains("optimizer") &&
+      meta["optimizer"].contains("steps")) { // a trained checkpoint: the optimizer stepped
+    const std::size_t skipped =
+        meta.contains("loss_scale") ? meta["loss_scale"].value("skipped", std::size_t{0}) : 0;
+    const auto steps = meta["optimizer"]["steps"].get<std::size_t>();
+    if (skipped > step || steps != step - skipped)
+      return said("meta.optimizer.steps", steps, "step less f16's skipped steps",
+                  skipped > step ? 0 : step - skipped);
+  }
+  return {};
+}
+} // namespace detail
+
+/// The manifest of checkpoint directory `dir`, verified: its checksum (version 2) and its fields
+/// against each other and the folder's name. A version-1 manifest (written before checksums)
+/// loads with a line added to `notes`. Throws one line naming the file and the field.
+[[nodiscard]] inline nlohmann::json read_manifest(const std::filesystem::path& dir,
+                                                  std::vector<std::string>* notes = nullptr) {
+  const std::filesystem::path path = dir / "manifest.json";
+  const std::string file = path.string();
+  std::string text;
+  {
+    std::ifstream f(path, std::ios::binary);
+    if (!f)
+      throw config_error(file, "cannot be read", "restore it, or load an earlier checkpoint");
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  nlohmann::ordered_json om;
+  try {
+    om = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw config_error(file, std::string("is not valid JSON: ") + e.what(),
+                       "restore it, or load an earlier checkpoint");
+  }
+  const int version = om.is_object() ? om.value("version", 0) : 0;
+  if (!om.is_object() || om.value("format", "") != "hspmd-checkpoint" ||
+      (version != 1 && version != 2))
+    throw config_error(file, "is not an hspmd checkpoint manifest of version 1 or 2",
+                       "give a directory hspmd saved");
+  if (version == 2) {
+    if (!om.contains("checksum") || !om["checksum"].is_string())
+      throw config_error(file + ": field checksum", "is missing",
+                         "restore the manifest, or load an earlier checkpoint");
+    const std::string want = detail::manifest_checksum(om);
+    if (om["checksum"].get<std::string>() != want)
+      throw config_error(file + ": field checksum",
+                         "does not match the manifest's fields (" +
+                             om["checksum"].get<std::string>() + ", the fields give " + want +
+                             "): the manifest was edited or damaged",
+                         "restore it, or load an earlier checkpoint");
+  } else if (notes != nullptr)
+    notes->push_back(file + ": written before manifests had checksums (version 1): not verified");
+  nlohmann::json m = nlohmann::json::parse(text);
+  try {
+    if (const std::string why = detail::manifest_disagreement(m, dir); !why.empty())
+      throw config_error(file, why, "restore it, or load an earlier checkpoint");
+  } catch (const nlohmann::json::exception& e) {
+    throw config_error(file, std::string("has a field of the wrong type: ") + e.what(),
+                       "restore it, or load an earlier checkpoint");
+  }
+  return m;
 }
 
 /// Where a checkpoint search ended, and what it passed over: one line for each step directory
@@ -292,7 +388,7 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
     try {
       nlohmann::ordered_json m;
       m["format"] = "hspmd-checkpoint";
-      m["version"] = 1;
+      m["version"] = 2;
       m["step"] = step;
       m["ranks"] = n;
       m["block_bytes"] = opt.block_bytes;
@@ -309,6 +405,7 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
           tensors[t]["pieces"].push_back(std::move(rec));
         }
       m["tensors"] = std::move(tensors);
+      m["checksum"] = detail::manifest_checksum(m);
       std::function<void()> unrenamed;
       if (opt.at_point)
         unrenamed = [&] { opt.at_point("manifest"); };
@@ -366,21 +463,11 @@ checkpoint_info load_checkpoint(Comm& comm, const std::filesystem::path& path,
     std::getline(lines, line);
     info.dir = line;
     while (std::getline(lines, line))
-      info.skipped.push_back(line);
+      info.notes.push_back(line);
   }
   try {
     const fs::path manifest_path = info.dir / "manifest.json";
-    nlohmann::json m;
-    try {
-      std::ifstream f(manifest_path);
-      m = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      throw config_error(manifest_path.string(), std::string("is not valid JSON: ") + e.what(),
-                         "restore it, or load an earlier checkpoint");
-    }
-    if (m.value("format", "") != "hspmd-checkpoint" || m.value("version", 0) != 1)
-      throw config_error(manifest_path.string(), "is not an hspmd checkpoint manifest of version 1",
-                         "give a directory hspmd saved");
+    const nlohmann::json m = read_manifest(info.dir, &info.notes);
     info.step = m.at("step").get<std::size_t>();
     info.meta = m.value("meta", nlohmann::json::object());
     const auto stored = io::parse_safetensors_dtype(m.value("dtype", "F32"));

@@ -66,7 +66,9 @@ struct checkpoint_info {
   std::filesystem::path dir;
   std::size_t step = 0;
   nlohmann::json meta;              ///< what the saver passed
-  std::vector<std::string> skipped; ///< newer folders passed over (train/checkpoint.hpp search)
+  /// What the load passed over (newer folders, train/checkpoint.hpp search_checkpoints) or could
+  /// not verify (a manifest written before checksums), one line each.
+  std::vector<std::string> notes;
 };
 
 /// "step-00000005".

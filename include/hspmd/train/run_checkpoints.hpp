@@ -97,13 +97,13 @@ std::optional<std::size_t> resume_run(const run_context<T, Optimizer>& s, train_
   const checkpoint_search found = search_checkpoints(s.o.checkpoint_dir);
   std::string any = found.found.has_value() ? "1" : "";
   s.w.broadcast_text(any);
-  const auto say_skipped = [&](const std::vector<std::string>& skipped) {
+  const auto say_notes = [&](const std::vector<std::string>& skipped) {
     for (const std::string& line : skipped)
       if (s.out != nullptr)
         print(*s.out, "resume: %s\n", line.c_str());
   };
   if (any.empty()) {
-    say_skipped(found.skipped);
+    say_notes(found.skipped);
     if (s.out != nullptr)
       print(*s.out, "resume: no checkpoint in %s yet; starting from step 0\n",
             s.o.checkpoint_dir.c_str());
@@ -111,7 +111,7 @@ std::optional<std::size_t> resume_run(const run_context<T, Optimizer>& s, train_
   }
   const auto t0 = std::chrono::steady_clock::now();
   const checkpoint_info info = s.e.load_state(s.o.checkpoint_dir, s.opt, false);
-  say_skipped(info.skipped);
+  say_notes(info.notes);
   const auto steps = check_resumed(info, s.g, Optimizer::kind, loss_scale);
   if constexpr (requires { s.opt.set_steps(std::size_t{}); })
     if (steps)

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -307,10 +309,10 @@ TEST_CASE("an uncommitted save is never loaded, a damaged, truncated or missing 
     const auto targets = fresh.targets(g);
     const auto info = train::load_checkpoint<float>(
         comm, root, std::span<const train::checkpoint_target<float>>(targets));
-    REQUIRE(info.skipped.size() == 2);
-    CHECK_THAT(info.skipped[0], Catch::Contains("step-00000009.partial: a save that did not "
-                                                "commit"));
-    CHECK_THAT(info.skipped[1],
+    REQUIRE(info.notes.size() == 2);
+    CHECK_THAT(info.notes[0], Catch::Contains("step-00000009.partial: a save that did not "
+                                              "commit"));
+    CHECK_THAT(info.notes[1],
                Catch::Contains("step-00000010: no manifest.json, not a committed checkpoint "
                                "(though latest names it): skipped"));
   }
@@ -354,6 +356,65 @@ TEST_CASE("an uncommitted save is never loaded, a damaged, truncated or missing 
     CHECK(step == 3);
     check_bitwise(got, at3, "the restored file");
   }
+  // The manifest checks itself: an edited value fails its checksum; a manifest re-checksummed
+  // after an edit still fails where its fields disagree with each other or with the folder.
+  const fs::path manifest = dir3 / "manifest.json";
+  std::string manifest_text;
+  {
+    std::ifstream in(manifest);
+    manifest_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto rewrite = [&](const std::function<std::string()>& text) {
+    damage([&] { std::ofstream(manifest, std::ios::trunc) << text(); });
+  };
+  const auto edited = [&](const std::function<void(nlohmann::ordered_json&)>& edit, bool checksum) {
+    auto m = nlohmann::ordered_json::parse(manifest_text);
+    edit(m);
+    if (checksum)
+      m["checksum"] = train::detail::manifest_checksum(m);
+    return m.dump(1);
+  };
+  REQUIRE(manifest_text.find("\"step\": 3,") != std::string::npos);
+  rewrite([&] {
+    std::string t = manifest_text;
+    t.replace(t.find("\"step\": 3,"), 10, "\"step\": 4,");
+    return t;
+  });
+  CHECK_THROWS_WITH(load(dir3), Catch::Contains(manifest.string() + ": field checksum") &&
+                                    Catch::Contains("the manifest was edited or damaged"));
+  rewrite([&] { return edited([](auto& m) { m["step"] = 4; }, true); });
+  CHECK_THROWS_WITH(load(dir3), Catch::Contains("field step is 4, but the folder's name "
+                                                "step-00000003 makes it 3"));
+  rewrite([&] {
+    return edited(
+        [](auto& m) {
+          m["meta"] = {{"schedule", {{"next_step", 3}}},
+                       {"data", {{"next_micro_batch", 6}, {"accumulate", 2}}},
+                       {"optimizer", {{"kind", "adam"}, {"steps", 4}}}};
+        },
+        true);
+  });
+  CHECK_THROWS_WITH(load(dir3), Catch::Contains("field meta.optimizer.steps is 4, but step less "
+                                                "f16's skipped steps makes it 3"));
+  rewrite([&] {
+    return edited(
+        [](auto& m) {
+          m.erase("checksum");
+          m["version"] = 1;
+        },
+        false);
+  });
+  { // a manifest written before checksums loads, with a note
+    saved_run fresh(g, l.plan, comm, 99);
+    const auto targets = fresh.targets(g);
+    const auto info = train::load_checkpoint<float>(
+        comm, dir3, std::span<const train::checkpoint_target<float>>(targets));
+    CHECK(info.step == 3);
+    REQUIRE(info.notes.size() == 1);
+    CHECK_THAT(info.notes[0], Catch::Contains("(version 1): not verified"));
+  }
+  rewrite([&] { return manifest_text; });
+  CHECK(load(dir3).first == 3);
   (void)at2;
 }
 
