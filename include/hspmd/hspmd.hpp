@@ -75,6 +75,7 @@
 #include <hspmd/kernels/registry.hpp>
 #include <hspmd/program/layout.hpp>
 #include <hspmd/program/lower.hpp>
+#include <hspmd/train/option_checks.hpp>
 #include <hspmd/train/option_table.hpp>
 #include <hspmd/train/pipeline_checkpoint.hpp>
 #include <hspmd/train/profile.hpp>

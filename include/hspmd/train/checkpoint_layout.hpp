@@ -65,7 +65,7 @@ struct checkpoint_options {
 struct checkpoint_info {
   std::filesystem::path dir;
   std::size_t step = 0;
-  nlohmann::json meta;              ///< what the saver passed
+  nlohmann::json meta; ///< what the saver passed
   /// What the load passed over (newer folders, train/checkpoint.hpp search_checkpoints) or could
   /// not verify (a manifest written before checksums), one line each.
   std::vector<std::string> notes;

@@ -19,6 +19,7 @@
 #include <hspmd/train/distributed_engine.hpp>
 #include <hspmd/train/engine.hpp>
 #include <hspmd/train/namespace.hpp>
+#include <hspmd/train/option_checks.hpp>
 #include <hspmd/train/option_table.hpp>
 #include <hspmd/train/pipeline_start.hpp>
 #include <hspmd/train/profile.hpp>

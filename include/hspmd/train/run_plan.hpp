@@ -222,16 +222,18 @@ weight_splitting_plan(const graph::graph& g, const cluster& c, const synth::synt
 /// Re-balancing's state, the same on every rank but the basis (rank 0's).
 struct rebalancing {
   straggler_monitor monitor;
-  lp::basis basis; ///< rank 0: the ratio LP's last basis
+  lp::basis basis;        ///< rank 0: the ratio LP's last basis
+  double min_gain = 0.05; ///< rebalance_options::min_gain
 };
 
 /// Starts re-balancing: the plan's predictions per device, and (rank 0) the ratio LP's basis
 /// for the first warm re-solve.
 [[nodiscard]] inline rebalancing start_rebalancing(const graph::graph& g, const train_options& o,
                                                    const planned_run& run, const world& w) {
-  rebalancing r{straggler_monitor(rebalance_options{o.rebalance, o.rebalance_window},
-                                  run.evaluated(g, run.plan, run.c).device_compute),
-                {}};
+  const rebalance_options ro{o.rebalance, o.rebalance_window, o.rebalance_persist,
+                             o.rebalance_min_gain};
+  rebalancing r{
+      straggler_monitor(ro, run.evaluated(g, run.plan, run.c).device_compute), {}, ro.min_gain};
   if (w.root())
     if (auto res = synth::resolve_ratios(run.plan, run.cost_model(g, run.c), run.c))
       r.basis = std::move(res->basis);
@@ -301,6 +303,21 @@ rebalance_after_step(const graph::graph& g, planned_run& run, rebalancing& rb, w
   rep.predicted_before = run.evaluated(g, run.plan, measured).step_time;
   rep.predicted_after = next.step_time;
   rep.shares_after = next.ratios.at(0);
+  if (rep.predicted_after > rep.predicted_before * (1.0 - rb.min_gain)) {
+    // Not worth moving state for: the plan stays, and the monitor takes these factors as its
+    // baseline (only a further change triggers).
+    const double gain = 1.0 - rep.predicted_after / rep.predicted_before;
+    if (out != nullptr)
+      print(*out,
+            "re-balancing after step %zu: re-solved ratios would gain %.1f%% of the predicted "
+            "step (less than %.1f%%); the plan stays\n",
+            s + 1, 100.0 * gain, 100.0 * rb.min_gain);
+    metrics.write(nlohmann::json{
+        {"rebalance", {{"after_step", rep.after_step}, {"factors", rep.factors}, {"kept", true}}}});
+    rb.monitor.keep(rep.factors);
+    rb.monitor.restart(run.evaluated(g, run.plan, run.c).device_compute);
+    return std::nullopt;
+  }
   // Moved only when some share changes (the same ratios lower to the same pieces).
   rep.moved = next.ratios != run.plan.ratios;
   if (rep.moved)
@@ -309,6 +326,7 @@ rebalance_after_step(const graph::graph& g, planned_run& run, rebalancing& rb, w
   run.plan = std::move(next);
   run.shard_times.reset(); // measured at the old pieces
   rb.monitor.restart(run.plan.device_compute);
+  rb.monitor.moved(rep.factors);
   const auto t1 = clock::now();
   nlohmann::json args{{"after_step", rep.after_step},
                       {"factors", rep.factors},

@@ -114,7 +114,9 @@ struct train_options {
   /// slower than the others (e.g. 1.25): the ratios are re-solved at the measured speeds and
   /// the parameters and optimizer state move to the new pieces. 0: off.
   double rebalance = 0.0;
-  std::size_t rebalance_window = 3; ///< steps whose median re-balancing compares
+  std::size_t rebalance_window = 3;  ///< steps whose median re-balancing compares
+  std::size_t rebalance_persist = 0; ///< windows in a row a device must lag; 0: window + 2
+  double rebalance_min_gain = 0.05;  ///< the predicted step gain below which the plan stays
   /// Checkpoints (train/checkpoint.hpp, docs/checkpoint.md): the directory a run saves into and
   /// resumes from; every rank must see the same directory (one machine or a shared file system).
   std::string checkpoint_dir;

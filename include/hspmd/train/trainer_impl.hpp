@@ -21,6 +21,7 @@
 #include <hspmd/train/loss_scale.hpp>
 #include <hspmd/train/metrics_log.hpp>
 #include <hspmd/train/namespace.hpp>
+#include <hspmd/train/option_checks.hpp>
 #include <hspmd/train/option_table.hpp>
 #include <hspmd/train/report.hpp>
 #include <hspmd/train/run_checkpoints.hpp>
