@@ -12,6 +12,13 @@
 // stopped, hangs, failed or runs other collectives). The thread waits about a second between
 // printing and ending, so that ranks which began waiting at about the same time report too.
 //
+// Naming who has not arrived: a collective's wait that lasts half the timeout leaves a marker
+// file (`wait_markers`: HSPMD_RUN_DIR/waits, else a folder of the MPI job in /dev/shm or the
+// temporary directory) named by the communicator's members and the call's sequence number. At
+// the timeout a rank gives its peers up to a second more to leave theirs, then names the members
+// without one: "not arrived: rank 1". Only ranks of this host are checked (each process leaves
+// a host marker when it starts); the line says how many ranks of other hosts were not.
+//
 // Costs on the caller's thread: a mutex and a clock read before and after each blocking call.
 // With a timeout of 0 there is no thread and `watch` does nothing.
 
@@ -19,16 +26,24 @@
 #include <hspmd/core/collectives.hpp>
 #include <hspmd/core/error.hpp>
 
+#include <hspmd/core/hash.hpp>
+
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace hspmd {
 
@@ -77,6 +92,48 @@ struct pending_call {
          std::to_string(p.tag) + ")";
 }
 
+/// Where waits leave markers (see the file comment): HSPMD_RUN_DIR/waits when hspmd-run (or the
+/// user) names a run directory, else a folder of this MPI job in /dev/shm (or the temporary
+/// directory); empty outside a job that names itself (no markers, nobody named).
+[[nodiscard]] inline std::filesystem::path wait_markers() {
+  if (const char* d = std::getenv("HSPMD_RUN_DIR"); d != nullptr && *d != '\0')
+    return std::filesystem::path(d) / "waits";
+  std::string job;
+  for (const char* v : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"})
+    if (const char* j = std::getenv(v); j != nullptr && *j != '\0') {
+      job = j;
+      break;
+    }
+  if (job.empty())
+    return {};
+  std::error_code ec;
+  std::filesystem::path base = "/dev/shm";
+  if (!std::filesystem::is_directory(base, ec))
+    base = std::filesystem::temp_directory_path(ec);
+  return base / ("hspmd-waits-" + std::to_string(::getuid()) + "-" + to_hex(fnv1a64(job)));
+}
+
+/// The members of `members` (world ranks) that left no wait marker (see `wait_markers`) for the
+/// call `name` in `dir`, of those whose host marker is there; `unseen` counts those without one
+/// (other hosts). Not collective.
+[[nodiscard]] inline std::vector<int> not_arrived(const std::filesystem::path& dir,
+                                                  const std::string& name,
+                                                  const std::vector<int>& members,
+                                                  std::size_t* unseen = nullptr) {
+  std::vector<int> missing;
+  std::size_t other_hosts = 0;
+  std::error_code ec;
+  for (int r : members) {
+    if (!std::filesystem::exists(dir / ("host-r" + std::to_string(r)), ec))
+      ++other_hosts;
+    else if (!std::filesystem::exists(dir / (name + "-r" + std::to_string(r)), ec))
+      missing.push_back(r);
+  }
+  if (unseen != nullptr)
+    *unseen = other_hosts;
+  return missing;
+}
+
 /// Bounds a rank's blocking waits (see the file comment). Not copyable or movable: own it by
 /// pointer where the owner moves.
 class collective_watchdog {
@@ -101,6 +158,7 @@ public:
     stop();
     const std::scoped_lock lock(mutex_);
     timeout_ = seconds;
+    mark_host_locked();
     if (seconds > 0.0) {
       quit_ = false;
       thread_ = std::thread([this] { run(); });
@@ -111,6 +169,22 @@ public:
   void set_phase(std::string phase) {
     const std::scoped_lock lock(mutex_);
     phase_ = std::move(phase);
+  }
+
+  /// The communicator's members as world ranks (this process is `world_rank`), for naming the
+  /// ranks that have not arrived (see the file comment). Leaves this process's host marker.
+  void set_members(int world_rank, std::vector<int> members) {
+    const std::scoped_lock lock(mutex_);
+    world_rank_ = world_rank;
+    std::string key;
+    for (int r : members)
+      key += std::to_string(r) + ",";
+    group_ = to_hex(fnv1a64(key)).substr(0, 8);
+    whole_world_ = true;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      whole_world_ = whole_world_ && members[i] == static_cast<int>(i);
+    members_ = std::move(members);
+    mark_host_locked();
   }
 
   /// Ends a watched wait (see `watch`).
@@ -181,22 +255,104 @@ private:
     return s;
   }
 
+  // This process's host marker (see the file comment), once, when waits are watched.
+  void mark_host_locked() const {
+    if (markers_.empty() || world_rank_ < 0 || !(timeout_ > 0.0))
+      return;
+    std::error_code ec;
+    std::filesystem::create_directories(markers_, ec);
+    const auto host = markers_ / ("host-r" + std::to_string(world_rank_));
+    if (ec || std::filesystem::exists(host, ec))
+      return;
+    std::ofstream(host) << ::getpid() << "\n";
+    // Removed when the process ends normally (with the folder, by the last rank).
+    static struct removal {
+      std::filesystem::path file;
+      removal() = default;
+      removal(const removal&) = delete;
+      removal& operator=(const removal&) = delete;
+      removal(removal&&) = delete;
+      removal& operator=(removal&&) = delete;
+      ~removal() {
+        std::error_code e;
+        if (!file.empty()) {
+          std::filesystem::remove(file, e);
+          std::filesystem::remove(file.parent_path(), e); // only when empty
+        }
+      }
+    } at_exit;
+    at_exit.file = host;
+  }
+
+  // The marker name of the current wait ("" when it leaves none: a point-to-point wait, or no
+  // marker folder or members known).
+  [[nodiscard]] std::string marker_locked() const {
+    if (markers_.empty() || members_.empty() || current_.point_to_point != nullptr)
+      return {};
+    return "wait-" + group_ + "-" + std::to_string(current_.call.sequence);
+  }
+
+  // Names the members without a marker of this wait, after giving them up to `grace` seconds.
+  // Called unlocked, from the thread; "" when nobody is known missing.
+  [[nodiscard]] std::string missing_text(const std::string& name, double grace) const {
+    std::vector<int> missing;
+    std::size_t unseen = 0;
+    const auto until = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                          std::chrono::duration<double>(grace));
+    do {
+      missing = not_arrived(markers_, name, members_, &unseen);
+      if (missing.empty())
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (clock::now() < until);
+    std::string s;
+    if (!missing.empty()) {
+      s = std::string("; not arrived: ") + (whole_world_ ? "rank" : "world rank") +
+          (missing.size() > 1 ? "s " : " ");
+      for (std::size_t i = 0; i < missing.size(); ++i)
+        s += (i > 0 ? ", " : "") + std::to_string(missing[i]);
+    }
+    if (unseen > 0)
+      s += "; " + std::to_string(unseen) + " rank(s) on other hosts not checked";
+    return s;
+  }
+
+  void leave_marker(const std::string& name) const {
+    std::ofstream(markers_ / (name + "-r" + std::to_string(world_rank_)));
+  }
+
   void run() {
     std::unique_lock lock(mutex_);
     const auto period = std::chrono::duration_cast<clock::duration>(
         std::chrono::duration<double>(std::min(0.25, timeout_ / 4.0)));
+    std::string marked; // the wait this rank left a marker for
     while (!quit_) {
       wake_.wait_for(lock, period);
       if (quit_ || !waiting_)
         continue;
       const auto now = clock::now();
-      if (std::chrono::duration<double>(now - since_).count() < timeout_)
+      const double waited = std::chrono::duration<double>(now - since_).count();
+      const std::string name = marker_locked();
+      if (waited >= timeout_ / 2.0 && !name.empty() && marked != name) {
+        leave_marker(name); // peers that time out see this rank has arrived
+        marked = name;
+      }
+      if (waited < timeout_)
         continue;
-      const std::string line = "[hspmd rank " + std::to_string(rank_) + "] " + report_locked(now);
+      std::string line = "[hspmd rank " + std::to_string(rank_) + "] " + report_locked(now);
       lock.unlock();
+      if (!name.empty()) // (the marker is there: this wait reached half the timeout first)
+        line += missing_text(name, std::min(1.0, timeout_ / 2.0));
       std::fprintf(stderr, "%s\n", line.c_str());
       std::fflush(stderr);
-      std::this_thread::sleep_for(std::chrono::seconds(1)); // let peers report their waits
+      std::this_thread::sleep_for(std::chrono::milliseconds(500)); // let peers report too
+      if (!markers_.empty() && world_rank_ >= 0) { // this rank's markers (the folder goes
+        std::error_code ec;                        // with the last)
+        if (!name.empty())
+          std::filesystem::remove(markers_ / (name + "-r" + std::to_string(world_rank_)), ec);
+        std::filesystem::remove(markers_ / ("host-r" + std::to_string(world_rank_)), ec);
+        std::filesystem::remove(markers_, ec);
+      }
       std::_Exit(1);
     }
   }
@@ -213,6 +369,11 @@ private:
   pending_call last_;
   clock::time_point since_;
   std::string phase_;
+  std::filesystem::path markers_ = wait_markers();
+  int world_rank_ = -1;
+  std::vector<int> members_; // world ranks
+  std::string group_;        // their hash, in marker names
+  bool whole_world_ = false;
 };
 
 } // namespace hspmd

@@ -5,7 +5,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 using namespace hspmd;
 
@@ -44,6 +47,23 @@ TEST_CASE("the watchdog reports the call, its phase and the last completed call"
   p2p.peer = 2;
   p2p.tag = 7;
   CHECK(describe(p2p) == "receive from rank 2 (tag 7)");
+}
+
+TEST_CASE("the ranks of this host that left no marker of a wait are the ones not arrived") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "hspmd-watchdog-markers-test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (int r : {0, 1, 2, 3}) // rank 4 runs on another host: no host marker here
+    std::ofstream(dir / ("host-r" + std::to_string(r)));
+  for (int r : {0, 2})
+    std::ofstream(dir / ("wait-abc-7-r" + std::to_string(r)));
+  std::ofstream(dir / "wait-abc-6-r3"); // an earlier call's marker does not count
+  std::size_t unseen = 0;
+  CHECK(not_arrived(dir, "wait-abc-7", {0, 1, 2, 3, 4}, &unseen) == std::vector<int>{1, 3});
+  CHECK(unseen == 1);
+  CHECK(not_arrived(dir, "wait-abc-7", {0, 2}).empty());
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a watchdog of timeout 0 watches nothing") {

@@ -103,6 +103,7 @@ public:
       agree_on_environment(env_error != nullptr);
       if (env_error != nullptr)
         std::rethrow_exception(env_error);
+      watchdog_->set_members(world, world_ranks());
     } catch (...) {
       release();
       throw;
@@ -450,6 +451,24 @@ private:
                                          std::span<const std::size_t> counts,
                                          std::size_t elem_bytes) const {
     return alg == uneven_algorithm::automatic ? model_.choose(op, counts, elem_bytes) : alg;
+  }
+
+  // The members' ranks in MPI_COMM_WORLD, in this communicator's order (local: no messages).
+  [[nodiscard]] std::vector<int> world_ranks() const {
+    MPI_Group mine = MPI_GROUP_NULL;
+    MPI_Group world = MPI_GROUP_NULL;
+    std::vector<int> local(static_cast<std::size_t>(size_));
+    std::vector<int> global(local.size(), -1);
+    for (std::size_t i = 0; i < local.size(); ++i)
+      local[i] = static_cast<int>(i);
+    if (MPI_Comm_group(comm_, &mine) == MPI_SUCCESS &&
+        MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS)
+      MPI_Group_translate_ranks(mine, size_, local.data(), world, global.data());
+    if (mine != MPI_GROUP_NULL)
+      MPI_Group_free(&mine);
+    if (world != MPI_GROUP_NULL)
+      MPI_Group_free(&world);
+    return global;
   }
 
   // What the call is (for the watchdog), after comparing it across ranks in debug mode.
