@@ -28,9 +28,11 @@
 
 #include <hspmd/core/hash.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -111,6 +113,29 @@ struct pending_call {
   if (!std::filesystem::is_directory(base, ec))
     base = std::filesystem::temp_directory_path(ec);
   return base / ("hspmd-waits-" + std::to_string(::getuid()) + "-" + to_hex(fnv1a64(job)));
+}
+
+/// Removes the marker folders of ended jobs next to `mine` (same user's prefix): those whose
+/// host markers name only processes that no longer exist (a job that crashed leaves its folder).
+inline void sweep_stale_markers(const std::filesystem::path& mine) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string prefix = "hspmd-waits-" + std::to_string(::getuid()) + "-";
+  for (const auto& e : fs::directory_iterator(mine.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.path() == mine || name.rfind(prefix, 0) != 0 || !e.is_directory(ec))
+      continue;
+    bool alive = false;
+    for (const auto& f : fs::directory_iterator(e.path(), ec)) {
+      if (f.path().filename().string().rfind("host-r", 0) != 0)
+        continue;
+      long pid = 0;
+      std::ifstream(f.path()) >> pid;
+      alive = alive || pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+    }
+    if (!alive)
+      fs::remove_all(e.path(), ec);
+  }
 }
 
 /// The members of `members` (world ranks) that left no wait marker (see `wait_markers`) for the
@@ -265,6 +290,7 @@ private:
     if (ec || std::filesystem::exists(host, ec))
       return;
     std::ofstream(host) << ::getpid() << "\n";
+    sweep_stale_markers(markers_);
     // Removed when the process ends normally (with the folder, by the last rank).
     static struct removal {
       std::filesystem::path file;
