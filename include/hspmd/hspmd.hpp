@@ -22,6 +22,7 @@
 
 #include <hspmd/io/json_input.hpp>
 
+#include <hspmd/cluster/changes.hpp>
 #include <hspmd/cluster/cluster.hpp>
 #include <hspmd/cluster/cluster_file.hpp>
 
