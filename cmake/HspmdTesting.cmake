@@ -200,7 +200,7 @@ endfunction()
 # hspmd_add_bounded_run(NAME <test> NP <ranks used> COMMAND <prog> <args>...
 #                       EXPECT_EXIT zero|nonzero EXPECT_OUTPUT <regex> LEFTOVER <regex>
 #                       [WITHIN <s>] [ENVIRONMENT ...]
-#                       [EXPECT_FILE <path> EXPECT_FILE_MATCHES <regex>])
+#                       [EXPECT_FILE <path> EXPECT_FILE_MATCHES <regex>] [CLEAN <dir>])
 #   A run (usually mpirun) that must end by itself within WITHIN seconds (default 60) with the
 #   given exit status and output, leaving no process whose command line matches LEFTOVER
 #   (cmake/bounded_run.cmake). For failures that must not hang a job. The bound is a guard
@@ -208,7 +208,7 @@ endfunction()
 #   output says (a watchdog's "has not completed after 3.x s"), and docs/execution.md measures.
 function(hspmd_add_bounded_run)
   cmake_parse_arguments(arg ""
-    "NAME;NP;WITHIN;EXPECT_EXIT;EXPECT_OUTPUT;LEFTOVER;EXPECT_FILE;EXPECT_FILE_MATCHES"
+    "NAME;NP;WITHIN;EXPECT_EXIT;EXPECT_OUTPUT;LEFTOVER;EXPECT_FILE;EXPECT_FILE_MATCHES;CLEAN"
     "COMMAND;ENVIRONMENT" ${ARGN})
   if(NOT arg_WITHIN)
     set(arg_WITHIN 60)
@@ -218,7 +218,7 @@ function(hspmd_add_bounded_run)
     COMMAND ${CMAKE_COMMAND} "-D COMMAND=${joined}" "-D EXPECT_EXIT=${arg_EXPECT_EXIT}"
             "-D EXPECT_OUTPUT=${arg_EXPECT_OUTPUT}" "-D WITHIN=${arg_WITHIN}"
             "-D LEFTOVER=${arg_LEFTOVER}" "-D EXPECT_FILE=${arg_EXPECT_FILE}"
-            "-D EXPECT_FILE_MATCHES=${arg_EXPECT_FILE_MATCHES}"
+            "-D EXPECT_FILE_MATCHES=${arg_EXPECT_FILE_MATCHES}" "-D CLEAN=${arg_CLEAN}"
             -P ${hspmd_testing_dir}/bounded_run.cmake)
   math(EXPR limit "${arg_WITHIN} + 45")
   set_tests_properties(${arg_NAME} PROPERTIES

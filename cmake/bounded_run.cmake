@@ -1,13 +1,17 @@
 # Runs a command that must end by itself within a time limit, leaving no process behind:
 #   cmake -D COMMAND="prog|arg1|arg2" -D EXPECT_EXIT=zero|nonzero -D EXPECT_OUTPUT=<regex>
 #         -D WITHIN=<seconds> -D LEFTOVER=<regex of a left-over process's command line>
-#         [-D EXPECT_FILE=<path> -D EXPECT_FILE_MATCHES=<regex>] -P bounded_run.cmake
+#         [-D EXPECT_FILE=<path> -D EXPECT_FILE_MATCHES=<regex>] [-D CLEAN=<dir>]
+#         -P bounded_run.cmake
 # The run is killed after WITHIN + 30 s. EXPECT_FILE (removed before the run) must exist after
 # it and match EXPECT_FILE_MATCHES: what a crashed run must have left, e.g. its metrics lines. LEFTOVER is matched by `pgrep -f` for up to 3 s after
 # the command ended; anything still matching then is killed and fails the test.
 string(REPLACE "|" ";" command "${COMMAND}")
 list(FILTER command EXCLUDE REGEX "^$")
 math(EXPR hard_limit "${WITHIN} + 30")
+if(CLEAN) # a directory an earlier run left (removed first)
+  file(REMOVE_RECURSE ${CLEAN})
+endif()
 if(EXPECT_FILE)
   file(REMOVE ${EXPECT_FILE})
 endif()

@@ -1,7 +1,13 @@
 # Runs commands that must succeed, then comparison commands that must succeed too:
 #   cmake -D RUN_A="prog|args" -D RUN_B="prog|args" [-D RUN_C="prog|args"] -D COMPARE="prog|args"
-#         [-D COMPARE_2="prog|args"] [-D EXPECT_C="regex"] -P compare_runs.cmake
-# EXPECT_<X>: a regular expression RUN_<X>'s output must match.
+#         [-D COMPARE_2="prog|args"] [-D EXPECT_C="regex"] [-D CLEAN="dir|dir"]
+#         -P compare_runs.cmake
+# EXPECT_<X>: a regular expression RUN_<X>'s output must match. CLEAN: directories emptied first.
+if(DEFINED CLEAN)
+  string(REPLACE "|" ";" clean "${CLEAN}")
+  file(REMOVE_RECURSE ${clean})
+  file(MAKE_DIRECTORY ${clean})
+endif()
 foreach(step RUN_A RUN_B RUN_C COMPARE COMPARE_2)
   if(NOT DEFINED ${step})
     continue()

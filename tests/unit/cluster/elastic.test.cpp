@@ -1,0 +1,69 @@
+// The elastic launcher's reading of a failed job (train/elastic.hpp): which ranks it lost, from
+// lines as Open MPI 4.1 and hspmd print them, and the cluster that remains.
+#include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/train/elastic.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace hspmd;
+
+TEST_CASE("a failed job's lines name the ranks it lost, the strongest evidence first") {
+  // A rank's own fault line and Open MPI's signal line.
+  auto l = train::attribute(
+      {"checkpoint after step 5: ck/step-00000005 (8 ms)",
+       "[hspmd rank 1] HSPMD_FAULT: kill at step 6",
+       "mpiexec noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."});
+  CHECK(l.definite);
+  REQUIRE(l.ranks.size() == 1);
+  CHECK(l.ranks.at(1) == "HSPMD_FAULT: kill at step 6");
+  // Open MPI alone names a rank killed by a signal.
+  l = train::attribute({"mpirun noticed that process rank 2 with PID 4711 on node n3 exited on "
+                        "signal 9 (Killed)."});
+  REQUIRE(l.ranks.size() == 1);
+  CHECK(l.ranks.at(2) == "killed by signal 9");
+  // The watchdog names who did not arrive; the waiting ranks in its prefix are alive.
+  l = train::attribute(
+      {"[hspmd rank 0] barrier #643 in training step 4 has not completed after 3.1 s "
+       "(HSPMD_TIMEOUT=3); the last call completed here: all_reduce #642 (...); not arrived: "
+       "ranks 1, 3",
+       "[hspmd rank 2] barrier #643 in training step 4 has not completed after 3.1 s; not "
+       "arrived: ranks 1, 3"});
+  CHECK(l.definite);
+  CHECK(l.ranks.size() == 2);
+  CHECK(l.ranks.count(1) == 1);
+  CHECK(l.ranks.count(3) == 1);
+  CHECK(l.ranks.count(0) == 0);
+  // Without those: the first process that exited non-zero, MPI_Abort, a rank's error line.
+  l = train::attribute({"mpiexec detected that one or more processes exited with non-zero status,",
+                        "  Process name: [[4811,1],2]", "  Exit code:    1"});
+  CHECK_FALSE(l.definite);
+  REQUIRE(l.ranks.size() == 1);
+  CHECK(l.ranks.at(2) == "exited with status 1");
+  l = train::attribute({"[hspmd rank 0] bert: out of memory on cpu0",
+                        "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD"});
+  REQUIRE(l.ranks.size() == 1);
+  CHECK(l.ranks.at(0) == "bert: out of memory on cpu0");
+  CHECK(train::attribute({"loss 1.2", "done"}).ranks.empty());
+}
+
+TEST_CASE("the cluster that remains drops the lost ranks' devices and measured collectives") {
+  const cluster c = parse_cluster(R"({"version": 1, "name": "three",
+      "links": {"intra_node": {"bandwidth": 5e9, "latency": 1e-6}},
+      "devices": [{"name": "a", "kind": "cpu", "speed": 5e10, "memory": "4 GiB"},
+                  {"name": "b", "kind": "cpu", "speed": 3e10, "memory": "4 GiB"},
+                  {"name": "c", "kind": "cpu", "speed": 1e10, "memory": "4 GiB"}]})",
+                                  "three.json");
+  const cluster r = train::remaining_cluster(c, {1}, 1, "three");
+  CHECK(train::device_list(r) == "a, c");
+  CHECK(r.name == "three-gen1");
+  CHECK(r.devices[1].speed == 1e10);
+  CHECK_THROWS_WITH(train::remaining_cluster(c, {0, 1, 2}, 1, "three"),
+                    Catch::Contains("leaves no device"));
+  CHECK_THROWS_WITH(train::remaining_cluster(c, {5}, 1, "three"),
+                    Catch::Contains("lost rank 5: is not a rank of the job's 3 devices"));
+  // What remains is a valid cluster file again.
+  CHECK(parse_cluster(to_json(r).dump(), "gen1.json") == r);
+}

@@ -1,0 +1,428 @@
+// hspmd-run: the elastic launcher. Starts a training program under mpirun, one rank per device
+// of a cluster file, and watches it. When the job fails it names the devices it lost (the
+// job's own lines: a rank's fault or error, Open MPI's signal line, the watchdog's "not
+// arrived"), writes the cluster that remains, and starts the program again on it with --resume:
+// the trainer plans for the remaining devices (their uneven shares re-solved) and loads the
+// newest checkpoint, resharded onto the new plan. It gives up, saying why, when fewer than
+// --min-devices remain, after --max-restarts, or when the job fails twice without a step and
+// without losing a device. It never leaves a process behind.
+//
+//   hspmd-run --cluster clusters/emulated-3.json --run-dir run --
+//       build/release/examples/bert --steps 200 --save-every 1 --checkpoint-dir run/ck
+//       --metrics run/metrics.jsonl          (one command line)
+//
+// The program gets `--cluster RUN/cluster-gen-K.json --resume` appended and, in its
+// environment, HSPMD_RUN_DIR, HSPMD_RUN_GENERATION and HSPMD_TIMEOUT (the watchdog's limit:
+// a stopped or hung rank ends the job within it). Each membership change is one line here and
+// one record {"event":"membership",...} in the program's --metrics file. Launcher flags
+// (--oversubscribe, --allow-run-as-root) are the user's: --mpirun-arg.
+#include <hspmd/cluster/cluster_file.hpp>
+#include <hspmd/io/cli.hpp>
+#include <hspmd/train/elastic.hpp>
+#include <hspmd/train/metrics_log.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+using hspmd::config_error;
+
+namespace {
+
+volatile std::sig_atomic_t interrupted = 0; // the signal that asked the launcher to stop
+
+extern "C" void on_signal(int s) {
+  interrupted = s;
+}
+
+struct options {
+  std::string cluster_file;
+  std::string run_dir;
+  std::string mpirun = "mpirun";
+  std::vector<std::string> mpirun_args;
+  std::size_t max_restarts = 10;
+  std::size_t min_devices = 1;
+  double backoff = 1.0;
+  double timeout = 30.0;
+  std::vector<std::string> faults; // "GEN:SPEC": HSPMD_FAULT of generation GEN (tests)
+  std::vector<std::string> command;
+};
+
+// One generation's run: its exit status, its lines and when the first sign of failure came.
+struct job_result {
+  int status = 0; // the wait status
+  std::vector<std::string> lines;
+  std::optional<double> failed_at; // unix seconds
+  double ended_at = 0.0;
+};
+
+// The value of `flag` in the program's arguments ("--flag V" or "--flag=V"), if given.
+std::optional<std::string> arg_value(const std::vector<std::string>& args,
+                                     const std::string& flag) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size())
+      return args[i + 1];
+    if (args[i].rfind(flag + "=", 0) == 0)
+      return args[i].substr(flag.size() + 1);
+  }
+  return std::nullopt;
+}
+
+// Kills what is left of a job: its process group, then any process it left that was
+// re-parented to the launcher (a subreaper), until none is found.
+void tear_down(pid_t group) {
+  if (group > 0)
+    ::kill(-group, SIGKILL);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    bool found = false;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      const std::string pid = e.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos)
+        continue;
+      std::ifstream stat(e.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto close = line.rfind(')');
+      if (close == std::string::npos)
+        continue;
+      char state = 0;
+      long ppid = 0;
+      long pgid = 0;
+      if (std::sscanf(line.c_str() + close + 1, " %c %ld %ld", &state, &ppid, &pgid) != 3)
+        continue;
+      if (state == 'Z' && ppid == ::getpid())
+        continue; // reaped below
+      if (ppid == ::getpid() || (group > 0 && pgid == group)) {
+        found = true;
+        ::kill(static_cast<pid_t>(std::stol(pid)), SIGKILL);
+      }
+    }
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (!found)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Runs `argv` in its own process group, its output (stdout and stderr) passed through line by
+// line and kept. Returns when it has ended and nothing of it is left.
+job_result run_job(const std::vector<std::string>& argv) {
+  static const std::regex failure_sign(R"(HSPMD_FAULT|noticed that process rank|not arrived|)"
+                                       R"(Process name|MPI_ABORT|^\[hspmd rank)");
+  int fds[2];
+  if (::pipe(fds) != 0)
+    throw std::runtime_error(std::string("cannot make a pipe: ") + std::strerror(errno));
+  const pid_t child = ::fork();
+  if (child < 0)
+    throw std::runtime_error(std::string("cannot fork: ") + std::strerror(errno));
+  if (child == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL); // the job ends if the launcher is killed
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "hspmd-run: cannot start %s: %s\n", args[0], std::strerror(errno));
+    std::_Exit(127);
+  }
+  ::setpgid(child, child);
+  ::close(fds[1]);
+  job_result r;
+  std::string pending;
+  bool open = true;
+  bool asked_to_stop = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  const auto take = [&](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    if (!r.failed_at && std::regex_search(line, failure_sign))
+      r.failed_at = hspmd::train::unix_seconds();
+    r.lines.push_back(line);
+  };
+  bool reaped = false;
+  auto drain_deadline = std::chrono::steady_clock::time_point::max();
+  while (open && std::chrono::steady_clock::now() < drain_deadline) {
+    pollfd p{fds[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, 200);
+    if (!reaped && ::waitpid(child, &r.status, WNOHANG) == child) {
+      // mpirun has ended: what is still buffered comes within a second (a process it left
+      // behind may hold the pipe open).
+      reaped = true;
+      drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    }
+    if (interrupted != 0 && !asked_to_stop) { // forward once, then insist
+      ::kill(-child, SIGTERM);
+      asked_to_stop = true;
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    }
+    if (asked_to_stop && std::chrono::steady_clock::now() > stop_deadline)
+      ::kill(-child, SIGKILL);
+    if (n <= 0)
+      continue;
+    char buf[4096];
+    const ssize_t got = ::read(fds[0], buf, sizeof buf);
+    if (got <= 0) {
+      open = got < 0 && errno == EINTR;
+      continue;
+    }
+    pending.append(buf, static_cast<std::size_t>(got));
+    for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
+      take(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+    }
+  }
+  if (!pending.empty())
+    take(pending);
+  ::close(fds[0]);
+  while (!reaped && ::waitpid(child, &r.status, 0) < 0 && errno == EINTR) {
+  }
+  r.ended_at = hspmd::train::unix_seconds();
+  tear_down(child);
+  return r;
+}
+
+std::string status_text(int status) {
+  if (WIFEXITED(status))
+    return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+// Appends one record to the program's metrics file (between generations: nobody writes it).
+void record(const std::optional<std::string>& metrics, nlohmann::json j) {
+  if (!metrics)
+    return;
+  j["t"] = hspmd::train::unix_seconds();
+  std::ofstream(*metrics, std::ios::app) << j.dump() << "\n";
+}
+
+int elastic_run(const options& o) {
+  using hspmd::train::device_list;
+  const hspmd::cluster original = hspmd::load_cluster(o.cluster_file);
+  for (const std::string& flag : {std::string("--cluster"), std::string("--resume")})
+    if (arg_value(o.command, flag) || std::ranges::find(o.command, flag) != o.command.end())
+      throw config_error("the program's arguments", "give " + flag,
+                         "leave it out: hspmd-run gives --cluster (the devices of each "
+                         "generation) and --resume");
+  if (!arg_value(o.command, "--checkpoint-dir"))
+    throw config_error("the program's arguments", "have no --checkpoint-dir",
+                       "give --checkpoint-dir and --save-every: a restart resumes from there");
+  std::map<std::size_t, std::string> faults;
+  for (const std::string& f : o.faults) {
+    const auto colon = f.find(':');
+    if (colon == std::string::npos || colon == 0 ||
+        f.substr(0, colon).find_first_not_of("0123456789") != std::string::npos)
+      throw config_error("--fault " + f, "is not GENERATION:SPEC",
+                         "e.g. --fault 0:rank:1,at:step6,kind:kill");
+    faults[std::stoul(f.substr(0, colon))] = f.substr(colon + 1);
+  }
+  const auto metrics = arg_value(o.command, "--metrics");
+  const std::string base = original.name.empty() ? "cluster" : original.name;
+  fs::create_directories(o.run_dir);
+  const std::string run_dir = fs::absolute(o.run_dir).string();
+  record(metrics, {{"event", "launch"}, {"devices", original.size()}});
+
+  hspmd::cluster c = original;
+  std::size_t restarts = 0;
+  std::size_t quick_failures = 0; // failures in a row without a completed step
+  std::size_t fruitless = 0;      // failures in a row without a step and without a lost device
+  for (std::size_t gen = 0;; ++gen) {
+    const std::string file = run_dir + "/cluster-gen" + std::to_string(gen) + ".json";
+    std::ofstream(file) << hspmd::to_json(c).dump(2) << "\n";
+    ::setenv("HSPMD_RUN_DIR", run_dir.c_str(), 1);
+    ::setenv("HSPMD_RUN_GENERATION", std::to_string(gen).c_str(), 1);
+    char timeout[32];
+    std::snprintf(timeout, sizeof timeout, "%g", o.timeout);
+    ::setenv("HSPMD_TIMEOUT", timeout, 1);
+    std::vector<std::string> argv{o.mpirun};
+    argv.insert(argv.end(), o.mpirun_args.begin(), o.mpirun_args.end());
+    for (const char* v : {"HSPMD_RUN_DIR", "HSPMD_RUN_GENERATION", "HSPMD_TIMEOUT"})
+      argv.insert(argv.end(), {"-x", v});
+    if (const auto it = faults.find(gen); it != faults.end()) {
+      ::setenv("HSPMD_FAULT", it->second.c_str(), 1);
+      argv.insert(argv.end(), {"-x", "HSPMD_FAULT"});
+    } else
+      ::unsetenv("HSPMD_FAULT");
+    argv.insert(argv.end(), {"-n", std::to_string(c.size())});
+    argv.insert(argv.end(), o.command.begin(), o.command.end());
+    argv.insert(argv.end(), {"--cluster", file, "--resume"});
+    const std::size_t step_before = metrics ? hspmd::train::last_step(*metrics) : 0;
+    std::printf("hspmd-run: generation %zu on %zu device(s): %s\n", gen, c.size(),
+                device_list(c).c_str());
+    std::fflush(stdout);
+    const job_result job = run_job(argv);
+    if (interrupted != 0) {
+      std::printf("hspmd-run: stopped by signal %d; the job is ended\n",
+                  static_cast<int>(interrupted));
+      return 128 + static_cast<int>(interrupted);
+    }
+    if (WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0) {
+      std::printf("hspmd-run: finished on %zu device(s) after %zu restart(s)\n", c.size(),
+                  restarts);
+      return 0;
+    }
+    const std::size_t step_after = metrics ? hspmd::train::last_step(*metrics) : 0;
+    const bool progressed = step_after > step_before;
+    quick_failures = progressed ? 0 : quick_failures + 1;
+    const auto lost = hspmd::train::attribute(job.lines);
+    const std::string last_line = job.lines.empty() ? std::string("(no output)") : job.lines.back();
+    const auto give_up = [&](const std::string& why) {
+      std::printf("hspmd-run: gave up: %s\n", why.c_str());
+      record(metrics, {{"event", "gave_up"}, {"generation", gen}, {"reason", why}});
+      return 1;
+    };
+    if (const auto steps = arg_value(o.command, "--steps");
+        steps && steps->find_first_not_of("0123456789") == std::string::npos && !steps->empty() &&
+        step_after >= std::stoul(*steps) && !lost.definite)
+      return give_up("the job trained all " + *steps + " steps, then failed (" +
+                     status_text(job.status) + "); its last line: " + last_line);
+    if (lost.ranks.empty() || (!lost.definite && !progressed)) {
+      if (++fruitless >= 2 || lost.ranks.empty())
+        return give_up("the job failed (" + status_text(job.status) + ") " +
+                       (lost.ranks.empty() ? "naming no lost rank"
+                                           : "twice without a step on the same devices") +
+                       "; its last line: " + last_line);
+    } else
+      fruitless = 0;
+    if (restarts >= o.max_restarts)
+      return give_up("the job failed again after " + std::to_string(restarts) +
+                     " restart(s) (--max-restarts " + std::to_string(o.max_restarts) + ")");
+    std::vector<int> ranks;
+    std::vector<std::string> names;
+    std::vector<std::string> causes;
+    for (const auto& [rank, cause] : lost.ranks) {
+      ranks.push_back(rank);
+      names.push_back(static_cast<std::size_t>(rank) < c.size()
+                          ? c.devices[static_cast<std::size_t>(rank)].name
+                          : "rank " + std::to_string(rank));
+      causes.push_back(cause);
+    }
+    const std::size_t left = c.size() - std::min(c.size(), ranks.size());
+    if (left < o.min_devices)
+      return give_up(std::to_string(left) + " device(s) left, fewer than --min-devices " +
+                     std::to_string(o.min_devices));
+    c = hspmd::train::remaining_cluster(c, ranks, gen + 1, base);
+    std::string lost_text;
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      lost_text += (i > 0 ? ", " : "") + names[i] + " (rank " + std::to_string(ranks[i]) + ": " +
+                   causes[i] + ")";
+    const double wait =
+        std::min(30.0, o.backoff * std::pow(2.0, static_cast<double>(quick_failures) - 1.0));
+    std::printf("hspmd-run: lost %s after step %zu; generation %zu on %s%s\n", lost_text.c_str(),
+                step_after, gen + 1, device_list(c).c_str(),
+                wait > 0.0 ? (" in " + std::to_string(wait).substr(0, 4) + " s").c_str() : "");
+    std::fflush(stdout);
+    if (wait > 0.0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    nlohmann::json rec{{"event", "membership"},
+                       {"generation", gen + 1},
+                       {"lost", names},
+                       {"causes", causes},
+                       {"after_step", step_after},
+                       {"devices", nlohmann::json::array()},
+                       {"ended_at", job.ended_at},
+                       {"relaunch_at", hspmd::train::unix_seconds()}};
+    for (const auto& d : c.devices)
+      rec["devices"].push_back(d.name);
+    if (job.failed_at)
+      rec["failed_at"] = *job.failed_at;
+    record(metrics, std::move(rec));
+    ++restarts;
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hspmd-run: run a training program under mpirun on a cluster's devices; when "
+               "devices are lost, re-plan for the rest and resume (docs/execution.md)"};
+  options o;
+  app.add_option("--cluster", o.cluster_file, "the cluster file: one rank per device")->required();
+  app.add_option("--run-dir", o.run_dir,
+                 "where each generation's cluster file and the ranks' markers go")
+      ->required();
+  app.add_option("--mpirun", o.mpirun, "the MPI launcher")->capture_default_str();
+  app.add_option("--mpirun-arg", o.mpirun_args,
+                 "an argument for mpirun (repeat; e.g. --mpirun-arg=--oversubscribe)");
+  app.add_option("--max-restarts", o.max_restarts, "restarts before giving up")
+      ->capture_default_str();
+  app.add_option("--min-devices", o.min_devices, "give up when fewer devices remain")
+      ->capture_default_str()
+      ->check(hspmd::io::at_least_one);
+  app.add_option("--backoff", o.backoff,
+                 "seconds before a restart, doubled for each failure in a row without a step "
+                 "(at most 30)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 30.0));
+  app.add_option("--timeout", o.timeout,
+                 "HSPMD_TIMEOUT of the job: a rank that stops or hangs ends it within this many "
+                 "seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 1e6));
+  app.add_option("--fault", o.faults,
+                 "GENERATION:SPEC: HSPMD_FAULT for that generation only (testing; repeat)");
+  app.footer("After the flags: -- PROGRAM ARGS... (the training program and its arguments)");
+  // The program's arguments are not the launcher's: split at the first "--".
+  int own = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--") {
+      own = i;
+      break;
+    }
+  for (int i = own + 1; i < argc; ++i)
+    o.command.emplace_back(argv[i]);
+  if (const auto rc = hspmd::io::parse_flags(app, own, argv))
+    return *rc;
+  if (o.command.empty()) {
+    std::fprintf(stderr, "hspmd-run: no program given: end the flags with -- PROGRAM ARGS...\n");
+    return 2;
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1); // ranks orphaned by a dying mpirun come back here
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  try {
+    return elastic_run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hspmd-run: %s\n", e.what());
+    return 1;
+  }
+}
