@@ -5,7 +5,9 @@
 // the trainer plans for the remaining devices (their uneven shares re-solved) and loads the
 // newest checkpoint, resharded onto the new plan. It gives up, saying why, when fewer than
 // --min-devices remain, after --max-restarts, or when the job fails twice without a step and
-// without losing a device. It never leaves a process behind.
+// without losing a device. A device listed again in the membership file (RUN_DIR/membership,
+// which hspmd-run keeps) joins at the next step: the job is asked to stop after its current
+// step (saved), and starts again on the grown cluster. It never leaves a process behind.
 //
 //   hspmd-run --cluster clusters/emulated-3.json --run-dir run --
 //       build/release/examples/bert --steps 200 --save-every 1 --checkpoint-dir run/ck
@@ -41,6 +43,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -70,6 +73,8 @@ struct options {
   double backoff = 1.0;
   double timeout = 30.0;
   std::vector<std::string> faults; // "GEN:SPEC": HSPMD_FAULT of generation GEN (tests)
+  std::string membership;          // the membership file (default RUN_DIR/membership)
+  std::size_t rejoin_after = 0;    // testing: a lost device is listed again after this many steps
   std::vector<std::string> command;
 };
 
@@ -79,6 +84,7 @@ struct job_result {
   std::vector<std::string> lines;
   std::optional<double> failed_at; // unix seconds
   double ended_at = 0.0;
+  bool stop_requested = false; // the launcher asked it to stop (membership change)
 };
 
 // The value of `flag` in the program's arguments ("--flag V" or "--flag=V"), if given.
@@ -135,8 +141,11 @@ void tear_down(pid_t group) {
 }
 
 // Runs `argv` in its own process group, its output (stdout and stderr) passed through line by
-// line and kept. Returns when it has ended and nothing of it is left.
-job_result run_job(const std::vector<std::string>& argv) {
+// line and kept. Every tenth of a second asks `want_stop` whether the devices should change; when they
+// should, creates `stop_file` (the trainer stops after its current step, saved). Returns when it
+// has ended and nothing of it is left.
+job_result run_job(const std::vector<std::string>& argv, const std::function<bool()>& want_stop,
+                   const fs::path& stop_file) {
   static const std::regex failure_sign(R"(HSPMD_FAULT|noticed that process rank|not arrived|)"
                                        R"(Process name|MPI_ABORT|^\[hspmd rank)");
   int fds[2];
@@ -167,6 +176,9 @@ job_result run_job(const std::vector<std::string>& argv) {
   bool open = true;
   bool asked_to_stop = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  auto next_check = std::chrono::steady_clock::now();
+  std::error_code ec;
+  fs::remove(stop_file, ec);
   const auto take = [&](const std::string& line) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -178,7 +190,7 @@ job_result run_job(const std::vector<std::string>& argv) {
   auto drain_deadline = std::chrono::steady_clock::time_point::max();
   while (open && std::chrono::steady_clock::now() < drain_deadline) {
     pollfd p{fds[0], POLLIN, 0};
-    const int n = ::poll(&p, 1, 200);
+    const int n = ::poll(&p, 1, 100);
     if (!reaped && ::waitpid(child, &r.status, WNOHANG) == child) {
       // mpirun has ended: what is still buffered comes within a second (a process it left
       // behind may hold the pipe open).
@@ -192,6 +204,13 @@ job_result run_job(const std::vector<std::string>& argv) {
     }
     if (asked_to_stop && std::chrono::steady_clock::now() > stop_deadline)
       ::kill(-child, SIGKILL);
+    if (!r.stop_requested && std::chrono::steady_clock::now() > next_check) {
+      next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      if (want_stop()) {
+        std::ofstream(stop_file) << "membership change\n";
+        r.stop_requested = true;
+      }
+    }
     if (n <= 0)
       continue;
     char buf[4096];
@@ -213,6 +232,7 @@ job_result run_job(const std::vector<std::string>& argv) {
   }
   r.ended_at = hspmd::train::unix_seconds();
   tear_down(child);
+  fs::remove(stop_file, ec);
   return r;
 }
 
@@ -230,6 +250,45 @@ void record(const std::optional<std::string>& metrics, nlohmann::json j) {
     return;
   j["t"] = hspmd::train::unix_seconds();
   std::ofstream(*metrics, std::ios::app) << j.dump() << "\n";
+}
+
+// The device names a membership file lists (one a line; blank lines and # comments skipped).
+std::vector<std::string> read_membership(const fs::path& file) {
+  std::vector<std::string> names;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const auto hash = line.find('#');
+    if (hash != std::string::npos)
+      line.erase(hash);
+    const auto b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos)
+      continue;
+    names.push_back(line.substr(b, line.find_last_not_of(" \t\r") - b + 1));
+  }
+  return names;
+}
+
+void write_membership(const fs::path& file, const std::vector<std::string>& names,
+                      const std::vector<std::string>& comments) {
+  std::string text = "# devices hspmd-run trains on: list a device of the cluster file again to "
+                     "take it back at the next step; remove one to let it go\n";
+  for (const std::string& c : comments)
+    text += "# " + c + "\n";
+  for (const std::string& n : names)
+    text += n + "\n";
+  const fs::path tmp = file.string() + ".tmp";
+  std::ofstream(tmp) << text;
+  fs::rename(tmp, file);
+}
+
+// The original cluster's devices that `names` lists, in the original order, as generation `gen`.
+hspmd::cluster members_of(const hspmd::cluster& original, const std::vector<std::string>& names,
+                          std::size_t gen, const std::string& base) {
+  std::vector<int> out;
+  for (std::size_t d = 0; d < original.size(); ++d)
+    if (std::ranges::find(names, original.devices[d].name) == names.end())
+      out.push_back(static_cast<int>(d));
+  return hspmd::train::remaining_cluster(original, out, gen, base);
 }
 
 int elastic_run(const options& o) {
@@ -257,6 +316,33 @@ int elastic_run(const options& o) {
   fs::create_directories(o.run_dir);
   const std::string run_dir = fs::absolute(o.run_dir).string();
   record(metrics, {{"event", "launch"}, {"devices", original.size()}});
+
+  // The membership file: the devices to train on. hspmd-run drops a lost device from it; a
+  // device listed again (by the user, or by --rejoin-after) joins at the next step.
+  const fs::path membership =
+      o.membership.empty() ? fs::path(run_dir) / "membership" : fs::path(o.membership);
+  std::vector<std::string> comments;
+  std::map<std::string, std::size_t> lost_at; // device -> the step it was lost after
+  {
+    std::vector<std::string> all;
+    for (const auto& d : original.devices)
+      all.push_back(d.name);
+    write_membership(membership, all, comments);
+  }
+  const auto wanted = [&] { // the original's devices the file lists, in the original order
+    const auto names = read_membership(membership);
+    std::vector<std::string> w;
+    for (const auto& d : original.devices)
+      if (std::ranges::find(names, d.name) != names.end())
+        w.push_back(d.name);
+    return w;
+  };
+  const auto names_of = [](const hspmd::cluster& cl) {
+    std::vector<std::string> v;
+    for (const auto& d : cl.devices)
+      v.push_back(d.name);
+    return v;
+  };
 
   hspmd::cluster c = original;
   std::size_t restarts = 0;
@@ -286,16 +372,71 @@ int elastic_run(const options& o) {
     std::printf("hspmd-run: generation %zu on %zu device(s): %s\n", gen, c.size(),
                 device_list(c).c_str());
     std::fflush(stdout);
-    const job_result job = run_job(argv);
+    const auto want_stop = [&] {
+      if (o.rejoin_after > 0 && !lost_at.empty() && metrics) { // testing: lost devices return
+        const std::size_t now = hspmd::train::last_step(*metrics);
+        auto names = read_membership(membership);
+        bool changed = false;
+        for (auto it = lost_at.begin(); it != lost_at.end();)
+          if (now >= it->second + o.rejoin_after) {
+            names.push_back(it->first);
+            comments.push_back(it->first + " listed again after step " + std::to_string(now) +
+                               " (--rejoin-after " + std::to_string(o.rejoin_after) + ")");
+            it = lost_at.erase(it);
+            changed = true;
+          } else
+            ++it;
+        if (changed)
+          write_membership(membership, names, comments);
+      }
+      const auto w = wanted();
+      return !w.empty() && w != names_of(c);
+    };
+    const job_result job = run_job(argv, want_stop, fs::path(run_dir) / "stop");
     if (interrupted != 0) {
       std::printf("hspmd-run: stopped by signal %d; the job is ended\n",
                   static_cast<int>(interrupted));
       return 128 + static_cast<int>(interrupted);
     }
-    if (WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0) {
+    const bool stopped =
+        job.stop_requested && std::ranges::any_of(job.lines, [](const std::string& l) {
+          return l.find("stopped after step") != std::string::npos;
+        });
+    if (WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0 && !stopped) {
       std::printf("hspmd-run: finished on %zu device(s) after %zu restart(s)\n", c.size(),
                   restarts);
       return 0;
+    }
+    if (WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0) { // the devices change
+      const auto before = names_of(c);
+      c = members_of(original, wanted(), gen + 1, base);
+      const auto after = names_of(c);
+      std::vector<std::string> joined;
+      std::vector<std::string> left;
+      for (const auto& n : after)
+        if (std::ranges::find(before, n) == before.end())
+          joined.push_back(n);
+      for (const auto& n : before)
+        if (std::ranges::find(after, n) == after.end())
+          left.push_back(n);
+      const std::size_t step = metrics ? hspmd::train::last_step(*metrics) : 0;
+      std::string what;
+      for (const auto& n : joined)
+        what += (what.empty() ? "" : ", ") + n + " joins";
+      for (const auto& n : left)
+        what += (what.empty() ? "" : ", ") + n + " leaves";
+      std::printf("hspmd-run: %s after step %zu; generation %zu on %s\n", what.c_str(), step,
+                  gen + 1, device_list(c).c_str());
+      std::fflush(stdout);
+      nlohmann::json rec{{"event", "membership"},   {"generation", gen + 1},
+                         {"joined", joined},        {"left", left},
+                         {"after_step", step},      {"devices", after},
+                         {"ended_at", job.ended_at}};
+      rec["relaunch_at"] = hspmd::train::unix_seconds();
+      record(metrics, std::move(rec));
+      quick_failures = 0;
+      fruitless = 0;
+      continue;
     }
     const std::size_t step_after = metrics ? hspmd::train::last_step(*metrics) : 0;
     const bool progressed = step_after > step_before;
@@ -338,6 +479,12 @@ int elastic_run(const options& o) {
       return give_up(std::to_string(left) + " device(s) left, fewer than --min-devices " +
                      std::to_string(o.min_devices));
     c = hspmd::train::remaining_cluster(c, ranks, gen + 1, base);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      lost_at[names[i]] = step_after;
+      comments.push_back(names[i] + " lost after step " + std::to_string(step_after) + ": " +
+                         causes[i]);
+    }
+    write_membership(membership, names_of(c), comments);
     std::string lost_text;
     for (std::size_t i = 0; i < ranks.size(); ++i)
       lost_text += (i > 0 ? ", " : "") + names[i] + " (rank " + std::to_string(ranks[i]) + ": " +
@@ -395,6 +542,13 @@ int main(int argc, char** argv) {
                  "seconds")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 1e6));
+  app.add_option("--membership", o.membership,
+                 "the file of devices to train on (default RUN_DIR/membership): list a device "
+                 "of the cluster file again and it joins at the next step")
+      ->capture_default_str();
+  app.add_option("--rejoin-after", o.rejoin_after,
+                 "testing: list a lost device again after this many more steps (0: never)")
+      ->capture_default_str();
   app.add_option("--fault", o.faults,
                  "GENERATION:SPEC: HSPMD_FAULT for that generation only (testing; repeat)");
   app.footer("After the flags: -- PROGRAM ARGS... (the training program and its arguments)");

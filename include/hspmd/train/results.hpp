@@ -55,6 +55,7 @@ struct train_result {
   std::vector<rebalance_report> rebalances; ///< with `train_options::rebalance`
   std::size_t resumed_from = 0;             ///< the step a resumed run continued after (0: none)
   double load_seconds = 0.0;                ///< the resumed checkpoint's load (slowest rank)
+  std::size_t stopped_after = 0; ///< hspmd-run asked the job to stop after this step (0: no)
   std::string initialized_from; ///< the checkpoint whose parameters the run started from, if any
   std::vector<std::string> checkpoints; ///< the checkpoint directories this run committed
 

@@ -25,6 +25,7 @@
 #include <hspmd/train/option_table.hpp>
 #include <hspmd/train/report.hpp>
 #include <hspmd/train/run_checkpoints.hpp>
+#include <hspmd/train/run_dir.hpp>
 #include <hspmd/train/run_meta.hpp>
 #include <hspmd/train/run_plan.hpp>
 #include <hspmd/train/start.hpp>
@@ -250,6 +251,7 @@ private:
     if (!resumed && !o_.init_from.empty())
       initialize_run(state(e, out), r);
     const std::size_t first = resumed.value_or(0);
+    const auto launcher_dir = run_directory(); // hspmd-run's (train/run_dir.hpp)
     metrics.start(world_ ? static_cast<std::size_t>(world_->size()) : 1, o_.steps, resumed,
                   1e3 * r.load_seconds);
     for (std::size_t s = first; s < o_.steps; ++s) {
@@ -306,8 +308,22 @@ private:
                                            dist_->take_compute_seconds(), rebalance_moves(), out,
                                            metrics))
           r.rebalances.push_back(std::move(*rb));
-      if (o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == o_.steps))
+      const bool saved = o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == o_.steps);
+      if (saved)
         save_run_checkpoint(state(e, out), s + 1, r, loss_scale ? &*loss_scale : nullptr, fault_);
+      if (launcher_dir && s + 1 < o_.steps && stop_requested(*world_, *launcher_dir)) {
+        // hspmd-run changes the devices: this step saved, the job resumes from it on the new.
+        if (!saved && !o_.checkpoint_dir.empty())
+          save_run_checkpoint(state(e, out), s + 1, r, loss_scale ? &*loss_scale : nullptr, fault_);
+        if (out != nullptr)
+          print(*out,
+                "stopped after step %zu: hspmd-run changes the devices; the run resumes "
+                "from this step\n",
+                s + 1);
+        metrics.write({{"event", "stopped"}, {"after_step", s + 1}});
+        r.stopped_after = s + 1;
+        break;
+      }
       if (eval && ((o_.eval_every > 0 && (s + 1) % o_.eval_every == 0) || s + 1 == o_.steps)) {
         r.evals.push_back(run_eval(eval, o_.eval_batches, s + 1));
         metrics.write(eval_metrics(r.evals.back()));
