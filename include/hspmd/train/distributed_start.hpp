@@ -315,6 +315,7 @@ distributed_run<T, Optimizer> start_distributed(const graph::graph& g, train_opt
                    device != nullptr ? device->measure : decltype(device->measure){});
     std::string note;
     const double plan_seconds = choose_plan(g, o, run, *d.ranks, note);
+    run.plan_seconds = plan_seconds;
     if (is_root && !o.save_plan.empty())
       write_file(o.save_plan, synth::to_json(run.plan).dump(1));
     if (is_root && o.out != nullptr) {

@@ -67,10 +67,13 @@ public:
     file_ << j.dump() << "\n" << std::flush;
   }
 
-  /// The start record: `ranks` training, resumed from step `resumed_from` (loaded in `load_ms`).
+  /// The start record: `ranks` training, resumed from step `resumed_from` (loaded in `load_ms`),
+  /// planned in `plan_ms` (a distributed run).
   void start(std::size_t ranks, std::size_t steps, std::optional<std::size_t> resumed_from,
-             double load_ms) {
+             double load_ms, double plan_ms = 0.0) {
     nlohmann::json j{{"event", "start"}, {"ranks", ranks}, {"steps", steps}};
+    if (plan_ms > 0.0)
+      j["plan_ms"] = plan_ms;
     j["resumed_from"] = resumed_from ? nlohmann::json(*resumed_from) : nlohmann::json(nullptr);
     if (resumed_from)
       j["load_ms"] = load_ms;

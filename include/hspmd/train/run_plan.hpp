@@ -48,6 +48,7 @@ struct planned_run {
   std::optional<profile_options> calibration;
   std::optional<sim::shard_times> shard_times;
   sim::options priced; ///< how the simulator prices this run's step program (`priced_like`)
+  double plan_seconds = 0.0; ///< planning it at start (synthesis, or the plan cache)
 
   [[nodiscard]] synth::cost_model cost_model(const graph::graph& g, const cluster& at) const {
     return synth::cost_model(g, at, synth::segment_map(g, plan.segments), so.profile, so.gemm_type);

@@ -253,7 +253,7 @@ private:
     const std::size_t first = resumed.value_or(0);
     const auto launcher_dir = run_directory(); // hspmd-run's (train/run_dir.hpp)
     metrics.start(world_ ? static_cast<std::size_t>(world_->size()) : 1, o_.steps, resumed,
-                  1e3 * r.load_seconds);
+                  1e3 * r.load_seconds, run_ ? 1e3 * run_->plan_seconds : 0.0);
     for (std::size_t s = first; s < o_.steps; ++s) {
       world_->set_phase("training step " + std::to_string(s + 1));
       if (fault_ && fault_->save_point.empty() && fault_->step == s + 1 &&
