@@ -84,10 +84,12 @@ def trial(a, program, step, rank, work):
     # on the cluster hspmd-run wrote, resuming.
     ref_ck = os.path.join(work, "ref-ck")
     ref_metrics = os.path.join(work, "ref.jsonl")
-    steps = int(program[program.index("--steps") + 1])
+    at = program.index("--steps") + 1
+    steps = int(program[at])
     for gen, (end, ranks) in enumerate([(m["after_step"], 3), (steps, 2)]):
-        cmd = ["mpirun"] + mpirun_flags() + ["-np", str(ranks)] + program + [
-            "--checkpoint-dir", ref_ck, "--metrics", ref_metrics, "--steps", str(end),
+        until = program[:at] + [str(end)] + program[at + 1:]
+        cmd = ["mpirun"] + mpirun_flags() + ["-np", str(ranks)] + until + [
+            "--checkpoint-dir", ref_ck, "--metrics", ref_metrics,
             "--cluster", os.path.join(run_dir, f"cluster-gen{gen}.json")]
         cmd += ["--resume"] if gen > 0 else []
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -84,8 +84,27 @@ struct job_result {
   std::vector<std::string> lines;
   std::optional<double> failed_at; // unix seconds
   double ended_at = 0.0;
-  bool stop_requested = false; // the launcher asked it to stop (membership change)
+  bool stop_requested = false;     // the launcher asked it to stop (membership change)
+  std::map<int, std::string> gone; // ranks of this host whose process had ended when it failed
 };
+
+// The ranks of this host whose process is gone, from their host markers (RUN_DIR/waits/host-rR
+// holds the rank's pid; comm/watchdog.hpp).
+std::map<int, std::string> gone_ranks(const fs::path& markers) {
+  std::map<int, std::string> gone;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(markers, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("host-r", 0) != 0 ||
+        name.find_first_not_of("0123456789", 6) != std::string::npos || name.size() == 6)
+      continue;
+    long pid = 0;
+    std::ifstream(e.path()) >> pid;
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      gone.emplace(std::stoi(name.substr(6)), "its process ended");
+  }
+  return gone;
+}
 
 // The value of `flag` in the program's arguments ("--flag V" or "--flag=V"), if given.
 std::optional<std::string> arg_value(const std::vector<std::string>& args,
@@ -141,13 +160,18 @@ void tear_down(pid_t group) {
 }
 
 // Runs `argv` in its own process group, its output (stdout and stderr) passed through line by
-// line and kept. Every tenth of a second asks `want_stop` whether the devices should change; when they
-// should, creates `stop_file` (the trainer stops after its current step, saved). Returns when it
-// has ended and nothing of it is left.
+// line and kept. Every tenth of a second asks `want_stop` whether the devices should change; when
+// they should, creates `stop_file` (the trainer stops after its current step, saved). Returns when
+// it has ended and nothing of it is left.
 job_result run_job(const std::vector<std::string>& argv, const std::function<bool()>& want_stop,
-                   const fs::path& stop_file) {
+                   const fs::path& stop_file, const fs::path& markers) {
   static const std::regex failure_sign(R"(HSPMD_FAULT|noticed that process rank|not arrived|)"
                                        R"(Process name|MPI_ABORT|^\[hspmd rank)");
+  // Lines after which the job is over (mpirun has seen a rank end, or the watchdog ends one):
+  // the launcher ends it a moment later rather than wait for mpirun's own teardown (a second
+  // between its SIGTERM and SIGKILL).
+  static const std::regex job_over(R"(noticed that process rank|Exit code:|MPI_ABORT was invoked|)"
+                                   R"(not arrived: |the job has been aborted)");
   int fds[2];
   if (::pipe(fds) != 0)
     throw std::runtime_error(std::string("cannot make a pipe: ") + std::strerror(errno));
@@ -177,6 +201,7 @@ job_result run_job(const std::vector<std::string>& argv, const std::function<boo
   bool asked_to_stop = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   auto next_check = std::chrono::steady_clock::now();
+  auto end_at = std::chrono::steady_clock::time_point::max(); // the job is over: end it then
   std::error_code ec;
   fs::remove(stop_file, ec);
   const auto take = [&](const std::string& line) {
@@ -184,6 +209,11 @@ job_result run_job(const std::vector<std::string>& argv, const std::function<boo
     std::fflush(stdout);
     if (!r.failed_at && std::regex_search(line, failure_sign))
       r.failed_at = hspmd::train::unix_seconds();
+    if (end_at == std::chrono::steady_clock::time_point::max() &&
+        std::regex_search(line, job_over)) {
+      end_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      r.gone = gone_ranks(markers); // before the launcher ends the rest
+    }
     r.lines.push_back(line);
   };
   bool reaped = false;
@@ -202,7 +232,8 @@ job_result run_job(const std::vector<std::string>& argv, const std::function<boo
       asked_to_stop = true;
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     }
-    if (asked_to_stop && std::chrono::steady_clock::now() > stop_deadline)
+    if ((asked_to_stop && std::chrono::steady_clock::now() > stop_deadline) ||
+        (!reaped && std::chrono::steady_clock::now() > end_at))
       ::kill(-child, SIGKILL);
     if (!r.stop_requested && std::chrono::steady_clock::now() > next_check) {
       next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
@@ -392,7 +423,9 @@ int elastic_run(const options& o) {
       const auto w = wanted();
       return !w.empty() && w != names_of(c);
     };
-    const job_result job = run_job(argv, want_stop, fs::path(run_dir) / "stop");
+    const fs::path markers = fs::path(run_dir) / "waits"; // this generation's (watchdog.hpp)
+    fs::remove_all(markers);
+    const job_result job = run_job(argv, want_stop, fs::path(run_dir) / "stop", markers);
     if (interrupted != 0) {
       std::printf("hspmd-run: stopped by signal %d; the job is ended\n",
                   static_cast<int>(interrupted));
@@ -441,7 +474,12 @@ int elastic_run(const options& o) {
     const std::size_t step_after = metrics ? hspmd::train::last_step(*metrics) : 0;
     const bool progressed = step_after > step_before;
     quick_failures = progressed ? 0 : quick_failures + 1;
-    const auto lost = hspmd::train::attribute(job.lines);
+    auto lost = hspmd::train::attribute(job.lines);
+    if (!lost.definite && !job.gone.empty()) // a rank's process ended: it is the one lost
+      lost = {job.gone, true};
+    else if (lost.definite)
+      for (const auto& [rank, cause] : job.gone)
+        lost.ranks.emplace(rank, cause);
     const std::string last_line = job.lines.empty() ? std::string("(no output)") : job.lines.back();
     const auto give_up = [&](const std::string& why) {
       std::printf("hspmd-run: gave up: %s\n", why.c_str());
