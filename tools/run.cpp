@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,7 +47,9 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -75,6 +78,7 @@ struct options {
   std::vector<std::string> faults; // "GEN:SPEC": HSPMD_FAULT of generation GEN (tests)
   std::string membership;          // the membership file (default RUN_DIR/membership)
   std::size_t rejoin_after = 0;    // testing: a lost device is listed again after this many steps
+  std::string fault_schedule;      // testing: "seed:S,count:N,kinds:K/K,gap:A-B"
   std::vector<std::string> command;
 };
 
@@ -283,6 +287,68 @@ void record(const std::optional<std::string>& metrics, nlohmann::json j) {
   std::ofstream(*metrics, std::ios::app) << j.dump() << "\n";
 }
 
+// Testing: seeded faults, one per generation of 2 devices or more until `left` are spent: a
+// random rank of the generation, a random kind of `kinds`, `gap` steps (a random count in [lo, hi])
+// after the last step the metrics file records.
+struct fault_schedule {
+  std::mt19937_64 rng;
+  std::size_t left = 0;
+  std::vector<std::string> kinds;
+  std::size_t lo = 2;
+  std::size_t hi = 10;
+
+  static fault_schedule parse(const std::string& text) {
+    fault_schedule f;
+    const auto bad = [&](const std::string& why) {
+      return config_error("--faults " + text, why,
+                          "e.g. --faults seed:47,count:10,kinds:kill/stop/exit1/throw,gap:3-12");
+    };
+    std::istringstream in(text);
+    std::uint64_t seed = 0;
+    for (std::string field; std::getline(in, field, ',');) {
+      const auto colon = field.find(':');
+      if (colon == std::string::npos)
+        throw bad("field \"" + field + "\" is not KEY:VALUE");
+      const std::string key = field.substr(0, colon);
+      const std::string value = field.substr(colon + 1);
+      try {
+        if (key == "seed")
+          seed = std::stoull(value);
+        else if (key == "count")
+          f.left = std::stoul(value);
+        else if (key == "gap") {
+          f.lo = std::stoul(value.substr(0, value.find('-')));
+          f.hi = std::stoul(value.substr(value.find('-') + 1));
+        } else if (key == "kinds") {
+          std::istringstream k(value);
+          for (std::string kind; std::getline(k, kind, '/');)
+            f.kinds.push_back(kind);
+        } else
+          throw bad("unknown field \"" + key + "\"");
+      } catch (const std::logic_error&) {
+        throw bad("field " + key + " is not a number");
+      }
+    }
+    if (f.kinds.empty() || f.left == 0 || f.lo == 0 || f.hi < f.lo)
+      throw bad("needs count >= 1, kinds and a gap of at least 1");
+    f.rng.seed(seed);
+    return f;
+  }
+
+  // HSPMD_FAULT for a generation of `ranks` ranks whose metrics file is at step `step`.
+  std::string next(std::size_t ranks, std::size_t step) {
+    if (ranks < 2)
+      return {}; // the last device is not failed on purpose
+    const std::size_t rank = rng() % ranks;
+    const std::size_t at = step + f_lo_hi();
+    const std::string& kind = kinds[rng() % kinds.size()];
+    return "rank:" + std::to_string(rank) + ",at:step" + std::to_string(at) + ",kind:" + kind;
+  }
+
+private:
+  std::size_t f_lo_hi() { return lo + rng() % (hi - lo + 1); }
+};
+
 // The device names a membership file lists (one a line; blank lines and # comments skipped).
 std::vector<std::string> read_membership(const fs::path& file) {
   std::vector<std::string> names;
@@ -342,6 +408,9 @@ int elastic_run(const options& o) {
                          "e.g. --fault 0:rank:1,at:step6,kind:kill");
     faults[std::stoul(f.substr(0, colon))] = f.substr(colon + 1);
   }
+  std::optional<fault_schedule> schedule;
+  if (!o.fault_schedule.empty())
+    schedule = fault_schedule::parse(o.fault_schedule);
   const auto metrics = arg_value(o.command, "--metrics");
   const std::string base = original.name.empty() ? "cluster" : original.name;
   fs::create_directories(o.run_dir);
@@ -391,8 +460,13 @@ int elastic_run(const options& o) {
     argv.insert(argv.end(), o.mpirun_args.begin(), o.mpirun_args.end());
     for (const char* v : {"HSPMD_RUN_DIR", "HSPMD_RUN_GENERATION", "HSPMD_TIMEOUT"})
       argv.insert(argv.end(), {"-x", v});
-    if (const auto it = faults.find(gen); it != faults.end()) {
-      ::setenv("HSPMD_FAULT", it->second.c_str(), 1);
+    std::string fault;
+    if (const auto it = faults.find(gen); it != faults.end())
+      fault = it->second;
+    else if (schedule && schedule->left > 0) // testing: the next of the seeded faults
+      fault = schedule->next(c.size(), metrics ? hspmd::train::last_step(*metrics) : 0);
+    if (!fault.empty()) {
+      ::setenv("HSPMD_FAULT", fault.c_str(), 1);
       argv.insert(argv.end(), {"-x", "HSPMD_FAULT"});
     } else
       ::unsetenv("HSPMD_FAULT");
@@ -474,6 +548,8 @@ int elastic_run(const options& o) {
     const std::size_t step_after = metrics ? hspmd::train::last_step(*metrics) : 0;
     const bool progressed = step_after > step_before;
     quick_failures = progressed ? 0 : quick_failures + 1;
+    if (schedule && schedule->left > 0 && !fault.empty() && !faults.contains(gen))
+      --schedule->left; // (a run that ended before the fault's step keeps it: not here)
     auto lost = hspmd::train::attribute(job.lines);
     if (!lost.definite && !job.gone.empty()) // a rank's process ended: it is the one lost
       lost = {job.gone, true};
@@ -512,17 +588,22 @@ int elastic_run(const options& o) {
                           : "rank " + std::to_string(rank));
       causes.push_back(cause);
     }
-    const std::size_t left = c.size() - std::min(c.size(), ranks.size());
-    if (left < o.min_devices)
-      return give_up(std::to_string(left) + " device(s) left, fewer than --min-devices " +
+    // The next generation: the membership file's devices (one listed again while this
+    // generation ran joins now) less the lost ones.
+    std::vector<std::string> keep;
+    for (const std::string& n : wanted())
+      if (std::ranges::find(names, n) == names.end())
+        keep.push_back(n);
+    if (keep.size() < o.min_devices)
+      return give_up(std::to_string(keep.size()) + " device(s) left, fewer than --min-devices " +
                      std::to_string(o.min_devices));
-    c = hspmd::train::remaining_cluster(c, ranks, gen + 1, base);
+    c = members_of(original, keep, gen + 1, base);
     for (std::size_t i = 0; i < names.size(); ++i) {
       lost_at[names[i]] = step_after;
       comments.push_back(names[i] + " lost after step " + std::to_string(step_after) + ": " +
                          causes[i]);
     }
-    write_membership(membership, names_of(c), comments);
+    write_membership(membership, keep, comments);
     std::string lost_text;
     for (std::size_t i = 0; i < ranks.size(); ++i)
       lost_text += (i > 0 ? ", " : "") + names[i] + " (rank " + std::to_string(ranks[i]) + ": " +
@@ -587,6 +668,9 @@ int main(int argc, char** argv) {
   app.add_option("--rejoin-after", o.rejoin_after,
                  "testing: list a lost device again after this many more steps (0: never)")
       ->capture_default_str();
+  app.add_option("--faults", o.fault_schedule,
+                 "testing: seeded faults, one per generation: seed:S,count:N,kinds:kill/stop/..."
+                 ",gap:A-B (steps after the last recorded)");
   app.add_option("--fault", o.faults,
                  "GENERATION:SPEC: HSPMD_FAULT for that generation only (testing; repeat)");
   app.footer("After the flags: -- PROGRAM ARGS... (the training program and its arguments)");
