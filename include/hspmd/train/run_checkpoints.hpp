@@ -112,7 +112,7 @@ std::optional<std::size_t> resume_run(const run_context<T, Optimizer>& s, train_
   const auto t0 = std::chrono::steady_clock::now();
   const checkpoint_info info = s.e.load_state(s.o.checkpoint_dir, s.opt, false);
   say_notes(info.notes);
-  const auto steps = check_resumed(info, s.g, Optimizer::kind, loss_scale);
+  const auto steps = check_resumed(info, s.g, Optimizer::kind, loss_scale, &s.o);
   if constexpr (requires { s.opt.set_steps(std::size_t{}); })
     if (steps)
       s.opt.set_steps(*steps);

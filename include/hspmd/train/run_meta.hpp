@@ -76,14 +76,30 @@ template <class Optimizer>
   return m;
 }
 
-/// Checks that the checkpoint `info` was saved from this model and by an optimizer of
-/// `optimizer_kind`, and restores f16's loss scale from it. Returns the optimizer step count it
-/// holds, if any.
+/// Checks that the checkpoint `info` was saved from this model, by an optimizer of
+/// `optimizer_kind` and (when `o` is given) with the same micro-batch and accumulation -- the
+/// data of a step follows the micro-batch index, so another split would resume on other data
+/// -- and restores f16's loss scale from it. Returns the optimizer step count it holds, if any.
 inline std::optional<std::size_t> check_resumed(const checkpoint_info& info, const graph::graph& g,
                                                 std::string_view optimizer_kind,
-                                                dynamic_loss_scale* loss_scale) {
+                                                dynamic_loss_scale* loss_scale,
+                                                const train_options* o = nullptr) {
   const auto& m = info.meta;
   const std::string file = (info.dir / "manifest.json").string();
+  if (o != nullptr && m.contains("data") && m["data"].contains("batch") &&
+      m["data"].contains("accumulate")) {
+    const auto batch = m["data"]["batch"].get<std::size_t>();
+    const auto accumulate = m["data"]["accumulate"].get<std::size_t>();
+    if (batch != o->batch || accumulate != o->accumulate)
+      throw config_error(file,
+                         "was saved by a run of --batch " + std::to_string(batch) +
+                             " --accumulate " + std::to_string(accumulate) +
+                             "; this run has --batch " + std::to_string(o->batch) +
+                             " --accumulate " + std::to_string(o->accumulate) +
+                             ": a step's data follows its micro-batches, so the run would go on "
+                             "with other data",
+                         "resume with the checkpoint's --batch and --accumulate");
+  }
   const std::string hash = to_hex(synth::graph_hash(g));
   if (m.contains("model") && m["model"].value("hash", hash) != hash)
     throw config_error(file,
