@@ -92,6 +92,16 @@ struct job_result {
   std::map<int, std::string> gone; // ranks of this host whose process had ended when it failed
 };
 
+// A process that has ended and is not yet reaped (a zombie: signal 0 still reaches it).
+bool ended(long pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(") ");
+  return close != std::string::npos && close + 2 < text.size() &&
+         (text[close + 2] == 'Z' || text[close + 2] == 'X');
+}
+
 // The ranks of this host whose process is gone, from their host markers (RUN_DIR/waits/host-rR
 // holds the rank's pid; comm/watchdog.hpp).
 std::map<int, std::string> gone_ranks(const fs::path& markers) {
@@ -104,7 +114,7 @@ std::map<int, std::string> gone_ranks(const fs::path& markers) {
       continue;
     long pid = 0;
     std::ifstream(e.path()) >> pid;
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+    if (pid > 0 && ((::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || ended(pid)))
       gone.emplace(std::stoi(name.substr(6)), "its process ended");
   }
   return gone;

@@ -162,14 +162,17 @@ struct safetensors_tensor {
   std::span<const std::byte> data;
 };
 
-/// Writes `tensors` (in this order) and `metadata` to `path` and flushes it to disk (fsync).
-/// Returns each tensor's absolute byte offset in the file.
-/// `before_sync`: called once the bytes are written, while another thread flushes them (work
-/// that overlaps the flush, such as checksums; fault injection); the flush is waited for after.
-inline std::vector<std::uint64_t>
-write_safetensors(const std::filesystem::path& path, std::span<const safetensors_tensor> tensors,
-                  const std::map<std::string, std::string>& metadata = {},
-                  const std::function<void()>& before_sync = {}) {
+/// A safetensors file's bytes before its data: the 8-byte header length and the header (padded
+/// so the data starts 8-byte aligned), for `tensors` in this order; and each tensor's absolute
+/// byte offset in the file. `where` names the file in errors.
+struct safetensors_layout {
+  std::string prefix;
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t total = 0; ///< the file's bytes
+};
+[[nodiscard]] inline safetensors_layout
+layout_safetensors(const std::string& where, std::span<const safetensors_tensor> tensors,
+                   const std::map<std::string, std::string>& metadata = {}) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty())
     h["__metadata__"] = metadata;
@@ -179,32 +182,46 @@ write_safetensors(const std::filesystem::path& path, std::span<const safetensors
     for (std::size_t d : t.shape)
       n *= d;
     if (n != t.data.size())
-      throw config_error(path.string() + ": tensor " + t.name,
+      throw config_error(where + ": tensor " + t.name,
                          std::to_string(t.data.size()) + " bytes for a shape of " +
                              std::to_string(n) + " bytes",
                          "pass the tensor's bytes");
     if (h.contains(t.name))
-      throw config_error(path.string() + ": tensor " + t.name, "given twice", "unique names");
+      throw config_error(where + ": tensor " + t.name, "given twice", "unique names");
     h[t.name] = {
         {"dtype", safetensors_dtype(t.type)}, {"shape", t.shape}, {"data_offsets", {at, at + n}}};
     at += n;
   }
   std::string text = h.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned
-  const detail::fd f(path, O_WRONLY | O_CREAT | O_TRUNC, "written");
-  std::array<std::byte, 8> len{};
+  safetensors_layout out;
+  out.prefix.resize(8);
   for (std::size_t k = 0; k < 8; ++k)
-    len[k] = static_cast<std::byte>((static_cast<std::uint64_t>(text.size()) >> (8 * k)) & 0xFFU);
-  f.write_all(len, 0);
-  f.write_all(std::as_bytes(std::span<const char>(text)), 8);
-  const std::uint64_t base = 8 + text.size();
-  std::vector<std::uint64_t> offsets;
-  std::uint64_t pos = base;
+    out.prefix[k] = static_cast<char>((static_cast<std::uint64_t>(text.size()) >> (8 * k)) & 0xFFU);
+  out.prefix += text;
+  std::uint64_t pos = out.prefix.size();
   for (const safetensors_tensor& t : tensors) {
-    offsets.push_back(pos);
-    f.write_all(t.data, pos);
+    out.offsets.push_back(pos);
     pos += t.data.size();
   }
+  out.total = pos;
+  return out;
+}
+
+/// Writes `tensors` (in this order) and `metadata` to `path` and flushes it to disk (fsync).
+/// Returns each tensor's absolute byte offset in the file.
+/// `before_sync`: called once the bytes are written, while another thread flushes them (work
+/// that overlaps the flush, such as checksums; fault injection); the flush is waited for after.
+inline std::vector<std::uint64_t>
+write_safetensors(const std::filesystem::path& path, std::span<const safetensors_tensor> tensors,
+                  const std::map<std::string, std::string>& metadata = {},
+                  const std::function<void()>& before_sync = {}) {
+  const safetensors_layout lay = layout_safetensors(path.string(), tensors, metadata);
+  const detail::fd f(path, O_WRONLY | O_CREAT | O_TRUNC, "written");
+  f.write_all(std::as_bytes(std::span<const char>(lay.prefix)), 0);
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    f.write_all(tensors[i].data, lay.offsets[i]);
+  const std::vector<std::uint64_t>& offsets = lay.offsets;
   if (!before_sync) {
     f.sync();
     return offsets;

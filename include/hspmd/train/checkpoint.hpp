@@ -105,6 +105,45 @@ template <std::floating_point T, class Optimizer, class Executor>
   return out;
 }
 
+namespace detail {
+/// The pieces (indices into `pieces`) rank `me` of `n` writes: every rank assigns every piece
+/// the same way; each group of ranks holding the same box (a replica) writes it once, by the
+/// member with the fewest bytes assigned so far, so replicated state is spread over the files.
+template <std::floating_point T>
+[[nodiscard]] std::vector<std::size_t>
+pieces_written_by(std::span<const checkpoint_piece<T>> pieces, std::size_t n, std::size_t me) {
+  std::vector<std::size_t> out;
+  std::vector<std::size_t> assigned(n, 0);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const checkpoint_piece<T>& p = pieces[i];
+    if (p.boxes.size() != n || p.data.size() != p.boxes.at(me).size())
+      throw config_error("checkpoint tensor " + p.name,
+                         "boxes for " + std::to_string(p.boxes.size()) + " ranks and " +
+                             std::to_string(p.data.size()) + " elements here",
+                         "one box per rank, and this rank's elements of its box");
+    std::optional<std::size_t> mine;
+    std::vector<bool> done(n, false);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (done[r] || p.boxes[r].empty())
+        continue;
+      std::size_t writer = r;
+      for (std::size_t q = r; q < n; ++q)
+        if (p.boxes[q] == p.boxes[r]) {
+          done[q] = true;
+          if (assigned[q] < assigned[writer])
+            writer = q;
+        }
+      assigned[writer] += p.boxes[r].size();
+      if (p.boxes[r] == p.boxes[me])
+        mine = writer;
+    }
+    if (mine == me)
+      out.push_back(i);
+  }
+  return out;
+}
+} // namespace detail
+
 /// Saves `tensors` (training_tensors) as checkpoint `step` under `root`. Collective.
 template <std::floating_point T, class Comm>
 std::filesystem::path save_training(Comm& comm, const std::filesystem::path& root, std::size_t step,
@@ -160,38 +199,13 @@ std::filesystem::path save_checkpoint(Comm& comm, const std::filesystem::path& r
   }
   detail::agree_on_error(comm, error);
 
-  // This rank's file: the pieces it writes. Every rank assigns every piece the same way: each
-  // group of ranks holding the same box (a replica) writes it once, by the member with the
-  // fewest bytes assigned so far, so replicated state is spread over the ranks' files.
+  // This rank's file: the pieces it writes (detail::pieces_written_by).
   nlohmann::json records = nlohmann::json::array();
   try {
     std::vector<io::safetensors_tensor> tensors;
     std::vector<const checkpoint_piece<T>*> written;
-    std::vector<std::size_t> assigned(n, 0);
-    for (const checkpoint_piece<T>& p : pieces) {
-      if (p.boxes.size() != n || p.data.size() != p.boxes.at(me).size())
-        throw config_error("checkpoint tensor " + p.name,
-                           "boxes for " + std::to_string(p.boxes.size()) + " ranks and " +
-                               std::to_string(p.data.size()) + " elements here",
-                           "one box per rank, and this rank's elements of its box");
-      std::optional<std::size_t> mine;
-      std::vector<bool> done(n, false);
-      for (std::size_t r = 0; r < n; ++r) {
-        if (done[r] || p.boxes[r].empty())
-          continue;
-        std::size_t writer = r;
-        for (std::size_t q = r; q < n; ++q)
-          if (p.boxes[q] == p.boxes[r]) {
-            done[q] = true;
-            if (assigned[q] < assigned[writer])
-              writer = q;
-          }
-        assigned[writer] += p.boxes[r].size();
-        if (p.boxes[r] == p.boxes[me])
-          mine = writer;
-      }
-      if (mine != me)
-        continue;
+    for (const std::size_t i : detail::pieces_written_by(pieces, n, me)) {
+      const checkpoint_piece<T>& p = pieces[i];
       tensors.push_back(
           {p.name, detail::checkpoint_dtype<T>(), p.boxes[me].length, std::as_bytes(p.data)});
       written.push_back(&p);

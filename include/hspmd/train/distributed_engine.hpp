@@ -96,6 +96,7 @@ public:
                          "are not moved yet)",
                          "train without re-balancing on this device");
     } else {
+      ram_.relayout(); // the RAM tier's slots follow the layout
       auto next = std::make_unique<dx_t>(*g_, p, *comm_, seed_, B(dx_->local().backend()));
       next->set_slowdown(dx_->slowdown());
       next->set_bucket_bytes(dx_->bucket_bytes());
@@ -129,6 +130,18 @@ public:
       return rank_engine<T, Optimizer>::save_state(root, step, meta, opt, co);
     }
   }
+  bool keeps_ram_tier() const override { return std::same_as<B, host_backend>; }
+  void ram_save(std::size_t step, const nlohmann::json& meta, Optimizer& opt,
+                const ram_options& ro) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      const auto t = training_tensors<T>(*g_, &dx_->program(), dx_->local(), opt);
+      ram_.save(detail::control_of(*comm_), ro, step, std::span<const training_tensor<T>>(t), meta);
+    } else {
+      rank_engine<T, Optimizer>::ram_save(step, meta, opt, ro);
+    }
+  }
+  void ram_poll() override { ram_.poll(); }
+  ram_stats ram_finish() override { return ram_.finish(); }
   checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt,
                              bool parameters_only) override {
     if constexpr (std::same_as<B, host_backend>) {
@@ -210,6 +223,7 @@ private:
   Comm* comm_;
   std::uint64_t seed_;
   std::unique_ptr<dx_t> dx_;
+  ram_keeper<T, exec::detail::control_t<Comm>> ram_;
   std::string device_;
   bool profiling_ = false;
   exec::precision precision_ = exec::precision::f32;

@@ -21,6 +21,7 @@
 #include <hspmd/train/checkpoint.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/profile.hpp>
+#include <hspmd/train/ram_tier.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -171,6 +172,20 @@ public:
     throw no_checkpoints();
   }
 
+  /// True where `ram_save` works (host tensors, not a pipeline's stages).
+  [[nodiscard]] virtual bool keeps_ram_tier() const { return false; }
+  /// Keeps the parameters and `opt`'s state as the state after `step` in the RAM tier `ro`
+  /// (train/ram_tier.hpp): a copy training waits for, the rest in the background. Every rank
+  /// calls it after the same steps.
+  virtual void ram_save(std::size_t step, const nlohmann::json& meta, Optimizer& opt,
+                        const ram_options& ro) {
+    (void)step, (void)meta, (void)opt, (void)ro;
+    throw no_checkpoints();
+  }
+  virtual void ram_poll() {} ///< moves the RAM tier's peer copies along
+  /// Waits for the RAM tier's copies and records; what the tier cost this rank.
+  [[nodiscard]] virtual ram_stats ram_finish() { return {}; }
+
 protected:
   [[nodiscard]] config_error no_checkpoints() const {
     return config_error("checkpoints on device " + device(),
@@ -248,6 +263,17 @@ public:
       return engine<T, Optimizer>::save_state(root, step, meta, opt, co);
     }
   }
+  bool keeps_ram_tier() const override { return std::same_as<B, host_backend>; }
+  void ram_save(std::size_t step, const nlohmann::json& meta, Optimizer& opt,
+                const ram_options& ro) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      const auto t = training_tensors<T>(ex_.graph(), nullptr, ex_, opt);
+      ram_.save(solo_, ro, step, std::span<const training_tensor<T>>(t), meta);
+    } else {
+      engine<T, Optimizer>::ram_save(step, meta, opt, ro);
+    }
+  }
+  ram_stats ram_finish() override { return ram_.finish(); }
   checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt,
                              bool parameters_only) override {
     if constexpr (std::same_as<B, host_backend>) {
@@ -263,6 +289,8 @@ private:
   executor<T, B> ex_;
   std::string device_;
   gradient_accumulator<T, B> acc_;
+  solo_communicator solo_;
+  ram_keeper<T, solo_communicator> ram_;
 };
 
 /// A device engine provided by a separately compiled backend, selected by `name`

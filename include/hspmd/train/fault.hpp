@@ -11,6 +11,8 @@
 //   stop    sends itself SIGSTOP (as `kill -STOP` does: alive, never scheduled again)
 //   slow:F  computes F times slower from then on (F >= 1; the trainer's emulated slowdown)
 //   vanish  sends itself SIGKILL without printing the line, as a lost machine's rank ends
+//   node    every rank on rank R's node vanishes, and the node's RAM tier folder (--ram-dir) is
+//           removed first: the whole machine is lost, its memory with it
 // With at:saveN:POINT the fault strikes while the checkpoint of step N is saved
 // (train/checkpoint.hpp), at POINT: shards (this rank's file written, not yet flushed), written
 // (flushed, before the ranks exchange their pieces), manifest (rank 0: the manifest written
@@ -38,7 +40,18 @@ namespace hspmd::train {
 
 /// One injected fault (see the file comment).
 struct fault_spec {
-  enum class kind : std::uint8_t { abort, kill, exit0, exit1, thrown, hang, stop, slow, vanish };
+  enum class kind : std::uint8_t {
+    abort,
+    kill,
+    exit0,
+    exit1,
+    thrown,
+    hang,
+    stop,
+    slow,
+    vanish,
+    node
+  };
   int rank = 0;
   std::size_t step = 1; ///< 1-based
   kind what = kind::abort;
@@ -53,8 +66,8 @@ struct fault_spec {
 
   /// "abort", ..., "slow:3".
   [[nodiscard]] std::string kind_text() const {
-    constexpr std::string_view names[] = {"abort", "kill", "exit0", "exit1", "throw",
-                                          "hang",  "stop", "slow",  "vanish"};
+    constexpr std::string_view names[] = {"abort", "kill", "exit0", "exit1",  "throw",
+                                          "hang",  "stop", "slow",  "vanish", "node"};
     std::string s(names[static_cast<std::size_t>(what)]);
     if (what == kind::slow) {
       char f[32];
@@ -138,6 +151,8 @@ struct fault_spec {
         f.what = k::stop;
       else if (value == "vanish")
         f.what = k::vanish;
+      else if (value == "node")
+        f.what = k::node;
       else if (value.starts_with("slow:")) {
         f.what = k::slow;
         const std::string s(value.substr(5));
@@ -168,7 +183,8 @@ struct fault_spec {
 /// caller applies `f.factor`. The other kinds do not return.
 inline void inject_fault(const fault_spec& f) {
   const std::string line = "HSPMD_FAULT: " + f.kind_text() + " at " + f.where();
-  if (f.what != fault_spec::kind::thrown && f.what != fault_spec::kind::vanish) {
+  if (f.what != fault_spec::kind::thrown && f.what != fault_spec::kind::vanish &&
+      f.what != fault_spec::kind::node) {
     std::fprintf(stderr, "[hspmd rank %d] %s\n", f.rank, line.c_str());
     std::fflush(stderr);
   }
@@ -177,6 +193,7 @@ inline void inject_fault(const fault_spec& f) {
     std::abort();
   case fault_spec::kind::kill:
   case fault_spec::kind::vanish: // as a lost machine: not a word
+  case fault_spec::kind::node:
     std::raise(SIGKILL);
     std::_Exit(137); // not reached
   case fault_spec::kind::exit0:

@@ -129,6 +129,8 @@ inline void check_run_options(const train_options& o, bool distributed,
     };
     if (o.rebalance != 0.0)
       refuse("--rebalance", "re-balancing moves a one-level plan's shares, not a pipeline's");
+    if (!o.ram_dir.empty())
+      refuse("--ram-dir", "the RAM tier keeps one-level and two-level runs' state only");
     if (o.recompute && o.pipeline_schedule == "zb")
       refuse("--recompute and --pipeline-schedule zb",
              "a block replayed for its input gradients would be needed again for its weights'");
@@ -147,7 +149,10 @@ inline void check_run_options(const train_options& o, bool distributed,
     throw config_error(o.resume ? "resume" : "save every " + std::to_string(o.save_every),
                        "needs the directory checkpoints live in",
                        "give a checkpoint directory (--checkpoint-dir DIR)");
-  if (!types.optimizer_state && (o.save_every > 0 || o.resume))
+  if (!o.ram_dir.empty() && o.checkpoint_dir.empty())
+    throw config_error("RAM tier " + o.ram_dir, "keeps recent steps; the disk tier stays",
+                       "give a checkpoint directory too (--checkpoint-dir DIR, --save-every N)");
+  if (!types.optimizer_state && (o.save_every > 0 || o.resume || !o.ram_dir.empty()))
     throw config_error("checkpoints with optimizer " + types.optimizer,
                        "keeps its state private, so a checkpoint cannot hold it",
                        "train with exec::adam or exec::sgd");

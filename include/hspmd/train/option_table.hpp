@@ -279,6 +279,15 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
        "continue from the newest checkpoint in --checkpoint-dir (saved under any rank count or "
        "plan); from step 0 when it has none",
        s([](train_options & o) -> auto& { return o.resume; })},
+      {"--ram-dir",
+       "keep the state after every --ram-every steps in memory files here (\"auto\": under "
+       "/dev/shm), each rank's also on a rank of the next node; --resume takes the newest of "
+       "both tiers",
+       t([](train_options & o) -> auto& { return o.ram_dir; })},
+      {"--ram-every", "with --ram-dir: keep the state after every N steps",
+       c([](train_options & o) -> auto& { return o.ram_every; }), 1, many},
+      {"--no-ram-peers", "with --ram-dir: no copies on another node's ranks",
+       s([](train_options & o) -> auto& { return o.no_ram_peers; })},
       {"--init-from",
        "start from the parameters of this checkpoint (any layout, or what hspmd-checkpoint "
        "import wrote); optimizer and data start fresh",

@@ -3,6 +3,7 @@
 // structs, the same on every rank (train/trainer.hpp returns them; train/report.hpp prints them).
 
 #include <hspmd/train/namespace.hpp>
+#include <hspmd/train/ram_tier.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -55,8 +56,10 @@ struct train_result {
   std::vector<rebalance_report> rebalances; ///< with `train_options::rebalance`
   std::size_t resumed_from = 0;             ///< the step a resumed run continued after (0: none)
   double load_seconds = 0.0;                ///< the resumed checkpoint's load (slowest rank)
+  ram_stats ram;                            ///< what the RAM tier cost this rank (--ram-dir)
+  std::string ram_resumed;       ///< the RAM tier's state the run resumed from ("" : none)
   std::size_t stopped_after = 0; ///< hspmd-run asked the job to stop after this step (0: no)
-  std::string initialized_from; ///< the checkpoint whose parameters the run started from, if any
+  std::string initialized_from;  ///< the checkpoint whose parameters the run started from, if any
   std::vector<std::string> checkpoints; ///< the checkpoint directories this run committed
 
   /// Median step time without the first (warm-up) step.

@@ -47,7 +47,7 @@ struct planned_run {
   synth::plan plan;
   std::optional<profile_options> calibration;
   std::optional<sim::shard_times> shard_times;
-  sim::options priced; ///< how the simulator prices this run's step program (`priced_like`)
+  sim::options priced;       ///< how the simulator prices this run's step program (`priced_like`)
   double plan_seconds = 0.0; ///< planning it at start (synthesis, or the plan cache)
 
   [[nodiscard]] synth::cost_model cost_model(const graph::graph& g, const cluster& at) const {

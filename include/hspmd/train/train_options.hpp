@@ -127,6 +127,13 @@ struct train_options {
   /// it, so a feed that is a function of its index continues the run exactly. Without one, the
   /// run starts from step 0.
   bool resume = false;
+  /// The RAM tier (train/ram_tier.hpp, docs/checkpoint.md): the state after every `ram_every`
+  /// steps kept in memory files under this directory (a folder per node; "auto":
+  /// /dev/shm/hspmd-ram-<uid>-<hash of checkpoint_dir>), each rank's also in a rank's of the next
+  /// node (unless `no_ram_peers`). A resume takes the newest complete state of either tier.
+  std::string ram_dir;
+  std::size_t ram_every = 1;
+  bool no_ram_peers = false;
   /// Start from the parameters of this checkpoint (a directory hspmd saved, under any layout, or
   /// one `hspmd-checkpoint import` wrote): the optimizer, schedule and data start at step 0. A
   /// run that resumes from `checkpoint_dir` ignores it.

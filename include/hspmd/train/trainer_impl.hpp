@@ -251,12 +251,21 @@ private:
     if (!resumed && !o_.init_from.empty())
       initialize_run(state(e, out), r);
     const std::size_t first = resumed.value_or(0);
+    std::optional<ram_options> ram; // --ram-dir (train/ram_tier.hpp)
+    if (!o_.ram_dir.empty()) {
+      if (!e.keeps_ram_tier())
+        throw config_error("--ram-dir on device " + e.device(),
+                           "the RAM tier keeps host tensors only, for now",
+                           "train on the host (--device host), or drop --ram-dir");
+      ram = ram_setup(o_, *world_, run_ ? &run_->c : nullptr, r.ram_resumed);
+    }
     const auto launcher_dir = run_directory(); // hspmd-run's (train/run_dir.hpp)
     metrics.start(world_ ? static_cast<std::size_t>(world_->size()) : 1, o_.steps, resumed,
                   1e3 * r.load_seconds, run_ ? 1e3 * run_->plan_seconds : 0.0);
     for (std::size_t s = first; s < o_.steps; ++s) {
       world_->set_phase("training step " + std::to_string(s + 1));
-      if (fault_ && fault_->save_point.empty() && fault_->step == s + 1 &&
+      const bool node_lost = fault_ && fault_->what == fault_spec::kind::node;
+      if (fault_ && fault_->save_point.empty() && fault_->step == s + 1 && !node_lost &&
           fault_->rank == world_->rank())
         inject(*fault_);
       if (rebalancing_)
@@ -279,6 +288,10 @@ private:
         if (o_.accumulate > 1)
           e.accumulate(m, o_.accumulate);
       }
+      e.ram_poll(); // the last save's peer copies moved during the backward's collectives
+      if (node_lost && fault_->step == s + 1 &&
+          node_fault_strikes(*fault_, *world_, run_ ? &run_->c : nullptr, ram))
+        inject(*fault_); // a machine lost in the middle of a step
       loss /= static_cast<double>(o_.accumulate);
       // Clipping is fused into the optimizer's pass: the norm's one reduction, then the factor
       // (with f16's loss scale divided out).
@@ -308,6 +321,8 @@ private:
                                            dist_->take_compute_seconds(), rebalance_moves(), out,
                                            metrics))
           r.rebalances.push_back(std::move(*rb));
+      if (ram && (s + 1) % o_.ram_every == 0)
+        save_run_ram(state(e, out), s + 1, loss_scale ? &*loss_scale : nullptr, *ram);
       const bool saved = o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == o_.steps);
       if (saved)
         save_run_checkpoint(state(e, out), s + 1, r, loss_scale ? &*loss_scale : nullptr, fault_);
@@ -334,6 +349,10 @@ private:
           e.collect_trace(run_ ? trace_device_names(run_->c) : std::vector<std::string>{});
       if (e.root())
         write_traces(t, g_, o_, static_cast<std::size_t>(world_->size()), run_ ? &*run_ : nullptr);
+    }
+    if (ram) {
+      r.ram = e.ram_finish();
+      say_ram(out, metrics, r);
     }
     if (loss_scale)
       r.loss_scale = loss_scale->scale();

@@ -8,6 +8,8 @@
 // runs, after all of them, load every other rank count's checkpoints into each of their layouts.
 #include <hspmd/models/zoo.hpp>
 #include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/ram_state.hpp>
+#include <hspmd/train/ram_tier.hpp>
 #include <hspmd/train/trainer.hpp>
 
 #include "../../support/equivalence.hpp"
@@ -231,6 +233,91 @@ TEST_CASE("a checkpoint saved under one layout loads into every other of the ran
     for (const saved_layout& b : all)
       load_and_continue(g, b, comm, root / a.name, saved, after, &a == &b);
   }
+}
+
+// The run's state as the RAM tier takes it (the saved pieces; the tier only reads them).
+std::vector<train::training_tensor<float>> ram_tensors(saved_run& r, const graph::graph& g) {
+  std::vector<train::training_tensor<float>> out;
+  for (const auto& p : r.pieces(g))
+    out.push_back({p.name, p.shape, p.boxes,
+                   std::span<float>(const_cast<float*>(p.data.data()), p.data.size())});
+  return out;
+}
+
+TEST_CASE("the RAM tier keeps every step in memory files, and a lost node's ranks are completed "
+          "by their peers' copies",
+          "[save]") {
+  mpi_communicator comm;
+  const auto n = static_cast<std::size_t>(comm.size());
+  const graph::graph g = saved_model();
+  const auto all = layouts(g, n);
+  const fs::path root = test_dir() / ("ram-np" + std::to_string(n));
+  if (comm.rank() == 0)
+    fs::remove_all(root);
+  comm.barrier();
+  train::ram_options o;
+  o.dir = root;
+  o.job = "test";
+  for (std::size_t r = 0; r < n; ++r) // ranks alternate between two nodes
+    o.nodes.push_back("node-" + std::to_string(r % 2));
+  saved_run run(g, all.front().plan, comm, 7);
+  std::map<std::size_t, std::map<std::string, std::vector<float>>> saved;
+  run.train(g, 1); // (the momentum exists once the optimizer has stepped)
+  {
+    train::ram_tier<float, mpi_communicator> tier(comm, o, ram_tensors(run, g));
+    CHECK(tier.peer().has_value() == (n > 1));
+    for (int k = 0; k < 3; ++k) {
+      if (k > 0)
+        run.train(g, 1);
+      const auto t = ram_tensors(run, g);
+      tier.save(run.step, t, {{"schedule", {{"next_step", run.step}}}});
+      tier.poll();
+      saved[run.step] = run.gathered(g);
+    }
+    tier.finish();
+    CHECK(tier.stats().saves == 3);
+  }
+  comm.barrier();
+  std::string chosen;
+  if (comm.rank() == 0) {
+    auto state = train::find_ram_state(root);
+    REQUIRE(state.has_value());
+    CHECK(state->step == 3);
+    CHECK(state->ranks.size() == n);
+    CHECK(state->from_peers.empty());
+    if (n > 1) { // node 1 lost with its memory: its ranks' copies on node 0 complete step 3
+      fs::remove_all(root / "node-1");
+      state = train::find_ram_state(root);
+      REQUIRE(state.has_value());
+      CHECK(state->step == 3);
+      CHECK(state->from_peers.size() == n / 2);
+      CHECK(state->from_peers.front() == "rank 1 from node-0's peer copy");
+    }
+    // Rank 0's slot of step 3 being rewritten (its record removed first): step 2 is the newest
+    // complete state, and step 3 is named as passed over.
+    for (const auto& e : fs::directory_iterator(root / "node-0" / "test"))
+      if (e.path().filename().string().starts_with("rank-00000") &&
+          e.path().extension() == ".json" &&
+          train::detail::read_ram_record(e.path())->at("step") == 3)
+        fs::remove(e.path());
+    std::vector<std::string> skipped;
+    state = train::find_ram_state(root, &skipped);
+    REQUIRE(state.has_value());
+    CHECK(state->step == 2);
+    if (n > 1) { // (one rank: no record of step 3 is left to name)
+      REQUIRE(skipped.size() == 1);
+      CHECK(skipped.front().find("step 3: no record of rank 0 ") != std::string::npos);
+    }
+    chosen = train::assemble_ram_checkpoint(root, *state).string();
+  }
+  chosen = train::detail::all_gather_text(comm, chosen).front();
+  // The state loads through the resharding loader into another layout, bitwise.
+  saved_run other(g, all.back().plan, comm, 99);
+  const auto targets = other.targets(g);
+  const train::checkpoint_info info = train::load_checkpoint<float>(
+      comm, chosen, std::span<const train::checkpoint_target<float>>(targets));
+  CHECK(info.step == 2);
+  check_bitwise(other.gathered(g), saved.at(2), "the RAM tier's step 2 into " + all.back().name);
 }
 
 TEST_CASE("checkpoints saved under other rank counts load into every layout of this one",

@@ -380,6 +380,18 @@ public:
                     rank_);
     return r;
   }
+  /// Point to point, non-blocking: starts receiving up to `data.size()` elements from rank `src`
+  /// with `tag` into `data`, which must stay untouched until the request completed (the RAM
+  /// tier's peer copies, train/ram_tier.hpp: a step's shards move while the next step computes).
+  template <mpi_element T>
+  [[nodiscard]] request start_recv(std::span<T> data, int src, int tag) {
+    request r;
+    r.call_ = {{}, "receive from", src, tag};
+    HSPMD_MPI_CHECK(MPI_Irecv(data.data(), count_of(data.size(), "MPI_Irecv"), mpi_datatype<T>(),
+                              src, tag, comm_, &r.r_),
+                    rank_);
+    return r;
+  }
   /// Point to point: receives exactly `data.size()` elements from rank `src` with `tag`;
   /// throws `comm_error` when the message has another size.
   template <mpi_element T>

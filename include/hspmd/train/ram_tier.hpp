@@ -1,0 +1,458 @@
+#pragma once
+// The RAM tier of checkpoints (docs/checkpoint.md "RAM tier"): every step's state kept in memory
+// that outlives the process, and a copy of it in another node's memory.
+//
+// Each rank keeps two slot files in DIR/<node>/<job>/ (rank-RRRRR.slot0.safetensors, .slot1),
+// mapped into memory (io/mapped_file.hpp; DIR on /dev/shm is RAM). A save copies the rank's
+// pieces (the same pieces the disk checkpoint gives it) into the older slot -- the only part
+// training waits for, with the removal of the slot's record before it -- and starts sending the
+// slot to its peer, a rank on the next node, which receives it into its own slot files for that
+// rank (DIR/<peer's node>/<job>/rank-RRRRR.slotS.safetensors). A writer thread then checksums
+// each slot and writes its record, rank-RRRRR.slotS.json: the step, the pieces (as a disk
+// manifest lists them, with their CRC-32s), the run's metadata and a checksum of its own. A
+// slot's record exists only while the slot holds that step: a save removes it before the copy.
+//
+// A state (job, step) is complete when a record of that step exists for every rank of the job,
+// in its own node's folder or in its peer's. `find_ram_state` finds the newest complete state;
+// `assemble_ram_checkpoint` makes it a checkpoint directory (links to the slots and a manifest)
+// that the resharding loader (train/checkpoint.hpp) loads onto any plan. Losing a whole node
+// loses its folder; the peers' copies complete the state. MPI calls stay on the main thread: the
+// writer thread only checksums and writes files.
+//
+// Loading reads the slots through the file system: every rank of the resumed run must see DIR
+// (one host, or DIR on a file system the hosts share).
+
+#include <hspmd/core/error.hpp>
+#include <hspmd/core/hash.hpp>
+#include <hspmd/io/crc32.hpp>
+#include <hspmd/io/mapped_file.hpp>
+#include <hspmd/io/safetensors.hpp>
+#include <hspmd/train/checkpoint.hpp>
+#include <hspmd/train/namespace.hpp>
+#include <hspmd/train/ram_state.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hspmd::train {
+
+namespace detail {
+
+template <class C>
+concept point_to_point_async = requires(C& c, std::span<const std::byte> in,
+                                        std::span<std::byte> out) {
+  typename C::request;
+  { c.start_send(in, 0, 0) } -> std::same_as<typename C::request>;
+  { c.start_recv(out, 0, 0) } -> std::same_as<typename C::request>;
+};
+template <class C>
+struct request_of {
+  using type = int;
+};
+template <point_to_point_async C>
+struct request_of<C> {
+  using type = typename C::request;
+};
+
+} // namespace detail
+
+/// One rank's RAM tier for one layout of the run's state (see the file comment). The
+/// constructor and `save` are collective in the sense that every rank calls them at the same
+/// steps; a layout change (re-balancing) needs a new tier.
+template <std::floating_point T, class Comm>
+class ram_tier {
+public:
+  static constexpr int tag = 0x5241; // 'RA'
+
+  ram_tier(Comm& comm, ram_options o, std::span<const training_tensor<T>> tensors)
+      : comm_(&comm), o_(std::move(o)) {
+    namespace fs = std::filesystem;
+    const auto n = static_cast<std::size_t>(comm.size());
+    me_ = static_cast<std::size_t>(comm.rank());
+    if (o_.nodes.size() != n)
+      throw config_error("RAM tier",
+                         "has " + std::to_string(o_.nodes.size()) + " node names for " +
+                             std::to_string(n) + " ranks",
+                         "one node name per rank");
+    // This rank's pieces, as the disk checkpoint assigns them, and the slot's layout.
+    std::vector<checkpoint_piece<T>> pieces;
+    std::vector<std::size_t> source;
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].stored) {
+        pieces.push_back({tensors[i].name, tensors[i].shape, tensors[i].boxes,
+                          std::span<const T>(tensors[i].data)});
+        source.push_back(i);
+      }
+    std::vector<io::safetensors_tensor> st;
+    nlohmann::json records = nlohmann::json::array();
+    for (const std::size_t i :
+         detail::pieces_written_by(std::span<const checkpoint_piece<T>>(pieces), n, me_)) {
+      const checkpoint_piece<T>& p = pieces[i];
+      st.push_back(
+          {p.name, detail::checkpoint_dtype<T>(), p.boxes[me_].length, std::as_bytes(p.data)});
+      mine_.push_back(source[i]);
+    }
+    const io::safetensors_layout lay = io::layout_safetensors(
+        "RAM tier slot", st, {{"format", "hspmd-checkpoint"}, {"rank", std::to_string(me_)}});
+    for (std::size_t k = 0; k < st.size(); ++k) {
+      const checkpoint_piece<T>& p =
+          pieces[static_cast<std::size_t>(std::ranges::find(source, mine_[k]) - source.begin())];
+      records.push_back({{"tensor", p.name},
+                         {"shape", p.shape},
+                         {"offset", p.boxes[me_].offset},
+                         {"length", p.boxes[me_].length},
+                         {"data_offset", lay.offsets[k]},
+                         {"bytes", st[k].data.size()}});
+    }
+    offsets_ = lay.offsets;
+    // Every rank's records and slot size: a peer checksums and describes the copy it holds.
+    nlohmann::json mine = {{"records", records}, {"bytes", lay.total}};
+    std::vector<nlohmann::json> all;
+    for (const std::string& t : detail::all_gather_text(comm, mine.dump()))
+      all.push_back(nlohmann::json::parse(t));
+    if (o_.peers)
+      if (const auto p = detail::ram_peer(o_.nodes, me_))
+        peer_ = static_cast<int>(*p);
+    std::vector<std::size_t> senders;
+    if (o_.peers)
+      for (std::size_t r = 0; r < n; ++r)
+        if (r != me_ && detail::ram_peer(o_.nodes, r) == me_)
+          senders.push_back(r);
+    if constexpr (!detail::point_to_point_async<Comm>) {
+      peer_.reset(); // a communicator without non-blocking sends keeps no peer copies
+      senders.clear();
+    }
+    node_dir_ = o_.dir / o_.nodes[me_];
+    job_dir_ = node_dir_ / o_.job;
+    std::string error;
+    try {
+      fs::create_directories(job_dir_);
+      // Folders of other jobs: earlier runs' (never mixed with this one) go now; the jobs this
+      // one continues stay until it has saved three times.
+      std::error_code ec;
+      if (first_on_node())
+        for (const auto& e : fs::directory_iterator(node_dir_))
+          if (e.path().filename() != o_.job &&
+              std::ranges::find(o_.retire, e.path().filename().string()) == o_.retire.end())
+            fs::remove_all(e.path(), ec);
+      const auto make = [&](std::size_t rank, std::size_t bytes, nlohmann::json recs) {
+        holder h;
+        h.rank = rank;
+        h.records = std::move(recs);
+        for (std::size_t s = 0; s < 2; ++s) {
+          fs::remove(job_dir_ / detail::ram_slot_name(rank, s, "json"), ec);
+          h.slots[s] =
+              io::mapped_file(job_dir_ / detail::ram_slot_name(rank, s, "safetensors"), bytes);
+        }
+        return h;
+      };
+      own_ = make(me_, lay.total, records);
+      for (std::size_t s = 0; s < 2; ++s)
+        std::memcpy(own_.slots[s].bytes().data(), lay.prefix.data(), lay.prefix.size());
+      for (const std::size_t r : senders)
+        held_.push_back(make(r, all[r].at("bytes").get<std::size_t>(), all[r].at("records")));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    detail::agree_on_error(comm, error);
+    stats_.bytes = lay.total;
+    for (const holder& h : held_)
+      stats_.peer_bytes += h.slots[0].bytes().size();
+    stats_.peers = held_.size();
+    writer_ = std::thread([this] { write_loop(); });
+  }
+  ram_tier(const ram_tier&) = delete;
+  ram_tier& operator=(const ram_tier&) = delete;
+  /// Records what is queued; transfers not waited for (on an error path a peer may be gone).
+  ~ram_tier() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (writer_.joinable())
+      writer_.join();
+  }
+
+  /// Keeps `tensors` (this rank's state, as `training_tensors` gives it) as the state after
+  /// `step`, `meta` as a checkpoint's manifest keeps it.
+  void save(std::size_t step, std::span<const training_tensor<T>> tensors,
+            const nlohmann::json& meta) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::size_t s = stats_.saves % 2;
+    // The slot's previous use (two saves ago) must be over: sent, received, recorded.
+    complete(s, true);
+    wait_written(s);
+    rethrow();
+    std::error_code ec;
+    std::filesystem::remove(job_dir_ / detail::ram_slot_name(me_, s, "json"), ec);
+    for (holder& h : held_)
+      std::filesystem::remove(job_dir_ / detail::ram_slot_name(h.rank, s, "json"), ec);
+    std::span<std::byte> slot = own_.slots[s].bytes();
+    for (std::size_t k = 0; k < mine_.size(); ++k) {
+      const auto b = std::as_bytes(tensors[mine_[k]].data);
+      std::memcpy(slot.data() + offsets_[k], b.data(), b.size());
+    }
+    own_.step[s] = step;
+    auto shared_meta = std::make_shared<const nlohmann::json>(meta);
+    own_.meta[s] = shared_meta;
+    if constexpr (detail::point_to_point_async<Comm>) {
+      if (peer_)
+        own_.request[s] = comm_->start_send(std::span<const std::byte>(slot), *peer_, tag);
+      for (holder& h : held_) {
+        h.request[s] = comm_->start_recv(h.slots[s].bytes(), static_cast<int>(h.rank), tag);
+        h.step[s] = step;
+        h.meta[s] = shared_meta;
+        h.pending[s] = true;
+      }
+    }
+    enqueue(&own_, s);
+    ++stats_.saves;
+    if (stats_.saves == 3 && !o_.retire.empty() && first_on_node())
+      for (const std::string& old : o_.retire)
+        std::filesystem::remove_all(node_dir_ / old, ec);
+    const double blocked =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.blocked_seconds += blocked;
+    stats_.max_blocked_seconds = std::max(stats_.max_blocked_seconds, blocked);
+  }
+
+  /// Moves the peer copies along (between pieces of work): a copy that has arrived is recorded.
+  void poll() {
+    for (std::size_t s = 0; s < 2; ++s)
+      complete(s, false);
+  }
+
+  /// Waits until every copy has arrived and every slot is recorded.
+  void finish() {
+    for (std::size_t s = 0; s < 2; ++s)
+      complete(s, true);
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return queue_.empty() && !busy_; });
+    l.unlock();
+    rethrow();
+  }
+
+  [[nodiscard]] const ram_stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] std::optional<int> peer() const noexcept { return peer_; }
+
+private:
+  using request_t = typename detail::request_of<Comm>::type;
+  struct holder {
+    std::size_t rank = 0;
+    nlohmann::json records;
+    io::mapped_file slots[2];
+    std::size_t step[2] = {0, 0};
+    std::shared_ptr<const nlohmann::json> meta[2];
+    request_t request[2]{};
+    bool pending[2] = {false, false}; // received into, not yet recorded
+  };
+
+  [[nodiscard]] bool first_on_node() const {
+    for (std::size_t r = 0; r < me_; ++r)
+      if (o_.nodes[r] == o_.nodes[me_])
+        return false;
+    return true;
+  }
+
+  // Slot s's transfers: tested (or waited for), the arrived copies handed to the writer.
+  void complete(std::size_t s, bool wait) {
+    if constexpr (detail::point_to_point_async<Comm>) {
+      if (peer_) {
+        if (wait)
+          comm_->wait(own_.request[s]);
+        else
+          (void)comm_->test(own_.request[s]);
+      }
+      for (holder& h : held_) {
+        if (!h.pending[s])
+          continue;
+        if (wait)
+          comm_->wait(h.request[s]);
+        else if (!comm_->test(h.request[s]))
+          continue;
+        h.pending[s] = false;
+        enqueue(&h, s);
+      }
+    } else {
+      (void)s, (void)wait;
+    }
+  }
+
+  void enqueue(holder* h, std::size_t s) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.push_back({h, s});
+    }
+    cv_.notify_all();
+  }
+
+  void wait_written(std::size_t s) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] {
+      return std::ranges::none_of(queue_, [&](const queued& j) { return j.slot == s; }) &&
+             !(busy_ && busy_slot_ == s);
+    });
+  }
+
+  void rethrow() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!error_.empty())
+      throw config_error(o_.dir.string(), "the RAM tier's writer failed: " + error_,
+                         "free memory in the RAM tier's file system or give another --ram-dir");
+  }
+
+  // The writer thread: checksums a slot and writes its record.
+  void write_loop() {
+    for (;;) {
+      queued j;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return quit_ || !queue_.empty(); });
+        if (queue_.empty())
+          return;
+        j = queue_.front();
+        queue_.pop_front();
+        busy_ = true;
+        busy_slot_ = j.slot;
+      }
+      try {
+        record(*j.h, j.slot);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> l(mu_);
+        if (error_.empty())
+          error_ = e.what();
+      }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        busy_ = false;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  void record(const holder& h, std::size_t s) const {
+    const std::span<const std::byte> bytes = h.slots[s].bytes();
+    nlohmann::ordered_json r;
+    r["format"] = "hspmd-ram";
+    r["version"] = 1;
+    r["job"] = o_.job;
+    r["step"] = h.step[s];
+    r["rank"] = h.rank;
+    r["ranks"] = o_.nodes.size();
+    r["node"] = o_.nodes[me_];
+    r["copy"] = h.rank == me_ ? "own" : "peer";
+    r["file"] = detail::ram_slot_name(h.rank, s, "safetensors");
+    r["block_bytes"] = block_bytes;
+    r["dtype"] = io::safetensors_dtype(detail::checkpoint_dtype<T>());
+    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
+    for (const auto& rec : h.records) {
+      nlohmann::ordered_json p = rec;
+      nlohmann::json crcs = nlohmann::json::array();
+      const auto at = rec.at("data_offset").template get<std::size_t>();
+      const auto n = rec.at("bytes").template get<std::size_t>();
+      for (std::size_t k = 0; k < n; k += block_bytes)
+        crcs.push_back(
+            detail::crc_hex(io::crc32(bytes.subspan(at + k, std::min(block_bytes, n - k)))));
+      p["crc32"] = std::move(crcs);
+      pieces.push_back(std::move(p));
+    }
+    r["pieces"] = std::move(pieces);
+    r["meta"] = h.meta[s] ? *h.meta[s] : nlohmann::json::object();
+    r["checksum"] = detail::manifest_checksum(r);
+    detail::write_atomically(job_dir_ / detail::ram_slot_name(h.rank, s, "json"), r.dump(1));
+  }
+
+  static constexpr std::size_t block_bytes = std::size_t{1} << 20; // checkpoint_options'
+
+  struct queued {
+    holder* h = nullptr;
+    std::size_t slot = 0;
+  };
+
+  Comm* comm_;
+  ram_options o_;
+  std::size_t me_ = 0;
+  std::vector<std::size_t> mine_;      // indices into the tensors: this rank's pieces
+  std::vector<std::uint64_t> offsets_; // their places in the slot
+  std::optional<int> peer_;            // who holds this rank's copies
+  holder own_;
+  std::vector<holder> held_; // the copies this rank holds for others
+  std::filesystem::path node_dir_, job_dir_;
+  ram_stats stats_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<queued> queue_;
+  bool busy_ = false;
+  std::size_t busy_slot_ = 0;
+  bool quit_ = false;
+  std::string error_;
+  std::thread writer_;
+};
+
+/// An engine's RAM tier across the layouts of one run: a new tier (job JOB-L<k>) after each
+/// re-balance, the previous one's folders retired once the new one has saved three times.
+template <std::floating_point T, class Comm>
+class ram_keeper {
+public:
+  void save(Comm& comm, const ram_options& o, std::size_t step,
+            std::span<const training_tensor<T>> tensors, const nlohmann::json& meta) {
+    if (!tier_) {
+      ram_options mine = o;
+      mine.job = o.job + "-L" + std::to_string(layouts_);
+      mine.retire.insert(mine.retire.end(), retired_.begin(), retired_.end());
+      tier_ = std::make_unique<ram_tier<T, Comm>>(comm, std::move(mine), tensors);
+      job_ = o.job + "-L" + std::to_string(layouts_);
+    }
+    tier_->save(step, tensors, meta);
+  }
+  void poll() {
+    if (tier_)
+      tier_->poll();
+  }
+  /// Waits for the tier's copies and records; what it cost so far.
+  [[nodiscard]] ram_stats finish() {
+    ram_stats s = done_;
+    if (tier_) {
+      tier_->finish();
+      s.add(tier_->stats());
+    }
+    return s;
+  }
+  /// Before the state's layout changes: the next save starts a new tier.
+  void relayout() {
+    if (!tier_)
+      return;
+    tier_->finish();
+    done_.add(tier_->stats());
+    tier_.reset();
+    retired_.push_back(job_);
+    ++layouts_;
+  }
+
+private:
+  std::unique_ptr<ram_tier<T, Comm>> tier_;
+  std::string job_;
+  std::size_t layouts_ = 0;
+  std::vector<std::string> retired_;
+  ram_stats done_;
+};
+
+} // namespace hspmd::train
