@@ -17,7 +17,9 @@ prints a row per trial and the recovery time (the kill to the next completed ste
         --steps 30
 
 The arguments after -- go to examples/bert (with --save-every 1, --checkpoint-dir and
---metrics added). Needs a built hspmd-run and bert (cmake --build --preset release)."""
+--metrics added). With --ram, the state is kept in the RAM tier after every step (--ram-dir
+under /dev/shm) and saved to disk every 10 steps. Needs a built hspmd-run and bert (cmake
+--build --preset release)."""
 import argparse
 import json
 import os
@@ -54,9 +56,12 @@ def trial(a, program, step, rank, work):
                 "--run-dir", run_dir, "--mpirun", "mpirun", "--backoff", "0",
                 "--timeout", "10", "--fault", f"0:rank:{rank},at:step{step},kind:kill"]
     launcher += [f"--mpirun-arg={f}" for f in mpirun_flags()]
+    ram = ["--ram-dir", tempfile.mkdtemp(prefix="hspmd-ram-", dir="/dev/shm")] if a.ram else []
     out = subprocess.run(launcher + ["--"] + program + ["--checkpoint-dir", ck, "--metrics",
-                                                        metrics],
+                                                        metrics] + ram,
                          capture_output=True, text=True, check=False)
+    if ram:
+        subprocess.run(["rm", "-rf", ram[1]], check=False)
     finished = out.returncode == 0 and "finished on 2 device(s)" in out.stdout
     recs = records(metrics)
     member = [r for r in recs if r.get("event") == "membership"]
@@ -80,13 +85,13 @@ def trial(a, program, step, rank, work):
         "step": first_after["t"] - s1["t"],
         "recovery": first_after["t"] - m["failed_at"],
     }
-    # The reference: generation 0 by hand to the step saved before the kill, then generation 1
-    # on the cluster hspmd-run wrote, resuming.
+    # The reference: generation 0 by hand to the step the elastic run resumed from (saved there
+    # as its last), then generation 1 on the cluster hspmd-run wrote, resuming.
     ref_ck = os.path.join(work, "ref-ck")
     ref_metrics = os.path.join(work, "ref.jsonl")
     at = program.index("--steps") + 1
     steps = int(program[at])
-    for gen, (end, ranks) in enumerate([(m["after_step"], 3), (steps, 2)]):
+    for gen, (end, ranks) in enumerate([(s1["resumed_from"], 3), (steps, 2)]):
         until = program[:at] + [str(end)] + program[at + 1:]
         cmd = ["mpirun"] + mpirun_flags() + ["-np", str(ranks)] + until + [
             "--checkpoint-dir", ref_ck, "--metrics", ref_metrics,
@@ -110,12 +115,15 @@ def main():
     ap.add_argument("--build", default="build/release")
     ap.add_argument("--cluster", default="clusters/emulated-3.json")
     ap.add_argument("--model", default="bert", help="an example program of the build")
+    ap.add_argument("--ram", action="store_true",
+                    help="the RAM tier after every step, the disk every 10 steps")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     extra = a.args[1:] if a.args and a.args[0] == "--" else a.args
     if "--steps" not in extra:
         extra += ["--steps", "30"]
-    program = [os.path.join(a.build, "examples", a.model)] + extra + ["--save-every", "1"]
+    program = [os.path.join(a.build, "examples", a.model)] + extra + [
+        "--save-every", "10" if a.ram else "1"]
     steps = int(extra[extra.index("--steps") + 1])
     rng = random.Random(a.seed)
     rows = []

@@ -1,6 +1,7 @@
 # The reference an elastic run must equal: the same program run by hand, generation by
 # generation, each on that generation's cluster file (as hspmd-run wrote it) up to the step the
-# launcher's metrics file says the generation ended after, resuming from the step before:
+# next generation resumed from (its start record's resumed_from: the step the last saved, on
+# disk or in the RAM tier), resuming from the step before:
 #   cmake -D LAUNCHED=<hspmd-run's metrics file> -D RUN_DIR=<its --run-dir> -D REF=<empty dir>
 #         -D MPIRUN="mpiexec|flags" -D PROGRAM="prog|args" -D STEPS=<total>
 #         -D SAME=<same_losses> -D TOLERANCE=<relative> -P elastic_reference.cmake
@@ -12,8 +13,12 @@ file(MAKE_DIRECTORY ${REF})
 file(STRINGS ${LAUNCHED} lines)
 set(ends "")
 foreach(line IN LISTS lines)
-  if(line MATCHES "\"event\":\"membership\"" AND line MATCHES "\"after_step\":([0-9]+)")
-    list(APPEND ends ${CMAKE_MATCH_1})
+  if(line MATCHES "\"event\":\"start\"" AND line MATCHES "\"generation\":[1-9]")
+    if(line MATCHES "\"resumed_from\":([0-9]+)")
+      list(APPEND ends ${CMAKE_MATCH_1})
+    else() # it started from step 0: the generation before saved nothing
+      list(APPEND ends 0)
+    endif()
   endif()
 endforeach()
 list(APPEND ends ${STEPS})
@@ -23,6 +28,10 @@ foreach(end IN LISTS ends)
   set(cluster ${RUN_DIR}/cluster-gen${gen}.json)
   file(READ ${cluster} text)
   string(JSON ranks LENGTH "${text}" devices)
+  if(end EQUAL 0) # nothing to run by hand: the next generation starts from step 0 too
+    math(EXPR gen "${gen} + 1")
+    continue()
+  endif()
   set(resume "")
   if(gen GREATER 0)
     set(resume --resume)

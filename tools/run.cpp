@@ -92,14 +92,26 @@ struct job_result {
   std::map<int, std::string> gone; // ranks of this host whose process had ended when it failed
 };
 
-// A process that has ended and is not yet reaped (a zombie: signal 0 still reaches it).
+// A process killed by SIGKILL that has not finished ending or is not yet reaped: exiting (its
+// PF_EXITING flag: a large address space takes a while to tear down) or a zombie, with signal 9
+// as its exit code (/proc/PID/stat fields 9 and 52). Signal 0 still reaches it. Processes that
+// mpirun ends (SIGTERM) do not count.
 bool ended(long pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
   std::getline(stat, text);
   const auto close = text.rfind(") ");
-  return close != std::string::npos && close + 2 < text.size() &&
-         (text[close + 2] == 'Z' || text[close + 2] == 'X');
+  if (close == std::string::npos)
+    return false;
+  std::istringstream fields(text.substr(close + 2));
+  std::vector<std::string> f;
+  for (std::string w; fields >> w;)
+    f.push_back(w);
+  if (f.size() < 50)
+    return false;
+  constexpr unsigned long pf_exiting = 0x4;
+  const bool exiting = f[0] == "Z" || f[0] == "X" || (std::stoul(f[6]) & pf_exiting) != 0;
+  return exiting && (std::stol(f.back()) & 0x7f) == SIGKILL;
 }
 
 // The ranks of this host whose process is gone, from their host markers (RUN_DIR/waits/host-rR
@@ -455,6 +467,9 @@ int elastic_run(const options& o) {
   };
 
   hspmd::cluster c = original;
+  std::optional<hspmd::train::step_follower> follow; // the metrics file's last step, read on
+  if (metrics)
+    follow.emplace(*metrics);
   std::size_t restarts = 0;
   std::size_t quick_failures = 0; // failures in a row without a completed step
   std::size_t fruitless = 0;      // failures in a row without a step and without a lost device
@@ -474,7 +489,7 @@ int elastic_run(const options& o) {
     if (const auto it = faults.find(gen); it != faults.end())
       fault = it->second;
     else if (schedule && schedule->left > 0) // testing: the next of the seeded faults
-      fault = schedule->next(c.size(), metrics ? hspmd::train::last_step(*metrics) : 0);
+      fault = schedule->next(c.size(), follow ? (*follow)() : 0);
     if (!fault.empty()) {
       ::setenv("HSPMD_FAULT", fault.c_str(), 1);
       argv.insert(argv.end(), {"-x", "HSPMD_FAULT"});
@@ -483,13 +498,13 @@ int elastic_run(const options& o) {
     argv.insert(argv.end(), {"-n", std::to_string(c.size())});
     argv.insert(argv.end(), o.command.begin(), o.command.end());
     argv.insert(argv.end(), {"--cluster", file, "--resume"});
-    const std::size_t step_before = metrics ? hspmd::train::last_step(*metrics) : 0;
+    const std::size_t step_before = follow ? (*follow)() : 0;
     std::printf("hspmd-run: generation %zu on %zu device(s): %s\n", gen, c.size(),
                 device_list(c).c_str());
     std::fflush(stdout);
     const auto want_stop = [&] {
-      if (o.rejoin_after > 0 && !lost_at.empty() && metrics) { // testing: lost devices return
-        const std::size_t now = hspmd::train::last_step(*metrics);
+      if (o.rejoin_after > 0 && !lost_at.empty() && follow) { // testing: lost devices return
+        const std::size_t now = (*follow)();
         auto names = read_membership(membership);
         bool changed = false;
         for (auto it = lost_at.begin(); it != lost_at.end();)
@@ -536,7 +551,7 @@ int elastic_run(const options& o) {
       for (const auto& n : before)
         if (std::ranges::find(after, n) == after.end())
           left.push_back(n);
-      const std::size_t step = metrics ? hspmd::train::last_step(*metrics) : 0;
+      const std::size_t step = follow ? (*follow)() : 0;
       std::string what;
       for (const auto& n : joined)
         what += (what.empty() ? "" : ", ") + n + " joins";
@@ -555,7 +570,7 @@ int elastic_run(const options& o) {
       fruitless = 0;
       continue;
     }
-    const std::size_t step_after = metrics ? hspmd::train::last_step(*metrics) : 0;
+    const std::size_t step_after = follow ? (*follow)() : 0;
     const bool progressed = step_after > step_before;
     quick_failures = progressed ? 0 : quick_failures + 1;
     if (schedule && schedule->left > 0 && !fault.empty() && !faults.contains(gen))
@@ -566,7 +581,13 @@ int elastic_run(const options& o) {
     else if (lost.definite)
       for (const auto& [rank, cause] : job.gone)
         lost.ranks.emplace(rank, cause);
-    const std::string last_line = job.lines.empty() ? std::string("(no output)") : job.lines.back();
+    // The job's own last error line (a rank's "[hspmd rank R] ..."), else its last line.
+    std::string last_line = job.lines.empty() ? std::string("(no output)") : job.lines.back();
+    for (auto it = job.lines.rbegin(); it != job.lines.rend(); ++it)
+      if (it->starts_with("[hspmd rank ")) {
+        last_line = *it;
+        break;
+      }
     const auto give_up = [&](const std::string& why) {
       std::printf("hspmd-run: gave up: %s\n", why.c_str());
       record(metrics, {{"event", "gave_up"}, {"generation", gen}, {"reason", why}});
@@ -577,17 +598,39 @@ int elastic_run(const options& o) {
         step_after >= std::stoul(*steps) && !lost.definite)
       return give_up("the job trained all " + *steps + " steps, then failed (" +
                      status_text(job.status) + "); its last line: " + last_line);
-    if (lost.ranks.empty() || (!lost.definite && !progressed)) {
-      if (++fruitless >= 2 || lost.ranks.empty())
-        return give_up("the job failed (" + status_text(job.status) + ") " +
-                       (lost.ranks.empty() ? "naming no lost rank"
-                                           : "twice without a step on the same devices") +
-                       "; its last line: " + last_line);
-    } else
-      fruitless = 0;
     if (restarts >= o.max_restarts)
       return give_up("the job failed again after " + std::to_string(restarts) +
                      " restart(s) (--max-restarts " + std::to_string(o.max_restarts) + ")");
+    // --backoff after a generation that trained, doubling with each quick failure after it.
+    const double wait = std::min(
+        30.0,
+        o.backoff *
+            std::pow(2.0, static_cast<double>(std::max<std::size_t>(quick_failures, 1)) - 1.0));
+    if (progressed)
+      fruitless = 0;
+    if (lost.ranks.empty() || (!lost.definite && !progressed)) {
+      // No device is known lost (an error every rank may share, a failure naming none): once
+      // more on the same devices, then the job's own error.
+      if (++fruitless >= 2)
+        return give_up("the job failed twice on the same devices without a completed step (" +
+                       status_text(job.status) + "); its last line: " + last_line);
+      std::printf("hspmd-run: the job failed (%s) %s; generation %zu on the same devices\n",
+                  status_text(job.status).c_str(),
+                  lost.ranks.empty() ? "naming no lost device"
+                                     : "without a step and without a device known lost",
+                  gen + 1);
+      std::fflush(stdout);
+      record(metrics, {{"event", "retry"},
+                       {"generation", gen + 1},
+                       {"after_step", step_after},
+                       {"reason", last_line},
+                       {"relaunch_at", hspmd::train::unix_seconds()}});
+      if (wait > 0.0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      ++restarts;
+      continue;
+    }
+    fruitless = 0;
     std::vector<int> ranks;
     std::vector<std::string> names;
     std::vector<std::string> causes;
@@ -618,8 +661,6 @@ int elastic_run(const options& o) {
     for (std::size_t i = 0; i < ranks.size(); ++i)
       lost_text += (i > 0 ? ", " : "") + names[i] + " (rank " + std::to_string(ranks[i]) + ": " +
                    causes[i] + ")";
-    const double wait =
-        std::min(30.0, o.backoff * std::pow(2.0, static_cast<double>(quick_failures) - 1.0));
     std::printf("hspmd-run: lost %s after step %zu; generation %zu on %s%s\n", lost_text.c_str(),
                 step_after, gen + 1, device_list(c).c_str(),
                 wait > 0.0 ? (" in " + std::to_string(wait).substr(0, 4) + " s").c_str() : "");

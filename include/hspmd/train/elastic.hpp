@@ -21,11 +21,13 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hspmd::train {
@@ -113,16 +115,41 @@ struct lost_ranks {
   return s;
 }
 
+/// The last step a metrics file records, read on from where the last look ended (a launcher
+/// looks every 0.1 s: a long run's file is not read again each time). A file that shrank (a new
+/// run's) is read from its start.
+class step_follower {
+public:
+  explicit step_follower(std::string metrics) : path_(std::move(metrics)) {}
+  [[nodiscard]] std::size_t operator()() {
+    std::ifstream in(path_, std::ios::binary);
+    if (!in)
+      return step_;
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::uint64_t>(in.tellg());
+    if (size < offset_)
+      offset_ = 0, step_ = 0;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    for (std::string line; std::getline(in, line);) {
+      if (in.eof()) // a line still being written: read it whole next time
+        break;
+      offset_ += line.size() + 1;
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_unsigned())
+        step_ = j["step"].get<std::size_t>();
+    }
+    return step_;
+  }
+
+private:
+  std::string path_;
+  std::uint64_t offset_ = 0;
+  std::size_t step_ = 0;
+};
+
 /// The last step a metrics file records (0 when none); "" or an unreadable file: 0.
 [[nodiscard]] inline std::size_t last_step(const std::string& metrics) {
-  std::size_t step = 0;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_unsigned())
-      step = j["step"].get<std::size_t>();
-  }
-  return step;
+  return step_follower(metrics)();
 }
 
 } // namespace hspmd::train

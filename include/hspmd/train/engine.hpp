@@ -182,7 +182,9 @@ public:
     (void)step, (void)meta, (void)opt, (void)ro;
     throw no_checkpoints();
   }
-  virtual void ram_poll() {} ///< moves the RAM tier's peer copies along
+  /// Before the state changes (the update): the RAM tier's last save copied, its peer copies
+  /// moved along.
+  virtual void ram_poll() {}
   /// Waits for the RAM tier's copies and records; what the tier cost this rank.
   [[nodiscard]] virtual ram_stats ram_finish() { return {}; }
 
@@ -273,6 +275,7 @@ public:
       engine<T, Optimizer>::ram_save(step, meta, opt, ro);
     }
   }
+  void ram_poll() override { ram_.poll(); }
   ram_stats ram_finish() override { return ram_.finish(); }
   checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt,
                              bool parameters_only) override {

@@ -38,13 +38,17 @@ struct ram_stats {
   std::size_t saves = 0;
   double blocked_seconds = 0.0;
   double max_blocked_seconds = 0.0;
-  std::size_t bytes = 0;      ///< this rank's slot
-  std::size_t peer_bytes = 0; ///< the slots this rank holds for others
-  std::size_t peers = 0;      ///< ranks whose copies this rank holds
+  double transfer_seconds = 0.0; ///< of the blocked: waiting for earlier peer copies to arrive
+  double copy_seconds = 0.0;     ///< of the blocked: before an update, the copy not done yet
+  std::size_t bytes = 0;         ///< this rank's slot
+  std::size_t peer_bytes = 0;    ///< the slots this rank holds for others
+  std::size_t peers = 0;         ///< ranks whose copies this rank holds
   void add(const ram_stats& o) {
     saves += o.saves;
     blocked_seconds += o.blocked_seconds;
     max_blocked_seconds = std::max(max_blocked_seconds, o.max_blocked_seconds);
+    transfer_seconds += o.transfer_seconds;
+    copy_seconds += o.copy_seconds;
     bytes = std::max(bytes, o.bytes);
     peer_bytes = std::max(peer_bytes, o.peer_bytes);
     peers = std::max(peers, o.peers);

@@ -192,56 +192,69 @@ public:
   }
 
   /// Keeps `tensors` (this rank's state, as `training_tensors` gives it) as the state after
-  /// `step`, `meta` as a checkpoint's manifest keeps it.
+  /// `step`, `meta` as a checkpoint's manifest keeps it. The writer thread copies the state
+  /// while the next step computes: call `poll` before the state changes (the optimizer's
+  /// update), which waits for the copy.
   void save(std::size_t step, std::span<const training_tensor<T>> tensors,
             const nlohmann::json& meta) {
     const auto t0 = std::chrono::steady_clock::now();
+    settle(); // (the previous save's copy, when no poll came between)
     const std::size_t s = stats_.saves % 2;
     // The slot's previous use (two saves ago) must be over: sent, received, recorded.
     complete(s, true);
+    const auto t1 = std::chrono::steady_clock::now();
+    stats_.transfer_seconds += std::chrono::duration<double>(t1 - t0).count();
     wait_written(s);
     rethrow();
     std::error_code ec;
     std::filesystem::remove(job_dir_ / detail::ram_slot_name(me_, s, "json"), ec);
     for (holder& h : held_)
       std::filesystem::remove(job_dir_ / detail::ram_slot_name(h.rank, s, "json"), ec);
-    std::span<std::byte> slot = own_.slots[s].bytes();
-    for (std::size_t k = 0; k < mine_.size(); ++k) {
-      const auto b = std::as_bytes(tensors[mine_[k]].data);
-      std::memcpy(slot.data() + offsets_[k], b.data(), b.size());
-    }
     own_.step[s] = step;
     auto shared_meta = std::make_shared<const nlohmann::json>(meta);
     own_.meta[s] = shared_meta;
-    if constexpr (detail::point_to_point_async<Comm>) {
-      if (peer_)
-        own_.request[s] = comm_->start_send(std::span<const std::byte>(slot), *peer_, tag);
+    if constexpr (detail::point_to_point_async<Comm>)
       for (holder& h : held_) {
         h.request[s] = comm_->start_recv(h.slots[s].bytes(), static_cast<int>(h.rank), tag);
         h.step[s] = step;
         h.meta[s] = shared_meta;
         h.pending[s] = true;
       }
+    std::vector<std::span<const std::byte>> from;
+    for (const std::size_t k : mine_)
+      from.push_back(std::as_bytes(tensors[k].data));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      copied_ = false;
+      queue_.push_back({&own_, s, std::move(from)});
     }
-    enqueue(&own_, s);
+    cv_.notify_all();
+    copying_ = s;
     ++stats_.saves;
     if (stats_.saves == 3 && !o_.retire.empty() && first_on_node())
       for (const std::string& old : o_.retire)
         std::filesystem::remove_all(node_dir_ / old, ec);
-    const double blocked =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stats_.blocked_seconds += blocked;
-    stats_.max_blocked_seconds = std::max(stats_.max_blocked_seconds, blocked);
+    account(t0);
   }
 
-  /// Moves the peer copies along (between pieces of work): a copy that has arrived is recorded.
+  /// Before the state changes: waits for the last save's copy, starts sending it to the peer,
+  /// and moves the peer copies along (a copy that has arrived is recorded).
   void poll() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool waited = copying_.has_value();
+    settle();
+    if (waited) {
+      stats_.copy_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      account(t0);
+    }
     for (std::size_t s = 0; s < 2; ++s)
       complete(s, false);
   }
 
   /// Waits until every copy has arrived and every slot is recorded.
   void finish() {
+    settle();
     for (std::size_t s = 0; s < 2; ++s)
       complete(s, true);
     std::unique_lock<std::mutex> l(mu_);
@@ -272,6 +285,30 @@ private:
     return true;
   }
 
+  // The last save's copy: waited for, then sent to the peer.
+  void settle() {
+    if (!copying_)
+      return;
+    const std::size_t s = *copying_;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return copied_ || !error_.empty(); });
+    }
+    copying_.reset();
+    rethrow();
+    if constexpr (detail::point_to_point_async<Comm>)
+      if (peer_)
+        own_.request[s] =
+            comm_->start_send(std::span<const std::byte>(own_.slots[s].bytes()), *peer_, tag);
+  }
+
+  void account(std::chrono::steady_clock::time_point t0) {
+    const double blocked =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.blocked_seconds += blocked;
+    stats_.max_blocked_seconds = std::max(stats_.max_blocked_seconds, blocked);
+  }
+
   // Slot s's transfers: tested (or waited for), the arrived copies handed to the writer.
   void complete(std::size_t s, bool wait) {
     if constexpr (detail::point_to_point_async<Comm>) {
@@ -299,7 +336,7 @@ private:
   void enqueue(holder* h, std::size_t s) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      queue_.push_back({h, s});
+      queue_.push_back({h, s, {}});
     }
     cv_.notify_all();
   }
@@ -334,6 +371,16 @@ private:
         busy_slot_ = j.slot;
       }
       try {
+        if (!j.from.empty()) { // this rank's state into its slot, then training may go on
+          std::span<std::byte> slot = j.h->slots[j.slot].bytes();
+          for (std::size_t k = 0; k < j.from.size(); ++k)
+            std::memcpy(slot.data() + offsets_[k], j.from[k].data(), j.from[k].size());
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            copied_ = true;
+          }
+          cv_.notify_all();
+        }
         record(*j.h, j.slot);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> l(mu_);
@@ -385,6 +432,7 @@ private:
   struct queued {
     holder* h = nullptr;
     std::size_t slot = 0;
+    std::vector<std::span<const std::byte>> from; // this rank's pieces to copy first
   };
 
   Comm* comm_;
@@ -403,6 +451,8 @@ private:
   bool busy_ = false;
   std::size_t busy_slot_ = 0;
   bool quit_ = false;
+  bool copied_ = true;                 // the last save's copy is done
+  std::optional<std::size_t> copying_; // main thread: the slot being copied, not yet sent
   std::string error_;
   std::thread writer_;
 };

@@ -210,6 +210,8 @@ inline void say_ram(std::ostream* out, metrics_log& metrics, const train_result&
                  {"saves", st.saves},
                  {"waited_ms", 1e3 * st.blocked_seconds},
                  {"max_waited_ms", 1e3 * st.max_blocked_seconds},
+                 {"transfer_waited_ms", 1e3 * st.transfer_seconds},
+                 {"copy_ms", 1e3 * st.copy_seconds},
                  {"bytes", st.bytes},
                  {"peer_bytes", st.peer_bytes}});
 }

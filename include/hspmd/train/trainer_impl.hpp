@@ -288,7 +288,7 @@ private:
         if (o_.accumulate > 1)
           e.accumulate(m, o_.accumulate);
       }
-      e.ram_poll(); // the last save's peer copies moved during the backward's collectives
+      e.ram_poll(); // the RAM tier: the last save copied before the update changes the state
       if (node_lost && fault_->step == s + 1 &&
           node_fault_strikes(*fault_, *world_, run_ ? &run_->c : nullptr, ram))
         inject(*fault_); // a machine lost in the middle of a step

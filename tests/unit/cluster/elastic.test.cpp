@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -66,4 +68,31 @@ TEST_CASE("the cluster that remains drops the lost ranks' devices and measured c
                     Catch::Contains("lost rank 5: is not a rank of the job's 3 devices"));
   // What remains is a valid cluster file again.
   CHECK(parse_cluster(to_json(r).dump(), "gen1.json") == r);
+}
+
+TEST_CASE("the launcher follows a metrics file's last step, reading only what was appended") {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "hspmd-step-follower.jsonl").string();
+  std::filesystem::remove(path);
+  train::step_follower follow(path);
+  CHECK(follow() == 0); // no file yet
+  std::ofstream(path) << R"({"event":"start","ranks":3})"
+                      << "\n"
+                      << R"({"step":1,"loss":2.0})"
+                      << "\n";
+  CHECK(follow() == 1);
+  std::ofstream(path, std::ios::app) << R"({"step":2,"loss":1.9})"
+                                     << "\n"
+                                     << R"({"step":3,"lo)";
+  CHECK(follow() == 2); // the half-written line waits
+  std::ofstream(path, std::ios::app) << R"(ss":1.8})"
+                                     << "\n"
+                                     << R"({"event":"stopped"})"
+                                     << "\n";
+  CHECK(follow() == 3);
+  CHECK(train::last_step(path) == 3);
+  std::ofstream(path) << R"({"step":1,"loss":2.0})"
+                      << "\n"; // a new run's, shorter
+  CHECK(follow() == 1);
+  std::filesystem::remove(path);
 }
