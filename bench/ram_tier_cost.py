@@ -5,11 +5,14 @@ Two ranks on two emulated nodes (one each, equal speeds), BERT-small and Llama-s
 parity benchmark's shapes), 12 steps, synthesized plans. Each round runs the model without the
 RAM tier (A) and with it (B: --ram-dir under /dev/shm, kept after every step, each rank's slot
 copied to the other node's rank), alternating A B A B; per round the ratio of median step times
-B / A, a step's time being the wall-clock time between consecutive steps' metrics lines (the
-save after a step counts in the next step's time), steps 3..12. Reported: the median ratio and its range over the rounds, the step times,
-and what the tier itself says training waited per save (its metrics record).
+B / A, a run's step time being the mean wall-clock time between consecutive steps' metrics
+lines over steps 3..12 (the save after a step counts in the next step's time). Reported: the median ratio and its range over the rounds, the step times,
+and what the run says training waited per save (its metrics record: the save itself -- the
+run's metadata, the state's list, the tier -- and, before updates, copies not done yet).
 
-    python3 bench/ram_tier_cost.py [--build build/release] [--rounds 5] [--steps 12]
+    python3 bench/ram_tier_cost.py [--build build/release] [--rounds 5] [--steps 12] [--every 1,4]
+
+With --every 1,4 each round runs A, then B with --ram-every 1, then B with --ram-every 4.
 
 Builds nothing: cmake --build --preset release --target bert llama.
 """
@@ -50,7 +53,7 @@ def mpirun():
     return ["mpirun", "-np", "2"] + flags
 
 
-def run(args, model, cl, ram):
+def run(args, model, cl, ram, every=1):
     exe = os.path.join(args.build, "examples", model)
     tmp = tempfile.mkdtemp()
     shm = tempfile.mkdtemp(dir="/dev/shm") if ram else None
@@ -60,7 +63,8 @@ def run(args, model, cl, ram):
                           "--cluster", cl, "--plan", "synth", "--no-calibrate", "--metrics",
                           metrics] + MODELS[model]
         if ram:
-            cmd += ["--checkpoint-dir", os.path.join(tmp, "ck"), "--ram-dir", shm]
+            cmd += ["--checkpoint-dir", os.path.join(tmp, "ck"), "--ram-dir", shm,
+                    "--ram-every", str(every)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit("ram_tier_cost.py: run failed: %s\n%s%s" % (" ".join(cmd), r.stdout,
@@ -69,7 +73,8 @@ def run(args, model, cl, ram):
         t = [l["t"] for l in lines if "step" in l and "seconds" in l]
         secs = [b - a for a, b in zip(t, t[1:])]
         tier = [l for l in lines if l.get("event") == "ram_tier"]
-        return statistics.median(secs[2:]), (tier[0] if tier else None)
+        # the mean: with --ram-every N only every Nth step saves
+        return statistics.mean(secs[2:]), (tier[0] if tier else None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if shm:
@@ -82,31 +87,40 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--models", default="bert,llama")
+    ap.add_argument("--every", default="1", help="--ram-every values, comma-separated")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         cl = cluster(os.path.join(d, "two-nodes.json"))
+        everies = [int(e) for e in args.every.split(",")]
         for model in args.models.split(","):
-            a, b, ratios, waited = [], [], [], []
+            a = []
+            b = {e: [] for e in everies}
+            ratios = {e: [] for e in everies}
+            waited = {e: [] for e in everies}
+            mib = float("nan")
             for _ in range(args.rounds):
                 ta, _ = run(args, model, cl, False)
-                tb, tier = run(args, model, cl, True)
                 a.append(ta)
-                b.append(tb)
-                ratios.append(tb / ta)
-                if tier:
-                    n = max(tier["saves"], 1)
-                    waited.append((tier["waited_ms"] / n, tier["transfer_waited_ms"] / n,
-                                   tier["copy_ms"] / n))
-                    mib = tier["bytes"] / 2**20
-            print("%s-small: step %.1f ms without, %.1f ms with the RAM tier (medians); with / "
-                  "without = %.3f (median of %d rounds; range %.3f-%.3f); training waited "
-                  "%.2f ms a save (median; %.2f for earlier copies to arrive, %.2f copying), "
-                  "%.1f MiB a rank's slot" %
-                  (model, 1e3 * statistics.median(a), 1e3 * statistics.median(b),
-                   statistics.median(ratios), len(ratios), min(ratios), max(ratios),
-                   statistics.median(w[0] for w in waited),
-                   statistics.median(w[1] for w in waited),
-                   statistics.median(w[2] for w in waited), mib))
+                for e in everies:
+                    tb, tier = run(args, model, cl, True, e)
+                    b[e].append(tb)
+                    ratios[e].append(tb / ta)
+                    if tier:
+                        n = max(tier["saves"], 1)
+                        waited[e].append((tier["waited_ms"] / n, tier["save_ms"] / n,
+                                          tier["copy_ms"] / n))
+                        mib = tier["bytes"] / 2**20
+            for e in everies:
+                w = waited[e] or [(float("nan"),) * 3]
+                print("%s-small, --ram-every %d: step %.1f ms without, %.1f ms with the RAM tier "
+                      "(medians of the runs' means); with / without = %.3f (median of %d rounds; range %.3f-%.3f); "
+                      "training waited %.2f ms a save (median; %.2f saving, %.2f for the copy "
+                      "before an update), %.1f MiB a rank's slot" %
+                      (model, e, 1e3 * statistics.median(a), 1e3 * statistics.median(b[e]),
+                       statistics.median(ratios[e]), len(ratios[e]), min(ratios[e]),
+                       max(ratios[e]), statistics.median(x[0] for x in w),
+                       statistics.median(x[1] for x in w), statistics.median(x[2] for x in w),
+                       mib))
             sys.stdout.flush()
 
 

@@ -140,6 +140,14 @@ public:
       rank_engine<T, Optimizer>::ram_save(step, meta, opt, ro);
     }
   }
+  void ram_start(Optimizer& opt, const ram_options& ro) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      const auto t = training_tensors<T>(*g_, &dx_->program(), dx_->local(), opt);
+      ram_.start(detail::control_of(*comm_), ro, std::span<const training_tensor<T>>(t));
+    } else {
+      rank_engine<T, Optimizer>::ram_start(opt, ro);
+    }
+  }
   void ram_poll() override { ram_.poll(); }
   ram_stats ram_finish() override { return ram_.finish(); }
   checkpoint_info load_state(const std::filesystem::path& path, Optimizer& opt,

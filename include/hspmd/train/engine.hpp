@@ -182,6 +182,12 @@ public:
     (void)step, (void)meta, (void)opt, (void)ro;
     throw no_checkpoints();
   }
+  /// Sets the RAM tier `ro` up before the first step (its slot files made and touched), so the
+  /// first saves cost what the others do. Collective.
+  virtual void ram_start(Optimizer& opt, const ram_options& ro) {
+    (void)opt, (void)ro;
+    throw no_checkpoints();
+  }
   /// Before the state changes (the update): the RAM tier's last save copied, its peer copies
   /// moved along.
   virtual void ram_poll() {}
@@ -273,6 +279,14 @@ public:
       ram_.save(solo_, ro, step, std::span<const training_tensor<T>>(t), meta);
     } else {
       engine<T, Optimizer>::ram_save(step, meta, opt, ro);
+    }
+  }
+  void ram_start(Optimizer& opt, const ram_options& ro) override {
+    if constexpr (std::same_as<B, host_backend>) {
+      const auto t = training_tensors<T>(ex_.graph(), nullptr, ex_, opt);
+      ram_.start(solo_, ro, std::span<const training_tensor<T>>(t));
+    } else {
+      engine<T, Optimizer>::ram_start(opt, ro);
     }
   }
   void ram_poll() override { ram_.poll(); }

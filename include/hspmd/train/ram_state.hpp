@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -86,6 +88,27 @@ namespace detail {
       there.push_back(q);
   return there[place % there.size()];
 }
+
+} // namespace detail
+
+namespace detail {
+
+// A communicator that sends and receives without blocking (the MPI one): peer copies need it.
+template <class C>
+concept point_to_point_async = requires(C& c, std::span<const std::byte> in,
+                                        std::span<std::byte> out) {
+  typename C::request;
+  { c.start_send(in, 0, 0) } -> std::same_as<typename C::request>;
+  { c.start_recv(out, 0, 0) } -> std::same_as<typename C::request>;
+};
+template <class C>
+struct request_of {
+  using type = int;
+};
+template <point_to_point_async C>
+struct request_of<C> {
+  using type = typename C::request;
+};
 
 } // namespace detail
 

@@ -57,6 +57,7 @@ struct train_result {
   std::size_t resumed_from = 0;             ///< the step a resumed run continued after (0: none)
   double load_seconds = 0.0;                ///< the resumed checkpoint's load (slowest rank)
   ram_stats ram;                            ///< what the RAM tier cost this rank (--ram-dir)
+  double ram_save_seconds = 0.0;            ///< rank 0's time in the RAM tier's saves, all told
   std::string ram_resumed;       ///< the RAM tier's state the run resumed from ("" : none)
   std::size_t stopped_after = 0; ///< hspmd-run asked the job to stop after this step (0: no)
   std::string initialized_from;  ///< the checkpoint whose parameters the run started from, if any

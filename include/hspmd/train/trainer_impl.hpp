@@ -258,6 +258,7 @@ private:
                            "the RAM tier keeps host tensors only, for now",
                            "train on the host (--device host), or drop --ram-dir");
       ram = ram_setup(o_, *world_, run_ ? &run_->c : nullptr, r.ram_resumed);
+      e.ram_start(opt_, *ram);
     }
     const auto launcher_dir = run_directory(); // hspmd-run's (train/run_dir.hpp)
     metrics.start(world_ ? static_cast<std::size_t>(world_->size()) : 1, o_.steps, resumed,
@@ -322,7 +323,8 @@ private:
                                            metrics))
           r.rebalances.push_back(std::move(*rb));
       if (ram && (s + 1) % o_.ram_every == 0)
-        save_run_ram(state(e, out), s + 1, loss_scale ? &*loss_scale : nullptr, *ram);
+        r.ram_save_seconds +=
+            save_run_ram(state(e, out), s + 1, loss_scale ? &*loss_scale : nullptr, *ram);
       const bool saved = o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == o_.steps);
       if (saved)
         save_run_checkpoint(state(e, out), s + 1, r, loss_scale ? &*loss_scale : nullptr, fault_);
