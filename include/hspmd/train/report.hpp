@@ -142,14 +142,15 @@ inline std::string percent_text(const char* label, double fraction) {
   return b;
 }
 
-/// The progress line after step `r.step` with `elapsed` seconds trained so far.
+/// The progress line after step `r.step` with `elapsed` seconds trained so far by this run,
+/// which started after step `first` (a resumed run's: its steps before are not in `elapsed`).
 inline void progress(std::ostream& out, const train_options& o, const flops_meter& meter,
-                     const step_report& r, double elapsed) {
+                     const step_report& r, double elapsed, std::size_t first = 0) {
   constexpr std::size_t width = 20;
   const std::size_t done = r.step + 1;
   std::string bar(width * done / o.steps, '#');
   bar.resize(width, '.');
-  const double per_step = elapsed / static_cast<double>(done);
+  const double per_step = elapsed / static_cast<double>(std::max<std::size_t>(done - first, 1));
   const double units = static_cast<double>(o.batch * o.accumulate * o.units_per_sample);
   const double mfu = meter.mfu(per_step);
   print(out, "%s step %5zu/%-5zu [%s] loss %9.4f  lr %.2e  %8.2f ms/step  %9.1f %s/s%s  ETA %s\n",

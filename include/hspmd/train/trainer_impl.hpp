@@ -314,7 +314,7 @@ private:
           rep, meter_, loss_scale ? std::optional<double>(loss_scale->scale()) : std::nullopt,
           apply, e.memory()));
       if (out != nullptr && ((s + 1) % every == 0 || s + 1 == o_.steps))
-        progress(*out, o_, meter_, rep, elapsed);
+        progress(*out, o_, meter_, rep, elapsed, first);
       if (on_step_ != nullptr && *on_step_)
         (*on_step_)(rep);
       if (rebalancing_ && s + 1 < o_.steps)

@@ -548,3 +548,20 @@ TEST_CASE("a reshape that stores its input's gradient hands it its own gradient'
     }
   }
 }
+
+TEST_CASE("the progress line of a resumed run divides its own time by its own steps") {
+  train::train_options o;
+  o.name = "m";
+  o.steps = 20;
+  o.batch = 10;
+  const train::flops_meter meter;
+  std::ostringstream fresh;
+  train::progress(fresh, o, meter, {4, 1.0, 1e-3, 1.0, 0.1}, 0.5); // 5 steps in 0.5 s
+  CHECK(fresh.str().find(" 100.00 ms/step ") != std::string::npos);
+  // Resumed after step 10: steps 11..15 took the 0.5 s (it used to say 33.33 ms/step).
+  std::ostringstream resumed;
+  train::progress(resumed, o, meter, {14, 1.0, 1e-3, 1.0, 0.1}, 0.5, 10);
+  INFO(resumed.str());
+  CHECK(resumed.str().find(" 100.00 ms/step ") != std::string::npos);
+  CHECK(resumed.str().find("ETA 0:01") != std::string::npos); // 5 steps x 0.1 s, rounded
+}
