@@ -21,7 +21,7 @@
 #include <hspmd/train/checkpoint.hpp>
 #include <hspmd/train/namespace.hpp>
 #include <hspmd/train/profile.hpp>
-#include <hspmd/train/ram_tier.hpp>
+#include <hspmd/train/ram_keeper.hpp>
 
 #include <nlohmann/json.hpp>
 

@@ -152,6 +152,9 @@ inline void check_run_options(const train_options& o, bool distributed,
   if (!o.ram_dir.empty() && o.checkpoint_dir.empty())
     throw config_error("RAM tier " + o.ram_dir, "keeps recent steps; the disk tier stays",
                        "give a checkpoint directory too (--checkpoint-dir DIR, --save-every N)");
+  if (o.ram_budget > 0.0 && o.ram_dir.empty())
+    throw config_error("--ram-budget", "sets how often the RAM tier keeps the state",
+                       "give the RAM tier's directory (--ram-dir DIR or auto), or drop it");
   if (!types.optimizer_state && (o.save_every > 0 || o.resume || !o.ram_dir.empty()))
     throw config_error("checkpoints with optimizer " + types.optimizer,
                        "keeps its state private, so a checkpoint cannot hold it",

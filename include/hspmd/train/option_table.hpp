@@ -286,6 +286,10 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
        t([](train_options & o) -> auto& { return o.ram_dir; })},
       {"--ram-every", "with --ram-dir: keep the state after every N steps",
        c([](train_options & o) -> auto& { return o.ram_every; }), 1, many},
+      {"--ram-budget",
+       "with --ram-dir: measure what saves cost the steps over the first ~18 and keep the state "
+       "as often as keeps it within this share of a step (0.05: 5 %; 0: every --ram-every)",
+       r([](train_options & o) -> auto& { return o.ram_budget; }), 0, 1},
       {"--no-ram-peers", "with --ram-dir: no copies on another node's ranks",
        s([](train_options & o) -> auto& { return o.no_ram_peers; })},
       {"--init-from",

@@ -7,17 +7,19 @@
 // pieces (the same pieces the disk checkpoint gives it) into the older slot -- the only part
 // training waits for, with the removal of the slot's record before it -- and starts sending the
 // slot to its peer, a rank on the next node, which receives it into its own slot files for that
-// rank (DIR/<peer's node>/<job>/rank-RRRRR.slotS.safetensors). A writer thread then checksums
-// each slot and writes its record, rank-RRRRR.slotS.json: the step, the pieces (as a disk
-// manifest lists them, with their CRC-32s), the run's metadata and a checksum of its own. A
-// slot's record exists only while the slot holds that step: a save removes it before the copy.
+// rank (DIR/<peer's node>/<job>/rank-RRRRR.slotS.safetensors). The writer thread checksums
+// each block as it copies it (the CRC reads the block from cache), and the CRC-32s travel to the
+// peer with the slot: the copy is checked against what its sender had, at load. The writer then
+// writes each slot's record, rank-RRRRR.slotS.json: the step, the pieces (as a disk manifest
+// lists them, with their CRC-32s), the run's metadata and a checksum of its own. A slot's record
+// exists only while the slot holds that step: a save removes it before the copy.
 //
 // A state (job, step) is complete when a record of that step exists for every rank of the job,
 // in its own node's folder or in its peer's. `find_ram_state` finds the newest complete state;
 // `assemble_ram_checkpoint` makes it a checkpoint directory (links to the slots and a manifest)
 // that the resharding loader (train/checkpoint.hpp) loads onto any plan. Losing a whole node
 // loses its folder; the peers' copies complete the state. MPI calls stay on the main thread: the
-// writer thread only checksums and writes files.
+// writer thread only copies, checksums and writes files.
 //
 // Loading reads the slots through the file system: every rank of the resumed run must see DIR
 // (one host, or DIR on a file system the hosts share).
@@ -136,6 +138,11 @@ public:
         holder h;
         h.rank = rank;
         h.records = std::move(recs);
+        std::size_t blocks = 0;
+        for (const auto& rec : h.records)
+          blocks += block_count(rec.at("bytes").template get<std::size_t>());
+        for (std::size_t s = 0; s < 2; ++s)
+          h.crcs[s].assign(blocks, 0);
         for (std::size_t s = 0; s < 2; ++s) {
           fs::remove(job_dir_ / detail::ram_slot_name(rank, s, "json"), ec);
           h.slots[s] =
@@ -199,6 +206,8 @@ public:
     if constexpr (detail::point_to_point_async<Comm>)
       for (holder& h : held_) {
         h.request[s] = comm_->start_recv(h.slots[s].bytes(), static_cast<int>(h.rank), tag);
+        h.crc_request[s] = comm_->start_recv(std::as_writable_bytes(std::span(h.crcs[s])),
+                                             static_cast<int>(h.rank), tag + 1);
         h.step[s] = step;
         h.meta[s] = shared_meta;
         h.pending[s] = true;
@@ -257,7 +266,9 @@ private:
     io::mapped_file slots[2];
     std::size_t step[2] = {0, 0};
     std::shared_ptr<const nlohmann::json> meta[2];
+    std::vector<std::uint32_t> crcs[2]; // each piece's blocks' CRC-32s, pieces in order
     request_t request[2]{};
+    request_t crc_request[2]{};
     bool pending[2] = {false, false}; // received into, not yet recorded
   };
 
@@ -280,9 +291,12 @@ private:
     copying_.reset();
     rethrow();
     if constexpr (detail::point_to_point_async<Comm>)
-      if (peer_)
+      if (peer_) {
         own_.request[s] =
             comm_->start_send(std::span<const std::byte>(own_.slots[s].bytes()), *peer_, tag);
+        own_.crc_request[s] =
+            comm_->start_send(std::as_bytes(std::span(own_.crcs[s])), *peer_, tag + 1);
+      }
   }
 
   void account(std::chrono::steady_clock::time_point t0) {
@@ -296,18 +310,23 @@ private:
   void complete(std::size_t s, bool wait) {
     if constexpr (detail::point_to_point_async<Comm>) {
       if (peer_) {
-        if (wait)
+        if (wait) {
           comm_->wait(own_.request[s]);
-        else
+          comm_->wait(own_.crc_request[s]);
+        } else {
           (void)comm_->test(own_.request[s]);
+          (void)comm_->test(own_.crc_request[s]);
+        }
       }
       for (holder& h : held_) {
         if (!h.pending[s])
           continue;
-        if (wait)
+        if (wait) {
           comm_->wait(h.request[s]);
-        else if (!comm_->test(h.request[s]))
+          comm_->wait(h.crc_request[s]);
+        } else if (!comm_->test(h.request[s]) || !comm_->test(h.crc_request[s])) {
           continue;
+        }
         h.pending[s] = false;
         enqueue(&h, s);
       }
@@ -355,9 +374,7 @@ private:
       }
       try {
         if (!j.from.empty()) { // this rank's state into its slot, then training may go on
-          std::span<std::byte> slot = j.h->slots[j.slot].bytes();
-          for (std::size_t k = 0; k < j.from.size(); ++k)
-            std::memcpy(slot.data() + offsets_[k], j.from[k].data(), j.from[k].size());
+          copy_checksummed(*j.h, j.slot, j.from);
           {
             std::lock_guard<std::mutex> l(mu_);
             copied_ = true;
@@ -379,7 +396,6 @@ private:
   }
 
   void record(const holder& h, std::size_t s) const {
-    const std::span<const std::byte> bytes = h.slots[s].bytes();
     nlohmann::ordered_json r;
     r["format"] = "hspmd-ram";
     r["version"] = 1;
@@ -393,14 +409,12 @@ private:
     r["block_bytes"] = block_bytes;
     r["dtype"] = io::safetensors_dtype(detail::checkpoint_dtype<T>());
     nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
+    std::size_t b = 0; // the slot's CRC-32s: computed by the copy, or received with a peer's
     for (const auto& rec : h.records) {
       nlohmann::ordered_json p = rec;
       nlohmann::json crcs = nlohmann::json::array();
-      const auto at = rec.at("data_offset").template get<std::size_t>();
-      const auto n = rec.at("bytes").template get<std::size_t>();
-      for (std::size_t k = 0; k < n; k += block_bytes)
-        crcs.push_back(
-            detail::crc_hex(io::crc32(bytes.subspan(at + k, std::min(block_bytes, n - k)))));
+      for (std::size_t k = block_count(rec.at("bytes").template get<std::size_t>()); k > 0; --k)
+        crcs.push_back(detail::crc_hex(h.crcs[s].at(b++)));
       p["crc32"] = std::move(crcs);
       pieces.push_back(std::move(p));
     }
@@ -411,6 +425,32 @@ private:
   }
 
   static constexpr std::size_t block_bytes = std::size_t{1} << 20; // checkpoint_options'
+  static constexpr std::size_t chunk_bytes = std::size_t{1} << 18; // copied, then checksummed
+
+  [[nodiscard]] static std::size_t block_count(std::size_t bytes) {
+    return (bytes + block_bytes - 1) / block_bytes;
+  }
+
+  // This rank's pieces into slot s, each 1 MiB block's CRC-32 taken a quarter at a time right
+  // after its copy (from cache: one pass over memory, not two).
+  void copy_checksummed(holder& h, std::size_t s,
+                        std::span<const std::span<const std::byte>> from) {
+    std::span<std::byte> slot = h.slots[s].bytes();
+    std::size_t b = 0;
+    for (std::size_t k = 0; k < from.size(); ++k) {
+      std::byte* to = slot.data() + offsets_[k];
+      const std::size_t n = from[k].size();
+      for (std::size_t at = 0; at < n; at += block_bytes) {
+        std::uint32_t crc = 0;
+        for (std::size_t c = at; c < std::min(n, at + block_bytes); c += chunk_bytes) {
+          const std::size_t len = std::min({chunk_bytes, n - c, at + block_bytes - c});
+          std::memcpy(to + c, from[k].data() + c, len);
+          crc = io::crc32(std::span<const std::byte>(to + c, len), crc);
+        }
+        h.crcs[s].at(b++) = crc;
+      }
+    }
+  }
 
   struct queued {
     holder* h = nullptr;
@@ -438,58 +478,6 @@ private:
   std::optional<std::size_t> copying_; // main thread: the slot being copied, not yet sent
   std::string error_;
   std::thread writer_;
-};
-
-/// An engine's RAM tier across the layouts of one run: a new tier (job JOB-L<k>) after each
-/// re-balance, the previous one's folders retired once the new one has saved three times.
-template <std::floating_point T, class Comm>
-class ram_keeper {
-public:
-  /// The tier of the current layout, made now if there is none (collective).
-  void start(Comm& comm, const ram_options& o, std::span<const training_tensor<T>> tensors) {
-    if (tier_)
-      return;
-    ram_options mine = o;
-    mine.job = o.job + "-L" + std::to_string(layouts_);
-    mine.retire.insert(mine.retire.end(), retired_.begin(), retired_.end());
-    job_ = mine.job;
-    tier_ = std::make_unique<ram_tier<T, Comm>>(comm, std::move(mine), tensors);
-  }
-  void save(Comm& comm, const ram_options& o, std::size_t step,
-            std::span<const training_tensor<T>> tensors, const nlohmann::json& meta) {
-    start(comm, o, tensors);
-    tier_->save(step, tensors, meta);
-  }
-  void poll() {
-    if (tier_)
-      tier_->poll();
-  }
-  /// Waits for the tier's copies and records; what it cost so far.
-  [[nodiscard]] ram_stats finish() {
-    ram_stats s = done_;
-    if (tier_) {
-      tier_->finish();
-      s.add(tier_->stats());
-    }
-    return s;
-  }
-  /// Before the state's layout changes: the next save starts a new tier.
-  void relayout() {
-    if (!tier_)
-      return;
-    tier_->finish();
-    done_.add(tier_->stats());
-    tier_.reset();
-    retired_.push_back(job_);
-    ++layouts_;
-  }
-
-private:
-  std::unique_ptr<ram_tier<T, Comm>> tier_;
-  std::string job_;
-  std::size_t layouts_ = 0;
-  std::vector<std::string> retired_;
-  ram_stats done_;
 };
 
 } // namespace hspmd::train

@@ -15,6 +15,7 @@
 #include <hspmd/train/loss_scale.hpp>
 #include <hspmd/train/metrics_log.hpp>
 #include <hspmd/train/namespace.hpp>
+#include <hspmd/train/ram_cadence.hpp>
 #include <hspmd/train/ram_state.hpp>
 #include <hspmd/train/ram_tier.hpp>
 #include <hspmd/train/report.hpp>
@@ -49,7 +50,8 @@ struct run_context {
   const train_options& o;
   Optimizer& opt;
   const graph::graph& g;
-  const synth::plan* plan; ///< a distributed run's, else nullptr
+  std::uint64_t graph_hash; ///< synth::graph_hash(g)
+  const synth::plan* plan;  ///< a distributed run's, else nullptr
   std::ostream* out;
 };
 
@@ -75,7 +77,8 @@ void save_run_checkpoint(const run_context<T, Optimizer>& s, std::size_t step, t
       if (point == f.save_point)
         inject_fault(f);
     };
-  const auto meta = checkpoint_meta(s.g, s.o, s.plan, optimizer_meta(s.opt, s.o), step, loss_scale);
+  const auto meta =
+      checkpoint_meta(s.graph_hash, s.o, s.plan, optimizer_meta(s.opt, s.o), step, loss_scale);
   const auto dir = s.e.save_state(s.o.checkpoint_dir, step, meta, s.opt, co);
   const double seconds = detail::slowest_since(s.e, t0);
   r.checkpoints.push_back(dir.string());
@@ -116,7 +119,8 @@ double save_run_ram(const run_context<T, Optimizer>& s, std::size_t step,
                     const dynamic_loss_scale* loss_scale, const ram_options& ro) {
   const auto t0 = std::chrono::steady_clock::now();
   s.w.set_phase("keeping the state after step " + std::to_string(step) + " in the RAM tier");
-  const auto meta = checkpoint_meta(s.g, s.o, s.plan, optimizer_meta(s.opt, s.o), step, loss_scale);
+  const auto meta =
+      checkpoint_meta(s.graph_hash, s.o, s.plan, optimizer_meta(s.opt, s.o), step, loss_scale);
   s.e.ram_save(step, meta, s.opt, ro);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -196,6 +200,27 @@ double save_run_ram(const run_context<T, Optimizer>& s, std::size_t step,
   } else
     std::this_thread::sleep_for(std::chrono::seconds(2));
   return true;
+}
+
+/// --ram-budget: the cadence from rank 0's measurements (train/ram_cadence.hpp), every rank
+/// the same; a line and a metrics record. Collective.
+inline void decide_ram_cadence(ram_cadence& c, world& w, std::ostream* out, metrics_log& metrics,
+                               double budget) {
+  std::string every = w.root() ? std::to_string(c.proposal()) : std::string();
+  w.broadcast_text(every);
+  c.decide(static_cast<std::size_t>(std::stoull(every)));
+  const double step = c.step_seconds();
+  const double share = step > 0.0 ? c.save_cost() / step : 0.0;
+  if (out != nullptr)
+    print(*out,
+          "RAM tier: a save costs %.1f ms of a %.1f ms step (%.1f %%, measured): keeping the "
+          "state every %zu step(s) keeps it within %.3g %%\n",
+          1e3 * c.save_cost(), 1e3 * step, 100.0 * share, c.every(), 100.0 * budget);
+  metrics.write({{"event", "ram_cadence"},
+                 {"every", c.every()},
+                 {"save_ms", 1e3 * c.save_cost()},
+                 {"step_ms", 1e3 * step},
+                 {"budget", budget}});
 }
 
 /// The RAM tier's line after a run (rank 0's figures) and its metrics record.

@@ -40,12 +40,14 @@ template <class Optimizer>
 }
 
 /// The manifest's run entries after `step` steps (see the file comment).
-[[nodiscard]] inline nlohmann::json checkpoint_meta(const graph::graph& g, const train_options& o,
-                                                    const synth::plan* plan,
+/// `graph_hash`: synth::graph_hash of the model's graph (a run computes it once: it serializes
+/// the graph, a millisecond or more a save).
+[[nodiscard]] inline nlohmann::json checkpoint_meta(std::uint64_t graph_hash,
+                                                    const train_options& o, const synth::plan* plan,
                                                     nlohmann::json optimizer, std::size_t step,
                                                     const dynamic_loss_scale* loss_scale) {
   nlohmann::json m;
-  m["model"] = {{"name", o.name}, {"hash", to_hex(synth::graph_hash(g))}};
+  m["model"] = {{"name", o.name}, {"hash", to_hex(graph_hash)}};
   if (plan != nullptr)
     m["plan"] = {{"strategy", plan->strategy},
                  {"ratios", plan->ratios},

@@ -133,6 +133,9 @@ struct train_options {
   /// node (unless `no_ram_peers`). A resume takes the newest complete state of either tier.
   std::string ram_dir;
   std::size_t ram_every = 1;
+  /// When > 0: the cadence measured on the run (train/ram_cadence.hpp) -- the fewest steps
+  /// between saves that keep what they cost the steps within this share of a step.
+  double ram_budget = 0.0;
   bool no_ram_peers = false;
   /// Start from the parameters of this checkpoint (a directory hspmd saved, under any layout, or
   /// one `hspmd-checkpoint import` wrote): the optimizer, schedule and data start at step 0. A

@@ -260,10 +260,16 @@ private:
       ram = ram_setup(o_, *world_, run_ ? &run_->c : nullptr, r.ram_resumed);
       e.ram_start(opt_, *ram);
     }
+    ram_cadence cadence(o_.ram_budget, o_.ram_every, o_.steps, first); // --ram-budget
+    auto top = clock::now();
     const auto launcher_dir = run_directory(); // hspmd-run's (train/run_dir.hpp)
     metrics.start(world_ ? static_cast<std::size_t>(world_->size()) : 1, o_.steps, resumed,
                   1e3 * r.load_seconds, run_ ? 1e3 * run_->plan_seconds : 0.0);
     for (std::size_t s = first; s < o_.steps; ++s) {
+      if (ram && s > first &&
+          cadence.measure(s, std::chrono::duration<double>(clock::now() - top).count()))
+        decide_ram_cadence(cadence, *world_, out, metrics, o_.ram_budget);
+      top = clock::now();
       world_->set_phase("training step " + std::to_string(s + 1));
       const bool node_lost = fault_ && fault_->what == fault_spec::kind::node;
       if (fault_ && fault_->save_point.empty() && fault_->step == s + 1 && !node_lost &&
@@ -322,7 +328,7 @@ private:
                                            dist_->take_compute_seconds(), rebalance_moves(), out,
                                            metrics))
           r.rebalances.push_back(std::move(*rb));
-      if (ram && (s + 1) % o_.ram_every == 0)
+      if (ram && cadence.save_after(s + 1))
         r.ram_save_seconds +=
             save_run_ram(state(e, out), s + 1, loss_scale ? &*loss_scale : nullptr, *ram);
       const bool saved = o_.save_every > 0 && ((s + 1) % o_.save_every == 0 || s + 1 == o_.steps);
@@ -383,7 +389,9 @@ private:
   }
 
   [[nodiscard]] run_context<T, Optimizer> state(engine<T, Optimizer>& e, std::ostream* out) {
-    return {e, *world_, o_, opt_, g_, plan(), out};
+    if (!graph_hash_)
+      graph_hash_ = synth::graph_hash(g_); // once: the graph does not change
+    return {e, *world_, o_, opt_, g_, *graph_hash_, plan(), out};
   }
 
   eval_report run_eval(const feed_fn<T>& eval, std::size_t batches, std::size_t after_step) {
@@ -397,6 +405,7 @@ private:
   }
 
   graph::graph g_;
+  std::optional<std::uint64_t> graph_hash_; // of g_, for checkpoints' metadata
   train_options o_;
   Optimizer opt_{1e-3};
   std::unique_ptr<world> world_ = std::make_unique<world>(); // one process until started

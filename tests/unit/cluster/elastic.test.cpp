@@ -2,6 +2,7 @@
 // lines as Open MPI 4.1 and hspmd print them, and the cluster that remains.
 #include <hspmd/cluster/cluster_file.hpp>
 #include <hspmd/train/elastic.hpp>
+#include <hspmd/train/ram_cadence.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -95,4 +96,50 @@ TEST_CASE("the launcher follows a metrics file's last step, reading only what wa
                       << "\n"; // a new run's, shorter
   CHECK(follow() == 1);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("the RAM budget measures a save's cost on the run and keeps the state as often as fits") {
+  // 40 steps: 2 warm-up, 5 without saves (100 ms), saves after steps 8..12, and the steps after
+  // them cost 15 ms more: a 15 % save within 5 % is every 3rd step.
+  train::ram_cadence c(0.05, 1, 40);
+  REQUIRE_FALSE(c.decided());
+  std::vector<std::size_t> saved;
+  bool decided_at_13 = false;
+  for (std::size_t done = 1; done <= 40; ++done) {
+    const bool after_save = !saved.empty() && saved.back() == done - 1;
+    if (c.measure(done, after_save ? 0.115 : (done == 1 ? 0.5 : 0.100))) {
+      CHECK(done == 13);
+      decided_at_13 = true;
+      CHECK(c.proposal() == 3);
+      c.decide(c.proposal());
+    }
+    if (c.save_after(done))
+      saved.push_back(done);
+  }
+  CHECK(decided_at_13);
+  CHECK(c.every() == 3);
+  CHECK(c.save_cost() == Approx(0.015));
+  CHECK(c.step_seconds() == Approx(0.1));
+  // The measured saves, then every 3rd step: nothing kept during warm-up and the baseline.
+  const std::vector<std::size_t> want = {8, 9, 10, 11, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39};
+  CHECK(saved == want);
+
+  // A save that costs nothing measurable keeps every step; noise below the baseline too.
+  train::ram_cadence cheap(0.05, 1, 40);
+  for (std::size_t done = 1; done <= 13; ++done)
+    (void)cheap.measure(done, done > 8 ? 0.099 : 0.1);
+  CHECK(cheap.proposal() == 1);
+
+  // Off (budget 0), a short run, or a resumed run's own steps counted from where it resumed.
+  train::ram_cadence off(0.0, 4, 40);
+  CHECK(off.decided());
+  CHECK(off.save_after(8));
+  CHECK_FALSE(off.save_after(9));
+  CHECK(train::ram_cadence(0.05, 2, 17).decided());
+  train::ram_cadence resumed(0.05, 1, 60, 30);
+  CHECK_FALSE(resumed.decided());
+  CHECK_FALSE(resumed.save_after(37));
+  CHECK(resumed.save_after(38));
+  CHECK_FALSE(resumed.measure(42, 0.1));
+  CHECK(resumed.measure(43, 0.1));
 }

@@ -170,7 +170,8 @@ TEST_CASE("a checkpoint's manifest records every option the ranks agree on, from
   o.bucket_mb = 2.5;
   o.plan = "dp-cp";
   graph::graph g;
-  const auto meta = train::checkpoint_meta(g, o, nullptr, nlohmann::json::object(), 3, nullptr);
+  const auto meta = train::checkpoint_meta(synth::graph_hash(g), o, nullptr,
+                                           nlohmann::json::object(), 3, nullptr);
   std::size_t rows = 0;
   for (const train::train_option& row : train::train_option_table()) {
     const std::string name = row.name();
