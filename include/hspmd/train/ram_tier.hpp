@@ -51,6 +51,8 @@
 #include <span>
 #include <string>
 #include <thread>
+
+#include <sched.h>
 #include <vector>
 
 namespace hspmd::train {
@@ -360,6 +362,13 @@ private:
 
   // The writer thread: checksums a slot and writes its record.
   void write_loop() {
+#if defined(__linux__)
+    // A batch thread: woken by a save, it does not preempt the training thread that woke it
+    // (with no core to spare, it would take the core at once: the save's whole copy became
+    // training's wait); it runs beside training, or when training waits for it.
+    const sched_param batch{};
+    (void)::sched_setscheduler(0, SCHED_BATCH, &batch);
+#endif
     for (;;) {
       queued j;
       {
