@@ -2,7 +2,7 @@
 // --cluster. Defaults are BERT-base (vocabulary 30522); --moe-experts N makes it BERT-MoE (every
 // second layer a top-2 mixture).
 //   build/release/examples/bert --layers 4 --hidden 256 --ffn 1024 --heads 4 --vocab 8192
-//   build/release/examples/bert --data ../shared/data/wikitext-2/wiki.valid.tokens --vocab 8192
+//   build/release/examples/bert --data ../shared/data/wikitext-2/valid.txt --vocab 8192
 #include "train.hpp"
 
 int main(int argc, char** argv) {

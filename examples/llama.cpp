@@ -1,7 +1,7 @@
 // Llama-style decoder language model (RMSNorm, rotary embeddings, causal attention, SwiGLU,
 // untied head), one process or under mpirun with --cluster. Defaults are Llama-small.
 //   build/release/examples/llama --layers 2 --hidden 256 --heads 4 --steps 20
-//   build/release/examples/llama --data ../shared/data/wikitext-2/wiki.valid.tokens
+//   build/release/examples/llama --data ../shared/data/wikitext-2/valid.txt
 //   mpirun -np 2 build/release/examples/llama --cluster clusters/emulated-2.json --plan synth
 #include "train.hpp"
 

@@ -2,6 +2,8 @@
 // What the example models share besides the library trainer: the --data flag and the synthetic
 // or real data each model family trains on. The loop itself is hspmd::train::trainer.
 
+#include <hspmd/data/prefetch.hpp>
+#include <hspmd/data/tokens.hpp>
 #include <hspmd/hspmd.hpp>
 #include <hspmd/train/train_flags.hpp>
 
@@ -25,14 +27,25 @@ using feed_fn = hspmd::exec::feed_fn<float>;
 /// The trainer's options plus the data files.
 struct options {
   hspmd::train::train_options train;
-  std::vector<std::string> data; ///< a text file (LM) or CIFAR-10 .bin files (images)
+  std::vector<std::string> data; ///< a text or token file (LM) or CIFAR-10 .bin files (images)
+  std::string data_format = "auto";
+  std::string valid_data; ///< language models: a token file evaluation reads
 };
 
 inline void add_common(CLI::App& app, options& o) {
   hspmd::train::add_train_flags(app, o.train);
   app.add_option("--data", o.data,
-                 "real data: a text file (language models) or CIFAR-10 .bin files (images); "
-                 "seeded synthetic data when absent");
+                 "real data: a text or token file (language models; docs/data.md) or CIFAR-10 "
+                 ".bin files (images); seeded synthetic data when absent");
+  app.add_option("--data-format", o.data_format,
+                 "language models' --data: text (words, a vocabulary of the most frequent), "
+                 "bin16 or bin32 (flat uint16/uint32 token ids, as nanoGPT's train.bin), "
+                 "megatron (Megatron-LM's PREFIX.bin + PREFIX.idx), or auto (by the file: .bin "
+                 "with an .idx beside it megatron, other .bin bin16, else text)")
+      ->capture_default_str();
+  app.add_option("--valid-data", o.valid_data,
+                 "language models: the token file evaluation reads (same format as --data), in "
+                 "order; without it evaluation reads training samples");
 }
 
 /// Evaluation batches come from this index on (synthetic data: never drawn for training).
@@ -134,11 +147,76 @@ std::pair<feed_fn, feed_fn> image_feeds(std::shared_ptr<Source> source, std::siz
   return {feed(0), feed(eval_from)};
 }
 
-/// Training and evaluation feeds of a language model: the --data text file (evaluation reads
-/// the corpus from its middle on: no separate held-out file), else Markov text.
+/// A feed of micro-batches `source->batch(offset + i, ...)` made ahead on a background thread
+/// (data/prefetch.hpp).
+template <class Source>
+feed_fn prefetched_tokens(std::shared_ptr<const Source> source, std::size_t b, std::size_t seq,
+                          std::uint64_t offset) {
+  using batch = std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>;
+  auto ahead = std::make_shared<hspmd::data::prefetcher<batch>>(
+      [source, b, seq, offset](std::uint64_t i, batch& into) {
+        source->batch(offset + i, b, seq, into.first, into.second);
+      });
+  return [ahead](sink& s, std::size_t i) {
+    const batch& x = ahead->get(i);
+    s.set_input("tokens", x.first);
+    s.set_input("targets", x.second);
+  };
+}
+
+/// Training and evaluation feeds of a token file (data/tokens.hpp): samples in the seed's order;
+/// evaluation reads --valid-data's samples in order, else the training file's.
+inline std::pair<feed_fn, feed_fn> token_file_feeds(const options& o, std::size_t vocab,
+                                                    std::size_t seq) {
+  namespace d = hspmd::data;
+  const std::size_t b = o.train.batch;
+  const auto open = [&](const std::string& path, bool shuffle) {
+    auto file =
+        std::make_shared<const d::token_file>(path, d::token_format_of(path, o.data_format));
+    auto samples =
+        std::make_shared<const d::token_samples>(file, seq, vocab, o.train.seed, shuffle);
+    std::printf(
+        "%s: %s, %zu %s tokens in %zu document(s): %zu samples of %zu tokens%s%s\n",
+        shuffle ? "data" : "validation data", file->name().c_str(), file->size(),
+        file->type().c_str(), file->documents(), samples->size(), seq + 1,
+        samples->short_documents() > 0
+            ? (", " + std::to_string(samples->short_documents()) + " shorter document(s) skipped")
+                  .c_str()
+            : "",
+        shuffle ? ", shuffled by --seed" : ", in order");
+    return samples;
+  };
+  const auto train = open(o.data.front(), true);
+  if (o.valid_data.empty()) {
+    std::printf("evaluation: the training samples in order (no --valid-data)\n");
+    return {prefetched_tokens(train, b, seq, 0),
+            prefetched_tokens(std::make_shared<const d::token_samples>(
+                                  std::shared_ptr<const d::token_file>(train, &train->file()), seq,
+                                  vocab, o.train.seed, false),
+                              b, seq, 0)};
+  }
+  return {prefetched_tokens(train, b, seq, 0),
+          prefetched_tokens(open(o.valid_data, false), b, seq, 0)};
+}
+
+/// Training and evaluation feeds of a language model: --data, a token file (above) or a text
+/// file (evaluation reads the text from its middle on), else Markov text.
 inline std::pair<feed_fn, feed_fn> text_feeds(const options& o, std::size_t vocab,
                                               std::size_t seq) {
   const std::size_t b = o.train.batch;
+  const bool tokens =
+      !o.data.empty() && o.data_format != "text" &&
+      (o.data_format != "auto" || std::filesystem::path(o.data.front()).extension() == ".bin" ||
+       std::filesystem::path(o.data.front()).extension() == ".idx" ||
+       std::filesystem::exists(o.data.front() + ".idx"));
+  if (tokens)
+    return token_file_feeds(o, vocab, seq);
+  if (!o.valid_data.empty())
+    throw hspmd::config_error("--valid-data " + o.valid_data,
+                              o.data.empty() ? "needs --data"
+                                             : "needs token files: a text file "
+                                               "builds its vocabulary from itself",
+                              "give --data and --valid-data as token files (docs/data.md)");
   if (!o.data.empty()) {
     auto corpus = std::make_shared<hspmd::data::text_corpus>(o.data.front(), vocab);
     std::printf("data: %s, %zu tokens, vocabulary %zu (%zu unknown)\n", o.data.front().c_str(),

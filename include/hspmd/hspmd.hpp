@@ -27,7 +27,9 @@
 #include <hspmd/cluster/cluster_file.hpp>
 
 #include <hspmd/data/cifar10.hpp>
+#include <hspmd/data/prefetch.hpp>
 #include <hspmd/data/text.hpp>
+#include <hspmd/data/tokens.hpp>
 
 #include <hspmd/lp/problem.hpp>
 #include <hspmd/lp/simplex.hpp>
