@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   app.add_option("--dropout", c.dropout, "dropout rate")->capture_default_str();
   app.add_option("--moe-experts", c.moe_experts, "BERT-MoE: experts in every second layer")
       ->capture_default_str();
+  auto* eps = example::add_norm_eps(app, c.eps);
   return example::main_of(app, argc, argv, [&] {
+    example::settle_norm_eps(o, c.eps, eps->count() > 0);
     o.train.name = c.moe_experts > 0 ? "bert-moe" : "bert";
     o.train.units_per_sample = c.seq;
     example::fit([&](std::size_t b) { return hspmd::models::trace_bert_lm<float>(c, b); }, o,

@@ -27,7 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--seq", c.seq, "tokens per sequence")->capture_default_str();
   app.add_option("--vocab", c.vocab, "vocabulary")->capture_default_str();
   app.add_option("--rope-base", c.rope_base, "rotary embedding base")->capture_default_str();
+  auto* eps = example::add_norm_eps(app, c.eps);
   return example::main_of(app, argc, argv, [&] {
+    example::settle_norm_eps(o, c.eps, eps->count() > 0);
     o.train.units_per_sample = c.seq;
     example::fit([&](std::size_t b) { return hspmd::models::trace_llama_lm<float>(c, b); }, o,
                  example::text_feeds(o, c.vocab, c.seq));

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -242,6 +243,44 @@ inline std::pair<feed_fn, feed_fn> image_feeds(const options& o, std::size_t ima
   }
   return image_feeds(std::make_shared<prototype_images>(3 * image * image, classes, o.train.seed),
                      b, held_out);
+}
+
+/// --norm-eps, the model's normalization epsilon `eps`.
+inline CLI::Option* add_norm_eps(CLI::App& app, double& eps) {
+  return app
+      .add_option("--norm-eps", eps,
+                  "the normalization layers' epsilon (with --init-from an import that recorded "
+                  "config.json's: that one)")
+      ->capture_default_str();
+}
+
+/// With --init-from a checkpoint `hspmd-checkpoint import` wrote with config.json's epsilon:
+/// that epsilon, unless --norm-eps (`given`) says otherwise -- then refused if it differs.
+inline void settle_norm_eps(const options& o, double& eps, bool given) {
+  if (o.train.init_from.empty())
+    return;
+  const auto dir = hspmd::train::find_checkpoint(o.train.init_from);
+  if (!dir)
+    return; // the trainer names what is wrong with it
+  const auto meta = hspmd::train::read_manifest(*dir).value("meta", nlohmann::json::object());
+  if (!meta.contains("imported") || !meta["imported"].contains("norm_eps"))
+    return;
+  const double recorded = meta["imported"]["norm_eps"].get<double>();
+  const std::string field = meta["imported"].value("norm_eps_field", "config.json");
+  const auto text = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  if (given && std::abs(eps - recorded) > 1e-9 * recorded)
+    throw hspmd::config_error("--norm-eps " + text(eps),
+                              "differs from the epsilon " + dir->string() + " was imported with (" +
+                                  text(recorded) + ", " + field + ")",
+                              "drop --norm-eps, or give " + text(recorded));
+  if (!given && eps != recorded)
+    std::printf("normalization epsilon %s from %s (%s; the model's default is %s)\n",
+                text(recorded).c_str(), dir->string().c_str(), field.c_str(), text(eps).c_str());
+  eps = recorded;
 }
 
 /// Parses the flags and runs `body`; an error of a single-process run becomes one line on

@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
   app.add_option("--ffn", c.ffn, "feed-forward width")->capture_default_str();
   app.add_option("--heads", c.heads, "attention heads")->capture_default_str();
   app.add_option("--dropout", c.dropout, "dropout rate")->capture_default_str();
+  auto* eps = example::add_norm_eps(app, c.eps);
   return example::main_of(app, argc, argv, [&] {
+    example::settle_norm_eps(o, c.eps, eps->count() > 0);
     example::fit([&](std::size_t b) { return hspmd::models::trace_vit<float>(c, b); }, o,
                  example::image_feeds(o, c.image, c.classes));
   });

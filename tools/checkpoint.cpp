@@ -199,6 +199,14 @@ int import_files(const std::string& path, const std::string& names, const std::s
   if (!rep.unmatched.empty())
     std::printf("warning: no rule of the %s table names %zu tensor(s), left out: %s\n",
                 names.c_str(), rep.unmatched.size(), listed(rep.unmatched).c_str());
+  if (!rep.missing.empty())
+    std::printf("warning: %zu %s parameter(s) filled by no source tensor (a run starts them "
+                "fresh): %s\n",
+                rep.missing.size(), std::string(family.model).c_str(), listed(rep.missing).c_str());
+  if (rep.norm_eps > 0.0)
+    std::printf("normalization epsilon %g (config.json's %s), recorded: a run from it uses it "
+                "(--norm-eps)\n",
+                rep.norm_eps, rep.norm_eps_field.c_str());
   std::printf("start a run from it with --init-from %s\n", out.c_str());
   return 0;
 }
@@ -242,6 +250,9 @@ int main(int argc, char** argv) {
   imp->add_option("--heads", io.heads,
                   "attention heads, for llama's rotary rows (0: from config.json)")
       ->capture_default_str();
+  imp->add_flag("--partial", io.partial,
+                "import what matches even when most source tensors or most of the model's "
+                "parameters do not (refused otherwise: likely another family's files)");
   if (const auto rc = hspmd::io::parse_flags(app, argc, argv))
     return *rc;
   try {

@@ -35,6 +35,7 @@ struct bert_config {
   /// Attention as one fused op that keeps no (S, S) scores (nn::multi_head_attention::fused);
   /// the attention probabilities then get no dropout (the residual dropouts stay).
   bool fused_attention = false;
+  double eps = 1e-5; ///< LayerNorm epsilon (GPT-2's layer_norm_epsilon)
 };
 
 /// Traces the BERT-LM for `batch` sequences in element type T.
@@ -58,10 +59,11 @@ template <class T>
                                                    c.ffn,
                                                    i % 2 == 1 ? c.moe_experts : 0,
                                                    c.capacity_factor,
-                                                   c.fused_attention};
+                                                   c.fused_attention,
+                                                   c.eps};
     h = block(t, h);
   }
-  const nn::layer_norm<T, dyn> ln_f{"ln_f", 1e-5, c.hidden};
+  const nn::layer_norm<T, dyn> ln_f{"ln_f", c.eps, c.hidden};
   const nn::linear<T, dyn, dyn> head("head", c.hidden, c.vocab);
   auto logits = head(t, ln_f(t, h)); // (B, S, V)
   auto flat = nn::reshape(logits, extents<dyn, dyn>(batch * c.seq, c.vocab));

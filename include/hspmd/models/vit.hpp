@@ -27,6 +27,7 @@ struct vit_config {
   std::size_t heads = 12;
   std::size_t classes = 10;
   double dropout = 0.1;
+  double eps = 1e-5; ///< LayerNorm epsilon (Hugging Face ViT's layer_norm_eps is 1e-12)
 };
 
 /// Traces the ViT for `batch` images in element type T.
@@ -58,11 +59,19 @@ template <class T>
       t.parameter<T>("pos.table", extents<dyn, dyn>(patches + 1, c.hidden), nn::normal_init(0.02));
   auto hp = nn::add_broadcast(h, pos);
   for (std::size_t i = 0; i < c.layers; ++i) {
-    const nn::transformer_block<T, dyn, dyn> block{
-        "layers." + std::to_string(i), c.heads, /*causal=*/false, c.dropout, c.hidden, c.ffn};
+    const nn::transformer_block<T, dyn, dyn> block{"layers." + std::to_string(i),
+                                                   c.heads,
+                                                   /*causal=*/false,
+                                                   c.dropout,
+                                                   c.hidden,
+                                                   c.ffn,
+                                                   0,
+                                                   1.25,
+                                                   false,
+                                                   c.eps};
     hp = block(t, hp);
   }
-  const nn::layer_norm<T, dyn> ln_f{"ln_f", 1e-5, c.hidden};
+  const nn::layer_norm<T, dyn> ln_f{"ln_f", c.eps, c.hidden};
   auto normed = ln_f(t, hp);
   const auto first = nn::slice(normed, 1, 0, 1); // the CLS token: (B, 1, H)
   const auto feature = nn::reshape(first, t.bind<extents<hspmd::batch, dyn>>(c.hidden));

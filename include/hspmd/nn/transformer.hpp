@@ -124,14 +124,15 @@ struct transformer_block {
   std::size_t moe_experts = 0;
   double capacity_factor = 1.25;
   bool fused_attention = false; ///< multi_head_attention::fused
+  double eps = 1e-5;            ///< the layer norms' epsilon
 
   template <extents_type E, class P>
   requires(E::rank() == 3) value<T, E>
   operator()(tracer& t, const value<T, E, P>& pinned_x) const {
     const value<T, E> x(t, pinned_x.id(), pinned_x.extents());
     const auto scope = t.scope(name);
-    const layer_norm<T, H> ln1{"ln1", 1e-5, hidden};
-    const layer_norm<T, H> ln2{"ln2", 1e-5, hidden};
+    const layer_norm<T, H> ln1{"ln1", eps, hidden};
+    const layer_norm<T, H> ln2{"ln2", eps, hidden};
     const multi_head_attention<T, H> attn{"attn", heads, causal, dropout, hidden, fused_attention};
     const linear<T, H, F> up("fc1", hidden, ffn);
     const linear<T, F, H> down("fc2", ffn, hidden);

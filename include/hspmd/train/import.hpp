@@ -157,6 +157,9 @@ import_sources(const std::filesystem::path& path) {
 struct import_options {
   std::size_t seq = 0;   ///< keep the first `seq` rows of a position table (0: all)
   std::size_t heads = 0; ///< attention heads (rotary rows); 0: from config.json next to the files
+  /// Import what matches even when most source tensors or most of the model's parameters do
+  /// not (otherwise refused: the files are likely another family's).
+  bool partial = false;
 };
 
 /// What an import did.
@@ -165,10 +168,45 @@ struct import_report {
   std::vector<std::pair<std::string, std::string>> map; ///< source -> hspmd, in rule order
   std::vector<std::string> ignored;                     ///< sources with nothing to keep
   std::vector<std::string> unmatched;                   ///< sources no rule names
+  std::vector<std::string> missing;                     ///< the model's parameters no source filled
   std::size_t layers = 0;
+  /// The normalization epsilon config.json gives (rms_norm_eps, layer_norm_eps or
+  /// layer_norm_epsilon), recorded in the checkpoint as meta.imported.norm_eps; 0: none.
+  double norm_eps = 0.0;
+  std::string norm_eps_field;
 };
 
 namespace detail {
+
+// The name table that names most of `sources`: "give --names X" when it is not `tried`.
+[[nodiscard]] inline std::string
+likely_family(const std::map<std::string, import_source_tensor>& sources,
+              const import_family& tried) {
+  const import_family* best = nullptr;
+  std::size_t most = 0;
+  for (const import_family& f : import_families()) {
+    std::size_t named = 0;
+    for (const auto& [stored, s] : sources) {
+      std::string_view name = stored;
+      if (name.starts_with(f.prefix))
+        name.remove_prefix(f.prefix.size());
+      if (std::ranges::any_of(f.rules, [&](const import_rule& r) {
+            return match_pattern(r.source, name).has_value();
+          }))
+        ++named;
+    }
+    if (named > most) {
+      most = named;
+      best = &f;
+    }
+  }
+  if (best != nullptr && best != &tried)
+    return "the files look like a " + std::string(best->name) + " model (" + std::to_string(most) +
+           " of " + std::to_string(sources.size()) + " named): give --names " +
+           std::string(best->name);
+  return "give the files of a " + std::string(tried.name) +
+         " model, or the name table of the files' model family";
+}
 
 struct import_tensor {
   std::vector<std::size_t> shape;
@@ -264,12 +302,19 @@ inline import_report import_checkpoint(const std::filesystem::path& source,
                                        const import_family& family, import_options o = {}) {
   namespace fs = std::filesystem;
   const auto sources = import_sources(source);
-  if (o.heads == 0) {
+  import_report rep;
+  {
     const fs::path dir = fs::is_directory(source) ? source : source.parent_path();
     if (std::ifstream f(dir / "config.json"); f) {
       try {
         const auto c = nlohmann::json::parse(f);
-        o.heads = c.value("num_attention_heads", std::size_t{0});
+        if (o.heads == 0)
+          o.heads = c.value("num_attention_heads", std::size_t{0});
+        for (const char* field : {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"})
+          if (c.contains(field) && c[field].is_number() && rep.norm_eps == 0.0) {
+            rep.norm_eps = c[field].get<double>();
+            rep.norm_eps_field = field;
+          }
       } catch (const nlohmann::json::exception& e) {
         throw config_error((dir / "config.json").string(),
                            std::string("is not valid JSON: ") + e.what(),
@@ -282,7 +327,6 @@ inline import_report import_checkpoint(const std::filesystem::path& source,
       stored.remove_prefix(family.prefix.size());
     return stored;
   };
-  import_report rep;
   bool f64 = false;
   std::map<std::string, detail::import_tensor> made;
   std::set<std::string> used;
@@ -330,12 +374,29 @@ inline import_report import_checkpoint(const std::filesystem::path& source,
   if (made.empty())
     throw config_error(source.string(),
                        "holds no tensor the " + std::string(family.name) + " name table knows",
-                       "give the files of a " + std::string(family.name) +
-                           " model, or another name table (docs/checkpoint.md)");
+                       detail::likely_family(sources, family) + " (docs/checkpoint.md)");
+  for (const std::string& t : import_targets(family, rep.layers))
+    if (!made.contains(t))
+      rep.missing.push_back(t);
+  const std::size_t considered = sources.size() - rep.ignored.size();
+  const std::size_t expected = rep.missing.size() + made.size();
+  if (!o.partial && (2 * rep.unmatched.size() > considered || 2 * rep.missing.size() > expected))
+    throw config_error(
+        source.string(),
+        "matches the " + std::string(family.name) +
+            " name table poorly: " + std::to_string(considered - rep.unmatched.size()) + " of " +
+            std::to_string(considered) + " source tensors named, " + std::to_string(made.size()) +
+            " of " + std::to_string(expected) + " " + std::string(family.model) +
+            " parameters filled",
+        detail::likely_family(sources, family) + ", or --partial to import only these");
   nlohmann::json meta;
   meta["imported"] = {{"from", fs::absolute(source).string()},
                       {"names", std::string(family.name)},
                       {"model", std::string(family.model)}};
+  if (rep.norm_eps > 0.0) {
+    meta["imported"]["norm_eps"] = rep.norm_eps;
+    meta["imported"]["norm_eps_field"] = "config.json's " + rep.norm_eps_field;
+  }
   solo_communicator solo;
   const auto save = [&]<class T>(T /*type*/) {
     std::vector<std::vector<T>> values;

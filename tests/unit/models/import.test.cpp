@@ -479,3 +479,56 @@ TEST_CASE("bad import input is one line naming the file, the tensor and the fix"
                     Catch::Contains("gone.safetensors") && Catch::Contains("missing"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("an import that matches its name table poorly is refused, naming the likely table, and "
+          "config.json's epsilon is recorded",
+          "[import]") {
+  // A Llama model's files (2 layers, complete) given to the gpt2 table: 1 of 19 named.
+  std::mt19937 rng(11);
+  std::map<std::string, source_tensor> src;
+  const auto add = [&](const std::string& name, std::vector<std::size_t> shape) {
+    src[name] = random_tensor(std::move(shape), rng, dtype::f32);
+  };
+  add("model.embed_tokens.weight", {16, 8});
+  add("model.norm.weight", {8});
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    add(l + "input_layernorm.weight", {8});
+    add(l + "post_attention_layernorm.weight", {8});
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      add(l + "self_attn." + p + ".weight", {8, 8});
+    add(l + "mlp.gate_proj.weight", {12, 8});
+    add(l + "mlp.up_proj.weight", {12, 8});
+    add(l + "mlp.down_proj.weight", {8, 12});
+  }
+  add("wpe.weight", {4, 8}); // one name gpt2's table knows
+  const fs::path dir = scratch("poor");
+  fs::create_directories(dir / "hf");
+  write_source(dir / "hf" / "model.safetensors", src);
+  std::ofstream(dir / "hf" / "config.json")
+      << R"({"num_attention_heads": 2, "rms_norm_eps": 1e-05})";
+  const auto& gpt2 = train::import_family_named("gpt2");
+  CHECK_THROWS_WITH(train::import_checkpoint(dir / "hf", dir / "ckpt", gpt2),
+                    Catch::Contains("matches the gpt2 name table poorly: 1 of 21 source tensors "
+                                    "named, 1 of ") &&
+                        Catch::Contains("give --names llama") && Catch::Contains("--partial"));
+  CHECK_FALSE(fs::exists(dir / "ckpt"));
+  // --partial imports the one tensor, naming what it left.
+  train::import_options partial;
+  partial.partial = true;
+  const auto some = train::import_checkpoint(dir / "hf", dir / "ckpt-partial", gpt2, partial);
+  CHECK(some.map.size() == 1);
+  CHECK(some.unmatched.size() == 20);
+  CHECK_FALSE(some.missing.empty());
+  // The right table: everything named (wpe is not Llama's: 1 of 21 unmatched), the epsilon
+  // recorded for the run (--norm-eps follows it).
+  const auto rep =
+      train::import_checkpoint(dir / "hf", dir / "ckpt-llama", train::import_family_named("llama"));
+  CHECK(rep.missing.empty());
+  CHECK(rep.unmatched.size() == 1);
+  CHECK(rep.norm_eps == 1e-5);
+  const auto meta = train::read_manifest(*train::find_checkpoint(dir / "ckpt-llama"))["meta"];
+  CHECK(meta["imported"]["norm_eps"].get<double>() == 1e-5);
+  CHECK(meta["imported"]["norm_eps_field"] == "config.json's rms_norm_eps");
+  fs::remove_all(dir);
+}
