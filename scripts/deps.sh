@@ -16,6 +16,7 @@ packages=(
   libopenblas-dev                   # host GEMM (cblas) for the kernels
   clang-14 libclang-rt-14-dev       # libFuzzer for the cluster reader's fuzz test
   python3-numpy                     # an independent reader of exported checkpoints (a test)
+  librsvg2-bin                      # rsvg-convert: the plan pictures render (a test)
 )
 
 missing=()

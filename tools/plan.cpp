@@ -15,6 +15,7 @@
 #include <hspmd/sim/step.hpp>
 #include <hspmd/sim/what_if.hpp>
 #include <hspmd/synth/hierarchical.hpp>
+#include <hspmd/synth/plan_svg.hpp>
 #include <hspmd/synth/synthesize.hpp>
 
 #include "plan_pipeline.hpp"
@@ -309,9 +310,11 @@ int main(int argc, char** argv) {
                  "of equal summed speed, beside the pipeline-only baseline); each stage "
                  "synthesized over its group (--json writes it)");
   app.add_option("--svg", pr.svg_out,
-                 "with --pipeline: draw the pipeline plan's stage layout (groups' devices by "
-                 "kind down, blocks across, each stage's pass, in-flight count and shares) as "
-                 "an SVG file");
+                 "draw the plan as an SVG file: each segment's shares by device kind, each "
+                 "device's predicted compute and memory, the predicted step, every op's "
+                 "placement and collectives (synth/plan_svg.hpp); with --pipeline the pipeline "
+                 "plan's stage layout (groups' devices by kind down, blocks across, each "
+                 "stage's pass, in-flight count and shares)");
   app.add_option("--plan-threads", pr.threads,
                  "with --pipeline auto: candidates planned at once (0: as many as the hardware "
                  "runs; the pick is the same for every count)")
@@ -343,8 +346,6 @@ int main(int argc, char** argv) {
     if (!pr.groups.empty() && !graph_file.empty())
       throw hspmd::config_error("--pipeline", "traces the model at the micro-batch",
                                 "use --model instead of --graph");
-    if (!pr.svg_out.empty() && pr.groups.empty())
-      throw hspmd::config_error("--svg", "draws a pipeline plan's stage layout", "add --pipeline");
     if (!trace_file.empty() && !simulate)
       throw hspmd::config_error("--trace", "writes the simulated step", "add --simulate");
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one
@@ -551,8 +552,11 @@ int main(int argc, char** argv) {
                                 changed ? &*changed : nullptr);
       return 0;
     }
-    if (!one_level_error.empty())
+    if (!one_level_error.empty()) {
+      if (!pr.svg_out.empty())
+        std::printf("--svg: no one-level plan to draw (%s)\n", pr.svg_out.c_str());
       return 0;
+    }
     const hspmd::synth::cost_model m(g, c, hspmd::synth::segment_map(g, so.segments), std::nullopt,
                                      so.gemm_type);
     if (explain)
@@ -564,6 +568,14 @@ int main(int argc, char** argv) {
         throw hspmd::config_error(json_out, "cannot write", "a writable path");
       std::printf("plan written to %s (hash %016llx)\n", json_out.c_str(),
                   static_cast<unsigned long long>(plan.hash()));
+    }
+    if (!pr.svg_out.empty()) {
+      std::ofstream f(pr.svg_out);
+      f << hspmd::synth::plan_svg(plan, c);
+      if (!f)
+        throw hspmd::config_error("--svg " + pr.svg_out, "cannot be written",
+                                  "give a path in a writable directory");
+      std::printf("plan drawn in %s\n", pr.svg_out.c_str());
     }
     return 0;
   } catch (const std::exception& e) {

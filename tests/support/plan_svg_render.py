@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""hspmd-plan's pictures render (docs/synthesis.md, "Pictures").
+
+    plan_svg_render.py HSPMD_PLAN CLUSTERS_DIR WORK_DIR
+
+Draws a one-level plan of BERT on the mixed-8 cluster and a pipeline plan on emulated-3
+(--svg), renders both with Debian's rsvg-convert (librsvg2-bin) to PNG, and checks: the renderer
+accepts them, the PNGs are non-empty and of sane size, and the one-level picture has one share
+piece per device (a <title> "device: share" each). Exits 77 (skipped) without rsvg-convert.
+"""
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+svg_tool = shutil.which("rsvg-convert")
+if not svg_tool:
+    print("skipped: rsvg-convert is not installed (apt-get install librsvg2-bin)")
+    sys.exit(77)
+plan, clusters, work = sys.argv[1:4]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+model = ["--model", "bert", "--layers", "4", "--hidden", "64", "--heads", "2", "--seq", "16",
+         "--vocab", "128", "--no-baselines"]
+runs = {
+    "one-level": (["--cluster", os.path.join(clusters, "mixed-8.json"), "--batch", "32"], 8),
+    "pipeline": (["--cluster", os.path.join(clusters, "emulated-3.json"), "--batch", "8",
+                  "--pipeline", "1,2", "--micro", "4"], None),
+}
+for name, (args, devices) in runs.items():
+    svg = os.path.join(work, name + ".svg")
+    r = subprocess.run([plan] + model + args + ["--svg", svg], capture_output=True, text=True)
+    print(r.stdout + r.stderr)
+    if r.returncode != 0:
+        sys.exit("plan_svg_render.py: hspmd-plan failed for %s" % name)
+    png = os.path.join(work, name + ".png")
+    r = subprocess.run([svg_tool, "-o", png, svg], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("plan_svg_render.py: rsvg-convert refused %s: %s" % (svg, r.stderr))
+    data = open(png, "rb").read()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        sys.exit("plan_svg_render.py: %s is not a PNG" % png)
+    width, height = struct.unpack(">II", data[16:24])
+    print("%s: %d x %d px, %d bytes" % (png, width, height, len(data)))
+    if not (600 <= width <= 2000 and 150 <= height <= 4000) or len(data) < 2000:
+        sys.exit("plan_svg_render.py: %s: %d x %d px, %d bytes: not a sane picture" %
+                 (png, width, height, len(data)))
+    if devices:
+        text = open(svg).read()
+        shares = re.findall(r"<title>([^<:]+): ([0-9.]+)</title>", text)
+        if len(shares) != devices:
+            sys.exit("plan_svg_render.py: %d share pieces in %s, expected %d" % (len(shares), svg,
+                                                                                devices))
+print("both pictures render")
