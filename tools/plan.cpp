@@ -12,6 +12,7 @@
 #include <hspmd/io/cli.hpp>
 #include <hspmd/io/json_input.hpp>
 #include <hspmd/models/zoo.hpp>
+#include <hspmd/sim/gantt_svg.hpp>
 #include <hspmd/sim/step.hpp>
 #include <hspmd/sim/what_if.hpp>
 #include <hspmd/synth/hierarchical.hpp>
@@ -50,7 +51,8 @@ std::string seconds(double s) {
 void print_simulation(const hspmd::graph::graph& g, const hspmd::cluster& c,
                       const hspmd::synth::synth_options& so, const hspmd::synth::plan& plan,
                       const std::vector<hspmd::synth::plan>& baselines,
-                      const std::string& trace_file) {
+                      const std::string& trace_file, const std::string& gantt_file,
+                      const std::vector<std::string>& gantt_devices) {
   const hspmd::synth::cost_model m(g, c, hspmd::synth::segment_map(g, so.segments), std::nullopt,
                                    so.gemm_type);
   std::printf("\nsimulated step (device by device in the executor's order, whole shards, "
@@ -60,7 +62,14 @@ void print_simulation(const hspmd::graph::graph& g, const hspmd::cluster& c,
               "grad exposed",
               "slowest device: computing (held by buckets) / collectives / waiting");
   hspmd::sim::options o;
-  if (!trace_file.empty()) {
+  for (const std::string& name : gantt_devices) {
+    const auto it = std::ranges::find(c.devices, name, &hspmd::device_spec::name);
+    if (it == c.devices.end())
+      throw hspmd::config_error("--gantt-devices " + name, "names no device of " + c.name,
+                                "name devices of the cluster file, comma-separated");
+    o.traced.push_back(static_cast<std::size_t>(it - c.devices.begin()));
+  }
+  if ((!trace_file.empty() || !gantt_file.empty()) && gantt_devices.empty()) {
     if (c.size() <= 16) {
       for (std::size_t d = 0; d < c.size(); ++d)
         o.traced.push_back(d);
@@ -88,24 +97,37 @@ void print_simulation(const hspmd::graph::graph& g, const hspmd::cluster& c,
   for (const auto& b : baselines)
     row(b, hspmd::sim::simulate(b, m));
   std::printf("(one simulated step of %zu devices: %.3f s)\n", c.size(), took);
-  if (trace_file.empty())
+  if (trace_file.empty() && gantt_file.empty())
     return;
-  if (c.size() > 16 && std::ranges::find(o.traced, first.slowest) == o.traced.end())
+  if (gantt_devices.empty() && c.size() > 16 &&
+      std::ranges::find(o.traced, first.slowest) == o.traced.end())
     o.traced.push_back(first.slowest);
   const hspmd::sim::result traced = hspmd::sim::simulate(plan, m, o);
-  std::ofstream f(trace_file);
-  f << hspmd::sim::trace_of(traced, o, c,
-                            {{"simulated", true},
-                             {"plan", plan.strategy},
-                             {"model", plan.model},
-                             {"cluster", c.name},
-                             {"step_seconds", traced.step_time}})
-           .dump()
-    << "\n";
-  if (!f)
-    throw hspmd::config_error(trace_file, "cannot write", "a writable path");
-  std::printf("simulated trace of %s written to %s (%zu device(s))\n", plan.strategy.c_str(),
-              trace_file.c_str(), o.traced.size());
+  const nlohmann::json trace = hspmd::sim::trace_of(traced, o, c,
+                                                    {{"simulated", true},
+                                                     {"plan", plan.strategy},
+                                                     {"model", plan.model},
+                                                     {"cluster", c.name},
+                                                     {"step_seconds", traced.step_time}});
+  if (!trace_file.empty()) {
+    std::ofstream f(trace_file);
+    f << trace.dump() << "\n";
+    if (!f)
+      throw hspmd::config_error(trace_file, "cannot write", "a writable path");
+    std::printf("simulated trace of %s written to %s (%zu device(s))\n", plan.strategy.c_str(),
+                trace_file.c_str(), o.traced.size());
+  }
+  if (!gantt_file.empty()) {
+    std::ofstream f(gantt_file);
+    f << hspmd::sim::gantt_svg(trace, plan.model + " on " + c.name + ": the " + plan.strategy +
+                                          " plan's simulated step, " +
+                                          hspmd::synth::seconds_text(traced.step_time));
+    if (!f)
+      throw hspmd::config_error("--gantt " + gantt_file, "cannot be written",
+                                "give a path in a writable directory");
+    std::printf("simulated step drawn in %s (%zu device(s))\n", gantt_file.c_str(),
+                o.traced.size());
+  }
 }
 
 // Shares per device kind, "h100 2.1-2.3%, t4 0.4%".
@@ -201,6 +223,8 @@ int main(int argc, char** argv) {
   bool simulate = false;
   bool rank_by_cost = false;
   std::string trace_file;
+  std::string gantt_file;
+  std::vector<std::string> gantt_devices;
   std::vector<std::string> what_if;
   std::string segments = "one";
   hspmd::synth::synth_options so;
@@ -299,6 +323,12 @@ int main(int argc, char** argv) {
                  "with --simulate: write the synthesized plan's simulated step as a trace (the "
                  "format of the trainer's --trace; every device up to 16, else the first of each "
                  "kind and the slowest)");
+  app.add_option("--gantt", gantt_file,
+                 "with --simulate: draw the synthesized plan's simulated step as a Gantt chart "
+                 "(SVG) of --trace's devices or --gantt-devices");
+  app.add_option("--gantt-devices", gantt_devices,
+                 "with --gantt or --trace: the devices drawn, by name")
+      ->delimiter(',');
   app.add_option("--what-if", what_if,
                  "plan again on the cluster changed so, and compare: \"add 2 x a100\" (copies "
                  "of a device kind), \"remove node 3\", \"remove gpu7\", \"slow gpu7 x2\" "
@@ -348,6 +378,8 @@ int main(int argc, char** argv) {
                                 "use --model instead of --graph");
     if (!trace_file.empty() && !simulate)
       throw hspmd::config_error("--trace", "writes the simulated step", "add --simulate");
+    if (!gantt_file.empty() && !simulate)
+      throw hspmd::config_error("--gantt", "draws the simulated step", "add --simulate");
     so.segments = segments == "one" ? hspmd::synth::segment_policy::one
                                     : hspmd::synth::segment_policy::batch_and_model;
     using sharding_mode = hspmd::synth::search_options::parameter_sharding;
@@ -495,7 +527,7 @@ int main(int argc, char** argv) {
       std::printf("(no one-level synthesized plan to compare with%s)\n",
                   no_baselines ? "" : ": the baselines' own predictions");
     if (simulate && one_level_error.empty())
-      print_simulation(g, c, so, plan, baselines, trace_file);
+      print_simulation(g, c, so, plan, baselines, trace_file, gantt_file, gantt_devices);
     if (changed) {
       if (one_level_error.empty())
         print_what_if(hspmd::sim::what_if(g, c, *changed, so, model, plan), c);

@@ -3,8 +3,8 @@
 
     plan_svg_render.py HSPMD_PLAN CLUSTERS_DIR WORK_DIR
 
-Draws a one-level plan of BERT on the mixed-8 cluster and a pipeline plan on emulated-3
-(--svg), renders both with Debian's rsvg-convert (librsvg2-bin) to PNG, and checks: the renderer
+Draws a one-level plan of BERT on the mixed-8 cluster, its simulated step for two devices
+(--simulate --gantt) and a pipeline plan on emulated-3 (--svg), renders them with Debian's rsvg-convert (librsvg2-bin) to PNG, and checks: the renderer
 accepts them, the PNGs are non-empty and of sane size, and the one-level picture has one share
 piece per device (a <title> "device: share" each). Exits 77 (skipped) without rsvg-convert.
 """
@@ -26,12 +26,15 @@ model = ["--model", "bert", "--layers", "4", "--hidden", "64", "--heads", "2", "
          "--vocab", "128", "--no-baselines"]
 runs = {
     "one-level": (["--cluster", os.path.join(clusters, "mixed-8.json"), "--batch", "32"], 8),
+    "gantt": (["--cluster", os.path.join(clusters, "mixed-8.json"), "--batch", "32",
+               "--simulate", "--gantt-devices", "a100.0,v100.0"], None),
     "pipeline": (["--cluster", os.path.join(clusters, "emulated-3.json"), "--batch", "8",
                   "--pipeline", "1,2", "--micro", "4"], None),
 }
 for name, (args, devices) in runs.items():
     svg = os.path.join(work, name + ".svg")
-    r = subprocess.run([plan] + model + args + ["--svg", svg], capture_output=True, text=True)
+    flag = "--gantt" if name == "gantt" else "--svg"
+    r = subprocess.run([plan] + model + args + [flag, svg], capture_output=True, text=True)
     print(r.stdout + r.stderr)
     if r.returncode != 0:
         sys.exit("plan_svg_render.py: hspmd-plan failed for %s" % name)
@@ -47,10 +50,17 @@ for name, (args, devices) in runs.items():
     if not (600 <= width <= 2000 and 150 <= height <= 4000) or len(data) < 2000:
         sys.exit("plan_svg_render.py: %s: %d x %d px, %d bytes: not a sane picture" %
                  (png, width, height, len(data)))
+    if name == "gantt":
+        text = open(svg).read()
+        for want in ("rank 0 (a100.0)", "rank 4 (v100.0)", "compute", "collectives"):
+            if want not in text:
+                sys.exit("plan_svg_render.py: %r not in %s" % (want, svg))
+        if len(re.findall(r"<rect ", text)) < 20:
+            sys.exit("plan_svg_render.py: %s draws fewer than 20 bars" % svg)
     if devices:
         text = open(svg).read()
         shares = re.findall(r"<title>([^<:]+): ([0-9.]+)</title>", text)
         if len(shares) != devices:
             sys.exit("plan_svg_render.py: %d share pieces in %s, expected %d" % (len(shares), svg,
                                                                                 devices))
-print("both pictures render")
+print("the three pictures render")
