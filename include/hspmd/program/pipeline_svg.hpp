@@ -9,6 +9,7 @@
 // hspmd-plan --pipeline ... --svg FILE writes it.
 
 #include <hspmd/cluster/cluster.hpp>
+#include <hspmd/io/svg.hpp>
 #include <hspmd/program/pipeline_plan.hpp>
 
 #include <algorithm>
@@ -19,19 +20,6 @@
 #include <vector>
 
 namespace hspmd::program {
-
-namespace detail {
-// (text for an SVG element: &, < and > escaped)
-[[nodiscard]] inline std::string svg_text(const std::string& s) {
-  std::string out;
-  for (char ch : s)
-    out += ch == '&'   ? std::string("&amp;")
-           : ch == '<' ? std::string("&lt;")
-           : ch == '>' ? std::string("&gt;")
-                       : std::string(1, ch);
-  return out;
-}
-} // namespace detail
 
 /// See the file comment.
 [[nodiscard]] inline std::string layout_svg(const pipeline_plan& p, const graph::graph& g,
@@ -65,7 +53,7 @@ namespace detail {
   std::snprintf(buf, sizeof buf,
                 "<text x=\"%.0f\" y=\"20\" font-size=\"13\">%s: %zu stages on %zu groups (%zu "
                 "devices), %s, %zu micro-batches</text>\n",
-                left, detail::svg_text(p.model).c_str(), p.stages.size(), p.devices(), p.ranks(),
+                left, io::svg_escaped(p.model).c_str(), p.stages.size(), p.devices(), p.ranks(),
                 std::string(name(p.schedule)).c_str(), p.micro);
   out += buf;
   for (std::size_t b = 0; b <= blocks; b += std::max<std::size_t>(1, blocks / 10)) {
@@ -92,7 +80,7 @@ namespace detail {
                     "<rect class=\"kind\" x=\"%.1f\" y=\"%.2f\" width=\"%.0f\" height=\"%.2f\" "
                     "fill=\"%s\"><title>%zu x %s</title></rect>\n",
                     left - kinds_w - 2.0, at, kinds_w, h, palette[kind_color[kind] % 8], e - r + 1,
-                    detail::svg_text(kind).c_str());
+                    io::svg_escaped(kind).c_str());
       out += buf;
       kinds += (kinds.empty() ? "" : " + ") + std::to_string(e - r + 1) + " x " + kind;
       at += h;
@@ -102,7 +90,7 @@ namespace detail {
                   "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">group %zu</text>\n"
                   "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">%s</text>\n",
                   left - kinds_w - 6.0, y[d] + band[d] / 2.0 - 2.0, d, left - kinds_w - 6.0,
-                  y[d] + band[d] / 2.0 + 11.0, detail::svg_text(kinds).c_str());
+                  y[d] + band[d] / 2.0 + 11.0, io::svg_escaped(kinds).c_str());
     out += buf;
   }
   for (std::size_t k = 0; k < p.stages.size(); ++k) {
@@ -146,7 +134,7 @@ namespace detail {
                   "<rect x=\"%.0f\" y=\"%.0f\" width=\"10\" height=\"10\" fill=\"%s\"/>"
                   "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n",
                   lx, height - 30.0, palette[color % 8], lx + 14.0, height - 21.0,
-                  detail::svg_text(kind).c_str());
+                  io::svg_escaped(kind).c_str());
     out += buf;
     lx += 24.0 + 7.0 * static_cast<double>(kind.size());
   }

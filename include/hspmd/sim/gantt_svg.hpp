@@ -8,7 +8,7 @@
 //
 // hspmd-plan --simulate --gantt FILE writes the simulated step's.
 
-#include <hspmd/synth/plan_svg.hpp>
+#include <hspmd/io/svg.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +23,8 @@
 namespace hspmd::sim {
 
 [[nodiscard]] inline std::string gantt_svg(const nlohmann::json& trace, const std::string& title) {
-  using synth::detail::svg_add;
-  using synth::detail::svg_escaped;
+  using io::svg_add;
+  using io::svg_escaped;
   const nlohmann::json& events = trace.is_object() ? trace.at("traceEvents") : trace;
   std::map<long long, std::string> names; // pid -> "rank R (device)"
   double t0 = std::numeric_limits<double>::infinity();

@@ -13,10 +13,10 @@
 // hspmd-plan --svg FILE writes it (with --pipeline: the stage layout, program/pipeline_svg.hpp).
 
 #include <hspmd/cluster/cluster.hpp>
+#include <hspmd/io/svg.hpp>
 #include <hspmd/synth/plan.hpp>
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstddef>
 #include <cstdio>
 #include <map>
@@ -24,33 +24,6 @@
 #include <vector>
 
 namespace hspmd::synth {
-
-namespace detail {
-[[nodiscard]] inline std::string svg_escaped(const std::string& s) {
-  std::string out;
-  for (char ch : s)
-    out += ch == '&'   ? std::string("&amp;")
-           : ch == '<' ? std::string("&lt;")
-           : ch == '>' ? std::string("&gt;")
-                       : std::string(1, ch);
-  return out;
-}
-// printf into `out`, any length.
-__attribute__((format(printf, 2, 3))) inline void svg_add(std::string& out, const char* fmt, ...) {
-  va_list a;
-  va_start(a, fmt);
-  va_list b;
-  va_copy(b, a);
-  const int len = std::vsnprintf(nullptr, 0, fmt, a);
-  va_end(a);
-  if (len > 0) {
-    std::vector<char> buf(static_cast<std::size_t>(len) + 1);
-    std::vsnprintf(buf.data(), buf.size(), fmt, b);
-    out.append(buf.data(), static_cast<std::size_t>(len));
-  }
-  va_end(b);
-}
-} // namespace detail
 
 /// See the file comment.
 [[nodiscard]] inline std::string plan_svg(const plan& p, const cluster& c) {
@@ -73,46 +46,44 @@ __attribute__((format(printf, 2, 3))) inline void svg_add(std::string& out, cons
   const double step_top = devices_top + device_row * static_cast<double>(n) + 50.0;
   const double layers_top = step_top + 70.0;
   const double height = layers_top + 110.0;
-  detail::svg_add(out,
-                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                  "font-family=\"sans-serif\" font-size=\"11\">\n",
-                  left + width + 40.0, height);
-  detail::svg_add(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  detail::svg_add(
-      out,
-      "<text x=\"10\" y=\"22\" font-size=\"14\">%s on %s: %s plan, %zu devices, predicted "
-      "step %.3g ms</text>\n",
-      detail::svg_escaped(p.model).c_str(), detail::svg_escaped(p.cluster_name).c_str(),
-      detail::svg_escaped(p.strategy).c_str(), n, 1e3 * p.step_time);
+  io::svg_add(out,
+              "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+              "font-family=\"sans-serif\" font-size=\"11\">\n",
+              left + width + 40.0, height);
+  io::svg_add(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  io::svg_add(out,
+              "<text x=\"10\" y=\"22\" font-size=\"14\">%s on %s: %s plan, %zu devices, predicted "
+              "step %.3g ms</text>\n",
+              io::svg_escaped(p.model).c_str(), io::svg_escaped(p.cluster_name).c_str(),
+              io::svg_escaped(p.strategy).c_str(), n, 1e3 * p.step_time);
   // Kinds' legend.
   double lx = 10.0;
   for (const auto& [k, col] : kind_color) {
-    detail::svg_add(out,
-                    "<rect x=\"%.0f\" y=\"32\" width=\"10\" height=\"10\" fill=\"%s\"/>"
-                    "<text x=\"%.0f\" y=\"41\">%s</text>\n",
-                    lx, palette[col], lx + 14.0, detail::svg_escaped(k).c_str());
+    io::svg_add(out,
+                "<rect x=\"%.0f\" y=\"32\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+                "<text x=\"%.0f\" y=\"41\">%s</text>\n",
+                lx, palette[col], lx + 14.0, io::svg_escaped(k).c_str());
     lx += 24.0 + 7.0 * static_cast<double>(k.size());
   }
   // Shares per segment.
-  detail::svg_add(out,
-                  "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">shares of each segment</text>\n",
-                  shares_top - 4.0);
+  io::svg_add(out, "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">shares of each segment</text>\n",
+              shares_top - 4.0);
   for (std::size_t s = 0; s < segments; ++s) {
     const double y = shares_top + row * static_cast<double>(s);
     const std::string label = s < p.segment_names.size() ? p.segment_names[s] : "segment";
-    detail::svg_add(out, "<text x=\"10\" y=\"%.0f\">%s</text>\n", y + 14.0,
-                    detail::svg_escaped(label).c_str());
+    io::svg_add(out, "<text x=\"10\" y=\"%.0f\">%s</text>\n", y + 14.0,
+                io::svg_escaped(label).c_str());
     double total = 0.0;
     for (const double r : p.ratios[s])
       total += r;
     double x = left;
     for (std::size_t d = 0; d < p.ratios[s].size() && d < n; ++d) {
       const double w = total > 0.0 ? width * p.ratios[s][d] / total : 0.0;
-      detail::svg_add(out,
-                      "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" "
-                      "stroke=\"white\" stroke-width=\"0.5\"><title>%s: %.4f</title></rect>\n",
-                      x, y, w, row - 4.0, palette[kind_color[kind[d]]],
-                      detail::svg_escaped(p.device_names[d]).c_str(), p.ratios[s][d]);
+      io::svg_add(out,
+                  "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" "
+                  "stroke=\"white\" stroke-width=\"0.5\"><title>%s: %.4f</title></rect>\n",
+                  x, y, w, row - 4.0, palette[kind_color[kind[d]]],
+                  io::svg_escaped(p.device_names[d]).c_str(), p.ratios[s][d]);
       x += w;
     }
   }
@@ -120,7 +91,7 @@ __attribute__((format(printf, 2, 3))) inline void svg_add(std::string& out, cons
   double most = 0.0;
   for (const double t : p.device_compute)
     most = std::max(most, t);
-  detail::svg_add(
+  io::svg_add(
       out,
       "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">predicted compute a step, and memory, by "
       "device</text>\n",
@@ -129,16 +100,15 @@ __attribute__((format(printf, 2, 3))) inline void svg_add(std::string& out, cons
     const double y = devices_top + device_row * static_cast<double>(d);
     const double t = d < p.device_compute.size() ? p.device_compute[d] : 0.0;
     const double w = most > 0.0 ? width * 0.8 * t / most : 0.0;
-    detail::svg_add(
-        out,
-        "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>%s: "
-        "%.3g ms</title></rect>\n",
-        left, y, w, device_row - 2.0, palette[kind_color[kind[d]]],
-        detail::svg_escaped(p.device_names[d]).c_str(), 1e3 * t);
+    io::svg_add(out,
+                "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>%s: "
+                "%.3g ms</title></rect>\n",
+                left, y, w, device_row - 2.0, palette[kind_color[kind[d]]],
+                io::svg_escaped(p.device_names[d]).c_str(), 1e3 * t);
     if (device_row >= 10.0) {
-      detail::svg_add(out, "<text x=\"10\" y=\"%.1f\">%s</text>\n", y + 10.0,
-                      detail::svg_escaped(p.device_names[d]).c_str());
-      detail::svg_add(
+      io::svg_add(out, "<text x=\"10\" y=\"%.1f\">%s</text>\n", y + 10.0,
+                  io::svg_escaped(p.device_names[d]).c_str());
+      io::svg_add(
           out, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#333\">%.3g ms%s</text>\n", left + w + 4.0,
           y + 10.0, 1e3 * t,
           d < p.memory.size()
@@ -148,24 +118,22 @@ __attribute__((format(printf, 2, 3))) inline void svg_add(std::string& out, cons
     }
   }
   // The predicted step.
-  detail::svg_add(out, "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">predicted step</text>\n",
-                  step_top - 4.0);
+  io::svg_add(out, "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">predicted step</text>\n",
+              step_top - 4.0);
   const double parts = std::max(p.compute_time + p.comm_time, 1e-12);
   const double cw = width * p.compute_time / parts;
   const double mw = width * p.comm_time / parts;
   const double ow = width * std::min(p.overlap_time, p.comm_time) / parts;
-  detail::svg_add(out,
-                  "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.2f\" height=\"18\" fill=\"#4e79a7\"/>\n",
-                  left, step_top, cw);
-  detail::svg_add(out,
-                  "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"18\" fill=\"#e15759\"/>\n",
-                  left + cw, step_top, mw);
+  io::svg_add(out, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.2f\" height=\"18\" fill=\"#4e79a7\"/>\n",
+              left, step_top, cw);
+  io::svg_add(out, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"18\" fill=\"#e15759\"/>\n",
+              left + cw, step_top, mw);
   if (ow > 0.0)
-    detail::svg_add(out,
-                    "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"18\" fill=\"none\" "
-                    "stroke=\"black\" stroke-dasharray=\"3,2\"/>\n",
-                    left + cw, step_top, ow);
-  detail::svg_add(
+    io::svg_add(out,
+                "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"18\" fill=\"none\" "
+                "stroke=\"black\" stroke-dasharray=\"3,2\"/>\n",
+                left + cw, step_top, ow);
+  io::svg_add(
       out,
       "<text x=\"%.0f\" y=\"%.0f\">compute %.3g ms, communication %.3g ms (%.3g ms of it hidden "
       "behind the backward, dashed) = %.3g ms</text>\n",
@@ -177,10 +145,10 @@ __attribute__((format(printf, 2, 3))) inline void svg_add(std::string& out, cons
       {graph::rule::family::split, "#59a14f"},
       {graph::rule::family::linear, "#f28e2b"},
       {graph::rule::family::expert, "#b07aa1"}};
-  detail::svg_add(out,
-                  "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">ops in order: placement, and the "
-                  "collectives before each (red)</text>\n",
-                  layers_top - 4.0);
+  io::svg_add(out,
+              "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">ops in order: placement, and the "
+              "collectives before each (red)</text>\n",
+              layers_top - 4.0);
   double comm_most = 0.0;
   for (const plan_step& s : p.steps)
     comm_most = std::max(comm_most, s.comm);
@@ -192,29 +160,29 @@ __attribute__((format(printf, 2, 3))) inline void svg_add(std::string& out, cons
       if (s.rule.kind == f)
         col = c2;
     const double x = left + cell * static_cast<double>(k);
-    detail::svg_add(
+    io::svg_add(
         out,
         "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\"><title>%s: %s, "
         "%.3g ms compute, %.3g ms communication</title></rect>\n",
-        x, layers_top + 30.0, std::max(cell - 0.3, 0.2), col, detail::svg_escaped(s.name).c_str(),
+        x, layers_top + 30.0, std::max(cell - 0.3, 0.2), col, io::svg_escaped(s.name).c_str(),
         detail::family_name(s.rule.kind).c_str(), 1e3 * s.compute, 1e3 * s.comm);
     if (s.comm > 0.0 && comm_most > 0.0) {
       const double h = 28.0 * s.comm / comm_most;
-      detail::svg_add(
-          out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#e15759\"/>\n", x,
-          layers_top + 28.0 - h, std::max(cell - 0.3, 0.6), h);
+      io::svg_add(out,
+                  "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#e15759\"/>\n",
+                  x, layers_top + 28.0 - h, std::max(cell - 0.3, 0.6), h);
     }
   }
   lx = left;
   for (const auto& [f, c2] : families) {
     const std::string fam = detail::family_name(f);
-    detail::svg_add(out,
-                    "<rect x=\"%.0f\" y=\"%.0f\" width=\"10\" height=\"10\" fill=\"%s\"/>"
-                    "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n",
-                    lx, layers_top + 60.0, c2, lx + 14.0, layers_top + 69.0, fam.c_str());
+    io::svg_add(out,
+                "<rect x=\"%.0f\" y=\"%.0f\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+                "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n",
+                lx, layers_top + 60.0, c2, lx + 14.0, layers_top + 69.0, fam.c_str());
     lx += 30.0 + 7.0 * static_cast<double>(fam.size());
   }
-  detail::svg_add(
+  io::svg_add(
       out,
       "<text x=\"10\" y=\"%.0f\" fill=\"#555\">%zu ops; the tallest red tick: %.3g ms</text>\n",
       layers_top + 90.0, p.steps.size(), 1e3 * comm_most);

@@ -305,6 +305,10 @@ inline constexpr double any_count = 1e12; // past any run: a step a microsecond 
       {"--metrics",
        "write one JSON line per step and evaluation (loss, lr, grad norm, seconds) to this file",
        t([](train_options & o) -> auto& { return o.metrics; }), 0, 0, false, a::presence},
+      {"--report",
+       "draw the run's loss and step-time curves as SVG pictures (loss.svg, step_time.svg) and "
+       "write report.json into this directory (rank 0; made before step 1)",
+       t([](train_options & o) -> auto& { return o.report; }), 0, 0, false, a::presence},
       {"--log-every", "a progress line every N steps (0: about 20 lines)",
        c([](train_options & o) -> auto& { return o.log_every; }), 0, many, false, a::none},
       {"--print-graph", "print the traced graph (op, name, shape, FLOPs)",

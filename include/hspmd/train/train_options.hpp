@@ -146,7 +146,9 @@ struct train_options {
   std::size_t eval_batches = 1; ///< micro-batches per evaluation
   eval_metric metric = eval_metric::accuracy;
 
-  std::string metrics;              ///< JSON lines, one per step and evaluation, written by rank 0
+  std::string metrics; ///< JSON lines, one per step and evaluation, written by rank 0
+  std::string
+      report; ///< rank 0 draws the run's loss and step-time curves here (train/report_svg.hpp)
   std::ostream* out = &std::cout;   ///< progress and summary (rank 0); nullptr: quiet
   std::size_t log_every = 0;        ///< a progress line every N steps (0: about 20 in a run)
   std::string unit = "samples";     ///< throughput unit

@@ -24,6 +24,7 @@
 #include <hspmd/train/option_checks.hpp>
 #include <hspmd/train/option_table.hpp>
 #include <hspmd/train/report.hpp>
+#include <hspmd/train/report_svg.hpp>
 #include <hspmd/train/run_checkpoints.hpp>
 #include <hspmd/train/run_dir.hpp>
 #include <hspmd/train/run_meta.hpp>
@@ -230,6 +231,8 @@ private:
     metrics_log metrics; // rank 0's (train/metrics_log.hpp)
     if (is_root)
       metrics.open(o_.metrics, o_.resume);
+    if (is_root && !o_.report.empty())
+      make_report_dir(o_.report); // (train/report_svg.hpp) before step 1, not after the last
     if (world_ && !o_.trace.empty())
       e.start_trace();
     train_result r;
@@ -366,6 +369,11 @@ private:
       r.loss_scale = loss_scale->scale();
     if (out != nullptr && !r.losses.empty())
       summary(*out, o_, r, plan(), meter_, distributed(), e.memory());
+    if (is_root && !o_.report.empty()) {
+      const auto files = write_run_report(o_.report, o_.name, r);
+      if (out != nullptr)
+        print(*out, "report: %s, %s, %s\n", files[0].c_str(), files[1].c_str(), files[2].c_str());
+    }
     if (out != nullptr && o_.profile)
       write_profile(*out, std::span<const profile_entry>(e.profile()),
                     r.losses.size() * o_.accumulate);
