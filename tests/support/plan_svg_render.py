@@ -11,14 +11,14 @@ piece per device (a <title> "device: share" each). Exits 77 (skipped) without rs
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 
-svg_tool = shutil.which("rsvg-convert")
-if not svg_tool:
-    print("skipped: rsvg-convert is not installed (apt-get install librsvg2-bin)")
-    sys.exit(77)
+sys.dont_write_bytecode = True  # (no __pycache__ in the source tree)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from svg_render import render, renderer  # noqa: E402
+
+svg_tool = renderer()
 plan, clusters, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
@@ -38,18 +38,7 @@ for name, (args, devices) in runs.items():
     print(r.stdout + r.stderr)
     if r.returncode != 0:
         sys.exit("plan_svg_render.py: hspmd-plan failed for %s" % name)
-    png = os.path.join(work, name + ".png")
-    r = subprocess.run([svg_tool, "-o", png, svg], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit("plan_svg_render.py: rsvg-convert refused %s: %s" % (svg, r.stderr))
-    data = open(png, "rb").read()
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
-        sys.exit("plan_svg_render.py: %s is not a PNG" % png)
-    width, height = struct.unpack(">II", data[16:24])
-    print("%s: %d x %d px, %d bytes" % (png, width, height, len(data)))
-    if not (600 <= width <= 2000 and 150 <= height <= 4000) or len(data) < 2000:
-        sys.exit("plan_svg_render.py: %s: %d x %d px, %d bytes: not a sane picture" %
-                 (png, width, height, len(data)))
+    render(svg, svg_tool)
     if name == "gantt":
         text = open(svg).read()
         for want in ("rank 0 (a100.0)", "rank 4 (v100.0)", "compute", "collectives"):
