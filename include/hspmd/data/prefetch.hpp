@@ -5,7 +5,6 @@
 // turn (an evaluation, a resume) is made on the spot. An error making a batch is thrown by the
 // `get` that asks for it.
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -36,7 +35,6 @@ public:
 
   /// Batch `index`, valid until the next call; then starts making `index + 1`.
   const Batch& get(std::uint64_t index) {
-    const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return !want_; }); // the thread is done with what it was asked for
     if (made_ == index) {
@@ -52,18 +50,11 @@ public:
       make_(index, front_);
       l.lock();
     }
-    waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     want_ = index + 1;
     made_.reset();
     l.unlock();
     cv_.notify_all();
     return front_;
-  }
-
-  /// Seconds `get` took (waiting for the thread, or making a batch out of turn).
-  [[nodiscard]] double waited_seconds() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return waited_;
   }
 
 private:
@@ -90,13 +81,12 @@ private:
   }
 
   make_fn make_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   Batch front_{}, back_{};
   std::optional<std::uint64_t> want_; // asked of the thread, not yet made
   std::optional<std::uint64_t> made_; // in back_
   std::exception_ptr error_;          // making made_ failed
-  double waited_ = 0.0;
   bool quit_ = false;
   std::thread thread_;
 };

@@ -77,7 +77,7 @@ public:
 
   /// Token `i` (< size()); a negative id reads as -1.
   [[nodiscard]] std::int64_t at(std::size_t i) const noexcept {
-    const std::byte* p = bin_.bytes().data() + first_ + i * width_;
+    const std::byte* p = bin_.bytes().data() + i * width_;
     switch (code_) {
     case 1:
       return static_cast<std::int64_t>(load<std::uint8_t>(p));
@@ -228,7 +228,6 @@ private:
 
   io::mapped_input bin_;
   std::string name_, type_;
-  std::size_t first_ = 0; // (the ids start at byte 0 in both formats)
   std::size_t width_ = 2;
   int code_ = 8; // the .idx's type codes; 9: uint32 (flat files)
   std::size_t tokens_ = 0;

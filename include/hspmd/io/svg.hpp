@@ -11,6 +11,10 @@
 
 namespace hspmd::io {
 
+/// The pictures' colours for categories (device kinds, stages), in order.
+inline constexpr const char* svg_palette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                              "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
+
 /// `s` as SVG text: &, < and > escaped.
 [[nodiscard]] inline std::string svg_escaped(const std::string& s) {
   std::string out;

@@ -36,8 +36,7 @@ namespace hspmd::program {
   std::vector<double> y{top};
   for (double h : band)
     y.push_back(y.back() + h);
-  static constexpr const char* palette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
-                                            "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
+  const auto& palette = io::svg_palette;
   std::map<std::string, std::size_t> kind_color;
   for (const device_spec& dev : c.devices)
     kind_color.try_emplace(dev.kind.empty() ? dev.name : dev.kind, kind_color.size());

@@ -27,8 +27,7 @@ namespace hspmd::synth {
 
 /// See the file comment.
 [[nodiscard]] inline std::string plan_svg(const plan& p, const cluster& c) {
-  static constexpr const char* palette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
-                                            "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
+  const auto& palette = io::svg_palette;
   const std::size_t n = p.device_names.size();
   std::map<std::string, std::size_t> kind_color;
   std::vector<std::string> kind(n);
